@@ -1,0 +1,1 @@
+"""dbos_agent: durable execution for AI agents on Postgres."""
