@@ -1,1 +1,67 @@
-"""dbos_agent: durable execution for AI agents on Postgres."""
+"""dbos_agent: durable execution for AI agents (and any long, side-effecting Python) on Postgres.
+
+Decorate the loop with :func:`durable_workflow` and the expensive or
+side-effecting calls with :func:`step`; call :func:`launch` once. Every step's
+outcome is committed to Postgres before the workflow moves on, and after a
+crash the next :func:`launch` replays the recorded steps and continues live.
+"""
+
+from .engine.context import current_workflow_id, step_key, workflow_id
+from .engine.handle import WorkflowHandle, retrieve
+from .engine.registry import RetryPolicy
+from .engine.runtime import Runtime, current_runtime, launch
+from .engine.step import step
+from .engine.workflow import durable_workflow, list_steps, list_workflows, start
+from .errors import (
+    DatabaseUnavailableError,
+    DbosAgentError,
+    MaxRecoveryAttemptsExceededError,
+    NotLaunchedError,
+    RecordedError,
+    SchemaVersionError,
+    SerializationError,
+    WorkflowCancelledError,
+    WorkflowDivergedError,
+    WorkflowIdConflictError,
+    WorkflowInputsError,
+    WorkflowInterruptedError,
+    WorkflowNotFoundError,
+)
+from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DatabaseUnavailableError",
+    "DbosAgentError",
+    "MaxRecoveryAttemptsExceededError",
+    "NotLaunchedError",
+    "RecordedError",
+    "RetryPolicy",
+    "Runtime",
+    "SchemaVersionError",
+    "SerializationError",
+    "StepInfo",
+    "StepStatus",
+    "WorkflowCancelledError",
+    "WorkflowDivergedError",
+    "WorkflowHandle",
+    "WorkflowIdConflictError",
+    "WorkflowInfo",
+    "WorkflowInputsError",
+    "WorkflowInterruptedError",
+    "WorkflowNotFoundError",
+    "WorkflowStatus",
+    "__version__",
+    "current_runtime",
+    "current_workflow_id",
+    "durable_workflow",
+    "launch",
+    "list_steps",
+    "list_workflows",
+    "retrieve",
+    "start",
+    "step",
+    "step_key",
+    "workflow_id",
+]

@@ -1,0 +1,106 @@
+"""WorkflowHandle: a reference to a workflow by id, from this process or another."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Generic, TypeVar
+
+from ..errors import WorkflowNotFoundError
+from ..records import StepInfo, WorkflowInfo, WorkflowStatus
+from .outcome import Outcome, workflow_outcome
+from .registry import find_workflow
+from .runtime import Runtime, current_runtime
+
+R = TypeVar("R")
+
+_POLL_MIN_S = 0.005
+_POLL_MAX_S = 0.5
+
+
+class WorkflowHandle(Generic[R]):
+    """Waits for, and inspects, one workflow.
+
+    When this process runs the workflow, :meth:`result` waits on it directly;
+    otherwise it polls the database until another process finishes it.
+    """
+
+    def __init__(self, runtime: Runtime, workflow_id: str,
+                 future: Future[Outcome] | None = None) -> None:
+        self._runtime = runtime
+        self._workflow_id = workflow_id
+        self._future = future
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self._workflow_id!r})"
+
+    def result(self, timeout: float | None = None) -> R:
+        """The workflow's return value (typed as annotated), or raise its error.
+
+        Raises ``TimeoutError`` if it has not finished within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        future = self._future or self._runtime.active_future(self._workflow_id)
+        if future is not None:
+            try:
+                outcome = future.result(timeout)
+            except FutureTimeout:
+                raise TimeoutError(
+                    f"workflow {self._workflow_id!r} did not finish within {timeout}s"
+                ) from None
+            return outcome.unwrap()  # type: ignore[no-any-return]
+        delay = _POLL_MIN_S
+        while True:
+            info = self.get_info()
+            if info.status.finished:
+                return self._outcome(info).unwrap()  # type: ignore[no-any-return]
+            future = self._runtime.active_future(self._workflow_id)
+            if future is not None:  # recovery picked it up in this process meanwhile
+                self._future = future
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                return self.result(remaining)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"workflow {self._workflow_id!r} did not finish within {timeout}s "
+                    f"(status {info.status})"
+                )
+            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
+            delay = min(delay * 2, _POLL_MAX_S)
+
+    @staticmethod
+    def _outcome(info: WorkflowInfo) -> Outcome:
+        definition = find_workflow(info.name)
+        return workflow_outcome(
+            info.workflow_id, info.status, info.output, info.error,
+            definition.result if definition else None,
+        )
+
+    def get_info(self) -> WorkflowInfo:
+        """The stored row of the workflow."""
+        info = self._runtime.db.get_workflow(self._workflow_id)
+        if info is None:
+            raise WorkflowNotFoundError(self._workflow_id)
+        return info
+
+    def status(self) -> WorkflowStatus:
+        """The workflow's current status."""
+        return self.get_info().status
+
+    def steps(self) -> list[StepInfo]:
+        """The workflow's recorded steps, in order."""
+        return self._runtime.db.list_steps(self._workflow_id)
+
+
+def retrieve(workflow_id: str) -> WorkflowHandle[Any]:
+    """A handle on an existing workflow; raises WorkflowNotFoundError for an unknown id."""
+    runtime = current_runtime()
+    handle: WorkflowHandle[Any] = WorkflowHandle(
+        runtime, workflow_id, runtime.active_future(workflow_id)
+    )
+    handle.get_info()
+    return handle

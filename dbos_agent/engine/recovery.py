@@ -1,0 +1,105 @@
+"""Recovery at start: resume this executor's PENDING workflows from their logs.
+
+Workflows are claimed a page at a time (each claim counts one recovery
+attempt and dead-letters those over their limit, in one statement), their
+logs are loaded with one query per page, and they run on the bounded worker
+pool: memory stays flat however many are pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ..errors import WorkflowInputsError
+from ..records import WorkflowStatus
+from ..serialization import dumps_error
+from .registry import find_workflow, workflow_names
+from .runtime import Runtime, WorkflowRun
+
+log = logging.getLogger("dbos_agent.recovery")
+
+PAGE_SIZE = 200
+
+
+@dataclass
+class RecoveryReport:
+    """What one recovery pass did."""
+
+    resumed: int = 0
+    dead_lettered: int = 0
+    failed_inputs: int = 0
+    unknown: int = 0
+    seconds: float = 0.0
+
+
+def recover_pending(runtime: Runtime) -> RecoveryReport:
+    """Resume every recoverable PENDING workflow of ``runtime``'s executor."""
+    report = RecoveryReport()
+    started = time.perf_counter()
+    try:
+        _recover(runtime, report)
+    except Exception:
+        if not runtime.stopping:
+            log.exception("recovery of pending workflows failed")
+    finally:
+        report.seconds = time.perf_counter() - started
+        runtime.last_recovery = report
+        runtime.recovery_done.set()
+    if report.resumed or report.dead_lettered or report.failed_inputs:
+        log.info(
+            "recovery: resumed %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
+            report.resumed, report.dead_lettered, report.failed_inputs, report.seconds,
+        )
+    return report
+
+
+def _recover(runtime: Runtime, report: RecoveryReport) -> None:
+    db = runtime.db
+    names = workflow_names()
+    for name, count in db.count_unrecoverable_pending(runtime.executor_id, names).items():
+        report.unknown += count
+        log.warning(
+            "%d PENDING workflow(s) named %r cannot be recovered: no workflow of that name is "
+            "registered in this process (renamed, deleted, or its module not imported before "
+            "launch()). They stay PENDING.", count, name,
+        )
+    after = None
+    while not runtime.stopping:
+        claims = db.claim_pending_for_recovery(
+            executor_id=runtime.executor_id,
+            names=names,
+            skip_ids=runtime.active_ids(),
+            after=after,
+            limit=PAGE_SIZE,
+        )
+        if not claims:
+            return
+        after = (claims[-1].created_at, claims[-1].workflow_id)
+        live = [c for c in claims if c.status is WorkflowStatus.PENDING]
+        for claim in claims:
+            if claim.status is WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED:
+                report.dead_lettered += 1
+                log.error(
+                    "workflow %s (%s) exceeded its %d recovery attempts and was moved to "
+                    "MAX_RECOVERY_ATTEMPTS_EXCEEDED; it will not run again by itself",
+                    claim.workflow_id, claim.name, claim.max_recovery_attempts,
+                )
+        logs = db.load_steps_of_many([c.workflow_id for c in live])
+        for claim in live:
+            definition = find_workflow(claim.name)
+            if definition is None:  # unregistered between the claim and now
+                continue
+            try:
+                args, kwargs = definition.inputs.loads(claim.inputs, claim.workflow_id)
+            except WorkflowInputsError as exc:
+                report.failed_inputs += 1
+                log.error("cannot recover workflow %s: %s", claim.workflow_id, exc)
+                db.finish_workflow(claim.workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc))
+                continue
+            run = WorkflowRun(definition, claim.workflow_id, args, kwargs, logs[claim.workflow_id])
+            if runtime.adopt(run):
+                runtime.pool.wait_for_room(backlog=runtime.pool.size * 2)
+                runtime.submit(run)
+                report.resumed += 1

@@ -1,0 +1,130 @@
+"""What the decorators know about each function: its name, codecs and policies.
+
+Workflow definitions are registered by name so that recovery can find the
+function of a row written by another process. Registration is process-wide
+(decorators run at import time); :func:`clear_registry` exists for tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DbosAgentError
+from ..serialization import Codec, InputsCodec, result_codec
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a failing step is tried again."""
+
+    retries: int = 0
+    interval: float = 1.0
+    backoff: float = 2.0
+    max_interval: float = 60.0
+    jitter: float = 0.1
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
+        if self.interval < 0 or self.max_interval < 0 or self.backoff < 1:
+            raise ValueError("interval and max_interval must be >= 0 and backoff >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"jitter must be between 0 and 1, got {self.jitter}")
+
+    def delay_before_retry(self, attempt: int, error: BaseException) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``, or None to give up."""
+        if attempt > self.retries or not isinstance(error, self.retry_on):
+            return None
+        if isinstance(error, DbosAgentError):  # engine signals are never retried
+            return None
+        delay = min(self.interval * self.backoff ** (attempt - 1), self.max_interval)
+        return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+
+@dataclass(frozen=True, slots=True)
+class StepDefinition:
+    """A ``@step`` function and how to checkpoint it."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    retry: RetryPolicy
+    result: Codec
+
+
+def step_definition(fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDefinition:
+    return StepDefinition(
+        name=name or fn.__qualname__,
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(fn),
+        retry=retry,
+        result=result_codec(fn),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """A ``@durable_workflow`` function and how to store its calls."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    max_recovery_attempts: int
+    inputs: InputsCodec
+    result: Codec
+    origin: str = field(default="")
+
+
+_lock = threading.Lock()
+_workflows: dict[str, WorkflowDefinition] = {}
+
+
+def register_workflow(
+    fn: Callable[..., Any], name: str | None, max_recovery_attempts: int
+) -> WorkflowDefinition:
+    """Create and register the definition; two different functions may not share a name."""
+    if max_recovery_attempts < 0:
+        raise ValueError(f"max_recovery_attempts must be >= 0, got {max_recovery_attempts}")
+    wf_name = name or fn.__qualname__
+    origin = f"{fn.__module__}.{fn.__qualname__}"
+    definition = WorkflowDefinition(
+        name=wf_name,
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(fn),
+        max_recovery_attempts=max_recovery_attempts,
+        inputs=InputsCodec(fn, wf_name),
+        result=result_codec(fn),
+        origin=origin,
+    )
+    with _lock:
+        existing = _workflows.get(wf_name)
+        if existing is not None and existing.origin != origin:
+            raise DbosAgentError(
+                f"two workflows are named {wf_name!r}: {existing.origin} and {origin}; "
+                f"give one of them another name with @durable_workflow(name=...)"
+            )
+        _workflows[wf_name] = definition  # the same function defined again replaces itself
+    return definition
+
+
+def find_workflow(name: str) -> WorkflowDefinition | None:
+    """The registered definition of that name, if this process has imported it."""
+    return _workflows.get(name)
+
+
+def workflow_names() -> list[str]:
+    """Names of every registered workflow."""
+    with _lock:
+        return list(_workflows)
+
+
+def clear_registry() -> None:
+    """Forget every registered workflow (for tests)."""
+    with _lock:
+        _workflows.clear()

@@ -1,0 +1,395 @@
+"""The runtime: one per process, created by :func:`launch`.
+
+It owns the system database, the worker pool and the table of workflows this
+process is running, and it is where a workflow call is admitted (idempotent
+start), executed and finished. Recovery lives in ``recovery.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    DbosAgentError,
+    NotLaunchedError,
+    SerializationError,
+    WorkflowIdConflictError,
+    WorkflowInterruptedError,
+)
+from ..records import WorkflowStatus
+from ..serialization import dumps_error
+from ..storage.database import StepRow, SystemDatabase, WorkflowRow
+from .context import WorkflowContext, entered_workflow
+from .outcome import Outcome, capture, capture_async, workflow_outcome
+from .registry import WorkflowDefinition
+from .workers import WorkerPool
+
+if TYPE_CHECKING:
+    from .recovery import RecoveryReport
+
+log = logging.getLogger("dbos_agent")
+
+
+@dataclass(eq=False)
+class WorkflowRun:
+    """One execution of a workflow by this process, from admission to finish."""
+
+    definition: WorkflowDefinition
+    workflow_id: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    recorded: dict[int, StepRow]
+    future: Future[Outcome] = field(default_factory=Future)
+
+
+@dataclass(frozen=True, slots=True)
+class _Active:
+    name: str
+    inputs: str
+    future: Future[Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a workflow call must do: run it, wait for this process's run, or return."""
+
+    run: WorkflowRun | None = None
+    attached: Future[Outcome] | None = None
+    finished: Outcome | None = None
+
+    def future(self) -> Future[Outcome]:
+        if self.run is not None:
+            return self.run.future
+        if self.attached is not None:
+            return self.attached
+        done: Future[Outcome] = Future()
+        done.set_result(self.finished or Outcome())
+        return done
+
+
+def _same_json(a: str, b: str) -> bool:
+    return bool(a == b or json.loads(a) == json.loads(b))
+
+
+class Runtime:
+    """Runs durable workflows against one system database."""
+
+    def __init__(
+        self,
+        db: SystemDatabase,
+        *,
+        executor_id: str = "local",
+        app_version: str | None = None,
+        workers: int = 16,
+    ) -> None:
+        self.db = db
+        self.executor_id = executor_id
+        self.app_version = app_version
+        self.pool = WorkerPool(workers)
+        self.stopping = False
+        self.recovery_done = threading.Event()
+        self.last_recovery: RecoveryReport | None = None
+        self._lock = threading.Lock()
+        self._active: dict[str, _Active] = {}
+        self._background: list[threading.Thread] = []
+
+    # -- admission: idempotent start ---------------------------------------------------
+
+    def admit(
+        self, definition: WorkflowDefinition, workflow_id: str, args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Admission:
+        """Record the call (or find it recorded) and decide who runs it.
+
+        A new id is inserted PENDING and run by the caller. A finished one
+        returns its recorded outcome. A pending one running here is attached
+        to; one running nowhere in this process is resumed from its log by
+        the caller. Another function or other inputs under the id raise
+        :class:`WorkflowIdConflictError`.
+        """
+        if self.stopping:
+            raise NotLaunchedError("the dbos_agent runtime is shutting down")
+        inputs = definition.inputs.dumps(args, kwargs)
+        run = WorkflowRun(definition, workflow_id, args, kwargs, {})
+        with self._lock:
+            active = self._active.get(workflow_id)
+            if active is None:
+                self._active[workflow_id] = _Active(definition.name, inputs, run.future)
+        if active is not None:
+            self._check_same(workflow_id, definition.name, inputs, active.name, active.inputs)
+            return Admission(attached=active.future)
+        try:
+            inserted, row = self.db.insert_workflow(
+                workflow_id=workflow_id,
+                name=definition.name,
+                inputs=inputs,
+                executor_id=self.executor_id,
+                app_version=self.app_version,
+                max_recovery_attempts=definition.max_recovery_attempts,
+            )
+            if not inserted:
+                self._check_same(workflow_id, definition.name, inputs, row.name, row.inputs)
+                if row.status.finished:
+                    outcome = self._stored_outcome(row, definition)
+                    self._resolve(run, outcome)
+                    return Admission(finished=outcome)
+                run.recorded = self.db.load_steps(workflow_id)
+        except Exception as exc:
+            self._resolve(run, Outcome(error=exc))
+            raise
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
+        return Admission(run=run)
+
+    @staticmethod
+    def _check_same(workflow_id: str, name: str, inputs: str, other_name: str,
+                    other_inputs: str) -> None:
+        if name != other_name:
+            raise WorkflowIdConflictError(
+                f"workflow id {workflow_id!r} already belongs to workflow {other_name!r}, "
+                f"not {name!r}"
+            )
+        if not _same_json(inputs, other_inputs):
+            raise WorkflowIdConflictError(
+                f"workflow id {workflow_id!r} was already used for {name!r} with other inputs "
+                f"(recorded {other_inputs}, now {inputs})"
+            )
+
+    @staticmethod
+    def _stored_outcome(row: WorkflowRow, definition: WorkflowDefinition) -> Outcome:
+        return workflow_outcome(
+            row.workflow_id,
+            row.status,
+            None if row.output is None else json.loads(row.output),
+            None if row.error is None else json.loads(row.error),
+            definition.result,
+        )
+
+    def adopt(self, run: WorkflowRun) -> bool:
+        """Register a run that recovery found; False if this process already runs it."""
+        inputs = run.definition.inputs.dumps(run.args, run.kwargs)
+        with self._lock:
+            if run.workflow_id in self._active:
+                return False
+            self._active[run.workflow_id] = _Active(run.definition.name, inputs, run.future)
+        return True
+
+    def active_ids(self) -> list[str]:
+        """Ids of the workflows this process is running now."""
+        with self._lock:
+            return list(self._active)
+
+    def active_future(self, workflow_id: str) -> Future[Outcome] | None:
+        """The in-process future of a workflow this process runs, if it does."""
+        with self._lock:
+            active = self._active.get(workflow_id)
+        return active.future if active else None
+
+    # -- execution ---------------------------------------------------------------------
+
+    def execute(self, run: WorkflowRun) -> Outcome:
+        """Run a sync workflow's body in this thread and record its outcome."""
+        ctx = WorkflowContext(run.workflow_id, self, run.recorded)
+        try:
+            with entered_workflow(ctx):
+                outcome = capture(run.definition.fn, *run.args, **run.kwargs)
+            return self.finish(run, ctx, outcome)
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
+
+    async def execute_async(self, run: WorkflowRun) -> Outcome:
+        """Run an async workflow's body on this event loop and record its outcome."""
+        ctx = WorkflowContext(run.workflow_id, self, run.recorded)
+        try:
+            with entered_workflow(ctx):
+                outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
+            return await asyncio.to_thread(self.finish, run, ctx, outcome)
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
+
+    def finish(self, run: WorkflowRun, ctx: WorkflowContext, outcome: Outcome) -> Outcome:
+        """Record the workflow's outcome (guarded: a run finished elsewhere wins)."""
+        if ctx.diverged is not None:  # even if user code swallowed it
+            outcome = Outcome(error=ctx.diverged)
+        output = error = None
+        if outcome.error is None:
+            try:
+                output = run.definition.result.dumps(
+                    outcome.value, f"workflow {run.workflow_id!r} ({run.definition.name}) result"
+                )
+            except SerializationError as exc:
+                outcome = Outcome(error=exc)
+        if outcome.error is not None:
+            error = dumps_error(outcome.error)
+        status = WorkflowStatus.SUCCESS if outcome.error is None else WorkflowStatus.ERROR
+        updated, stored_status, stored_output, stored_error = self.db.finish_workflow(
+            run.workflow_id, status, output, error
+        )
+        if not updated:
+            outcome = self._stored_outcome(
+                WorkflowRow(run.workflow_id, run.definition.name, stored_status, "{}",
+                            stored_output, stored_error),
+                run.definition,
+            )
+        self._resolve(run, outcome)
+        return outcome
+
+    def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
+        with self._lock:
+            active = self._active.get(run.workflow_id)
+            if active is not None and active.future is run.future:
+                del self._active[run.workflow_id]
+        if not run.future.done():
+            run.future.set_result(outcome)
+
+    def _abandon(self, run: WorkflowRun, exc: BaseException) -> None:
+        """This process stops running the workflow without an outcome; it stays PENDING."""
+        self._resolve(
+            run,
+            Outcome(
+                error=WorkflowInterruptedError(
+                    f"workflow {run.workflow_id!r} was interrupted in this process "
+                    f"({type(exc).__name__}: {exc}); it stays PENDING and will be recovered"
+                )
+            ),
+        )
+
+    def submit(self, run: WorkflowRun) -> Future[Outcome]:
+        """Run ``run`` on the worker pool; the future resolves with its outcome."""
+
+        def job() -> None:
+            try:
+                if run.definition.is_async:
+                    asyncio.run(self.execute_async(run))
+                else:
+                    self.execute(run)
+            except BaseException as exc:  # already resolved by _abandon
+                if not self.stopping:
+                    log.error("workflow %s was interrupted: %r", run.workflow_id, exc)
+
+        self.pool.submit(job)
+        return run.future
+
+    def call(self, definition: WorkflowDefinition, workflow_id: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+        """A direct call of a sync workflow: run it here, now, durably."""
+        admission = self.admit(definition, workflow_id, args, kwargs)
+        if admission.run is not None:
+            return self.execute(admission.run).unwrap()
+        return admission.future().result().unwrap()
+
+    async def call_async(self, definition: WorkflowDefinition, workflow_id: str,
+                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A direct call of an async workflow: run it on this event loop, durably."""
+        admission = await asyncio.to_thread(self.admit, definition, workflow_id, args, kwargs)
+        if admission.run is not None:
+            return (await self.execute_async(admission.run)).unwrap()
+        return (await asyncio.wrap_future(admission.future())).unwrap()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def run_in_background(self, target: Callable[[], None], name: str) -> None:
+        """Start a daemon thread the runtime waits for at shutdown."""
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._background.append(thread)
+        thread.start()
+
+    def shutdown(self, grace: float = 10.0) -> None:
+        """Stop taking work; running workflows stop at their next step and stay PENDING.
+
+        Waits up to ``grace`` seconds for them, then closes the database pool.
+        """
+        global _runtime
+        self.stopping = True
+        for thread in self._background:
+            thread.join(grace)
+        with self._lock:
+            futures = [a.future for a in self._active.values()]
+        wait_futures(futures, timeout=grace)
+        self.pool.stop()
+        self.db.close()
+        with _runtime_lock:
+            if _runtime is self:
+                _runtime = None
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+
+_runtime_lock = threading.Lock()
+_runtime: Runtime | None = None
+
+
+def current_runtime() -> Runtime:
+    """The launched runtime of this process."""
+    runtime = _runtime
+    if runtime is None:
+        raise NotLaunchedError(
+            "dbos_agent is not launched: call dbos_agent.launch() before running durable "
+            "workflows"
+        )
+    return runtime
+
+
+def launch(
+    database_url: str | None = None,
+    *,
+    executor_id: str = "local",
+    app_version: str | None = None,
+    recover: bool = True,
+    workers: int = 16,
+    pool_size: int | None = None,
+) -> Runtime:
+    """Connect to the system database, apply the schema, and recover pending workflows.
+
+    ``database_url`` defaults to ``$DBOS_AGENT_DATABASE_URL`` and then to an
+    embedded Postgres kept under ``./.dbos_agent/``. Recovery of this
+    executor's PENDING workflows runs in the background: ``launch`` returns
+    at once. ``workers`` bounds the threads that run background and recovered
+    workflows; ``pool_size`` the database connections (default: workers + 4).
+    """
+    global _runtime
+    from .recovery import recover_pending
+
+    with _runtime_lock:
+        if _runtime is not None:
+            raise DbosAgentError("dbos_agent is already launched in this process; "
+                                 "call shutdown() on the runtime first")
+        url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
+        if not url:
+            from ..storage.embedded import embedded_database_url
+
+            url = embedded_database_url()
+        db = SystemDatabase(url, pool_size=pool_size or workers + 4)
+        db.open()
+        try:
+            db.migrate()
+        except BaseException:
+            db.close()
+            raise
+        runtime = Runtime(db, executor_id=executor_id, app_version=app_version, workers=workers)
+        _runtime = runtime
+    if recover:
+        runtime.run_in_background(lambda: recover_pending(runtime), "dbos-agent-recovery")
+    else:
+        runtime.recovery_done.set()
+    return runtime

@@ -1,0 +1,195 @@
+"""``@step``: run a function once per workflow position, checkpointing its outcome.
+
+Live, a step runs (with retries) and its outcome is committed to the step log
+before the call returns to the workflow. On replay it returns the recorded
+outcome without running. Outside a workflow, or inside another step, it is a
+plain function call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar, overload
+
+from ..errors import WorkflowCancelledError, WorkflowDivergedError, WorkflowNotFoundError
+from ..records import StepStatus, WorkflowStatus
+from ..serialization import dumps_error
+from .context import WorkflowContext, current_context, entered_step, in_step
+from .outcome import Outcome, capture, capture_async, step_outcome
+from .registry import RetryPolicy, StepDefinition, step_definition
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
+    return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
+
+
+def checkpoint(
+    ctx: WorkflowContext,
+    step: StepDefinition,
+    seq: int,
+    outcome: Outcome,
+    attempts: int,
+    started_at: datetime,
+) -> Outcome:
+    """Commit a live step's outcome to the log; the one place a step is checkpointed.
+
+    Returns the outcome the workflow must continue with: its own, or, when a
+    concurrent run of the same workflow recorded this position first, the
+    recorded one (the log is append-only; the loser adopts, never overwrites).
+    A value that cannot be stored raises SerializationError and writes nothing.
+    """
+    where = _where(ctx, seq, step)
+    if outcome.error is None:
+        status, output, error = StepStatus.SUCCESS, step.result.dumps(outcome.value, where), None
+    else:
+        status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
+    write = ctx.runtime.db.record_step(
+        workflow_id=ctx.workflow_id,
+        seq=seq,
+        name=step.name,
+        status=status,
+        output=output,
+        error=error,
+        attempts=attempts,
+        started_at=started_at,
+    )
+    if write.inserted:
+        return outcome
+    if write.existing is not None:
+        if write.existing.name != step.name:
+            ctx.diverged = WorkflowDivergedError(
+                ctx.workflow_id, seq, write.existing.name, step.name
+            )
+            raise ctx.diverged
+        e = write.existing
+        return step_outcome(e.status, e.output, e.error, step.result, where)
+    if write.workflow_status is None:
+        raise WorkflowNotFoundError(ctx.workflow_id)
+    if write.workflow_status is WorkflowStatus.CANCELLED:
+        raise WorkflowCancelledError(f"workflow {ctx.workflow_id!r} was cancelled")
+    raise WorkflowCancelledError(
+        f"workflow {ctx.workflow_id!r} is {write.workflow_status} elsewhere; this run stops"
+    )
+
+
+def _replayed(ctx: WorkflowContext, step: StepDefinition) -> tuple[int, Outcome | None]:
+    seq, row = ctx.begin_step(step.name)
+    if row is None:
+        return seq, None
+    return seq, step_outcome(row.status, row.output, row.error, step.result,
+                             _where(ctx, seq, step))
+
+
+def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    ctx = current_context()
+    if ctx is None or in_step():
+        return step.fn(*args, **kwargs)
+    seq, replay = _replayed(ctx, step)
+    if replay is not None:
+        return replay.unwrap()
+    started_at = datetime.now(UTC)
+    attempt = 0
+    with entered_step(seq):
+        while True:
+            attempt += 1
+            outcome = capture(step.fn, *args, **kwargs)
+            delay = None if outcome.error is None else step.retry.delay_before_retry(
+                attempt, outcome.error)
+            if delay is None:
+                break
+            time.sleep(delay)
+    return checkpoint(ctx, step, seq, outcome, attempt, started_at).unwrap()
+
+
+async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    ctx = current_context()
+    if ctx is None or in_step():
+        return await step.fn(*args, **kwargs)
+    seq, replay = _replayed(ctx, step)
+    if replay is not None:
+        return replay.unwrap()
+    started_at = datetime.now(UTC)
+    attempt = 0
+    with entered_step(seq):
+        while True:
+            attempt += 1
+            outcome = await capture_async(step.fn(*args, **kwargs))
+            delay = None if outcome.error is None else step.retry.delay_before_retry(
+                attempt, outcome.error)
+            if delay is None:
+                break
+            await asyncio.sleep(delay)
+    done = await asyncio.to_thread(checkpoint, ctx, step, seq, outcome, attempt, started_at)
+    return done.unwrap()
+
+
+def make_step(fn: Callable[P, R], definition: StepDefinition) -> Callable[P, R]:
+    """Wrap ``fn`` so that calls inside a workflow go through the step log."""
+    if definition.is_async:
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await _run_async(definition, args, kwargs)
+
+        wrapper: Any = async_wrapper
+    else:
+
+        @functools.wraps(fn)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return _run_sync(definition, args, kwargs)
+
+        wrapper = sync_wrapper
+    wrapper.__dbos_agent_step__ = definition
+    return wrapper  # type: ignore[no-any-return]
+
+
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def step(
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    interval: float = 1.0,
+    backoff: float = 2.0,
+    max_interval: float = 60.0,
+    jitter: float = 0.1,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def step(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    interval: float = 1.0,
+    backoff: float = 2.0,
+    max_interval: float = 60.0,
+    jitter: float = 0.1,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
+
+    ``retries=N`` allows N+1 attempts for exceptions in ``retry_on``, waiting
+    ``interval * backoff**(attempt-1)`` seconds (at most ``max_interval``,
+    randomised by +/- ``jitter``) between them. When they run out, the last
+    original exception is recorded and raised. Works bare (``@step``) or
+    with arguments, on ``def`` and ``async def`` functions.
+    """
+    policy = RetryPolicy(retries, interval, backoff, max_interval, jitter, tuple(retry_on))
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        return make_step(func, step_definition(func, name, policy))
+
+    return decorate(fn) if fn is not None else decorate

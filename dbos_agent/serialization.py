@@ -1,0 +1,251 @@
+"""JSON checkpoints through pydantic, never pickle.
+
+A value is written with the pydantic ``TypeAdapter`` of the annotation it was
+declared with, and read back through the same adapter, so a step annotated
+``-> anthropic.types.Message`` returns a ``Message`` on replay as it did live.
+Exceptions are stored as ``{"type", "message", "args", "traceback"}`` and rebuilt
+only from classes the process has already imported: a database row never
+decides which code gets loaded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import sys
+import traceback
+import typing
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
+from pydantic_core import PydanticSerializationError
+
+from .errors import RecordedError, SerializationError, WorkflowInputsError
+
+_MAX_TRACEBACK_CHARS = 20_000
+
+log = logging.getLogger("dbos_agent.serialization")
+
+
+def _unserializable(value: Any, where: str, cause: Exception) -> SerializationError:
+    return SerializationError(
+        f"{where}: cannot store a value of type {type(value).__qualname__} as JSON "
+        f"({cause}). Use JSON-friendly values: pydantic models, dataclasses, "
+        f"TypedDicts, lists/dicts of them, str, numbers, bool, None."
+    )
+
+
+class Codec:
+    """Turns values of one annotation into JSON text and back."""
+
+    __slots__ = ("_adapter", "annotation")
+
+    def __init__(self, annotation: Any) -> None:
+        try:
+            self._adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        except PydanticUserError as exc:  # e.g. a class pydantic cannot describe
+            log.warning(
+                "values annotated %r cannot be validated by pydantic (%s); they are stored "
+                "as plain JSON and come back from replay as plain JSON data",
+                annotation, exc.message,
+            )
+            annotation = Any
+            self._adapter = TypeAdapter(Any)
+        self.annotation = annotation
+
+    def to_jsonable(self, value: Any, where: str) -> Any:
+        """``value`` as plain JSON data (dicts, lists, str, numbers, bool, None)."""
+        try:
+            return self._adapter.dump_python(value, mode="json", warnings=False)
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise _unserializable(value, where, exc) from exc
+
+    def dumps(self, value: Any, where: str) -> str:
+        """``value`` as JSON text; raises :class:`SerializationError` naming ``where``."""
+        try:
+            return self._adapter.dump_json(value, warnings=False).decode()
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise _unserializable(value, where, exc) from exc
+
+    def from_jsonable(self, data: Any, where: str) -> Any:
+        """Rebuild the annotated type from plain JSON data."""
+        try:
+            return self._adapter.validate_python(data)
+        except ValidationError as exc:
+            raise SerializationError(
+                f"{where}: the recorded value no longer fits {self.annotation!r}: {exc}"
+            ) from exc
+
+    def loads(self, text: str, where: str) -> Any:
+        """Rebuild the annotated type from JSON text."""
+        try:
+            return self._adapter.validate_json(text)
+        except ValidationError as exc:
+            raise SerializationError(
+                f"{where}: the recorded value no longer fits {self.annotation!r}: {exc}"
+            ) from exc
+
+
+@lru_cache(maxsize=4096)
+def _cached_codec(annotation: Any) -> Codec:
+    return Codec(annotation)
+
+
+def codec_for(annotation: Any) -> Codec:
+    """The (cached) codec of an annotation; a missing annotation means ``Any``."""
+    if annotation is inspect.Parameter.empty:
+        annotation = Any
+    try:
+        return _cached_codec(annotation)
+    except TypeError:  # unhashable annotation objects are rare but legal
+        return Codec(annotation)
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # unresolvable forward references: fall back to untyped JSON
+        return {}
+
+
+def result_codec(fn: Callable[..., Any]) -> Codec:
+    """Codec for what ``fn`` returns (``Any`` when unannotated)."""
+    return codec_for(_type_hints(fn).get("return", Any))
+
+
+class InputsCodec:
+    """Stores a call's bound arguments as ``{"param": value}`` JSON, and rebuilds the call.
+
+    Binding to the signature first means ``f(1, y=2)`` and ``f(1, 2)`` store the
+    same inputs, which idempotent start relies on.
+    """
+
+    def __init__(self, fn: Callable[..., Any], qualname: str) -> None:
+        self._qualname = qualname
+        self._signature = inspect.signature(fn)
+        hints = _type_hints(fn)
+        self._codecs: dict[str, Codec] = {}
+        for name, param in self._signature.parameters.items():
+            annotation = hints.get(name, Any)
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                annotation = list[annotation]  # type: ignore[valid-type]
+            elif param.kind is inspect.Parameter.VAR_KEYWORD:
+                annotation = dict[str, annotation]  # type: ignore[valid-type]
+            self._codecs[name] = codec_for(annotation)
+
+    def dumps(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The call's inputs as JSON text; a bad call raises ``TypeError`` like Python does."""
+        bound = self._signature.bind(*args, **kwargs)
+        data = {
+            name: self._codecs[name].to_jsonable(value, f"{self._qualname} argument {name!r}")
+            for name, value in bound.arguments.items()
+        }
+        return json.dumps(data, separators=(",", ":"))
+
+    def loads(self, text: str, workflow_id: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Rebuild ``(args, kwargs)`` from recorded inputs, or raise WorkflowInputsError."""
+        where = f"workflow {workflow_id!r} ({self._qualname})"
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise WorkflowInputsError(f"{where}: recorded inputs are not a JSON object")
+        unknown = sorted(set(data) - set(self._codecs))
+        if unknown:
+            raise WorkflowInputsError(
+                f"{where}: the recorded inputs name parameters the function no longer has: "
+                f"{', '.join(unknown)}"
+            )
+        arguments: dict[str, Any] = {}
+        for name, param in self._signature.parameters.items():
+            if name in data:
+                try:
+                    arguments[name] = self._codecs[name].from_jsonable(
+                        data[name], f"{where} argument {name!r}"
+                    )
+                except SerializationError as exc:
+                    raise WorkflowInputsError(str(exc)) from exc
+            elif param.default is inspect.Parameter.empty and param.kind not in (
+                inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD,
+            ):
+                raise WorkflowInputsError(
+                    f"{where}: no recorded value for the required parameter {name!r}"
+                )
+        bound = inspect.BoundArguments(self._signature, arguments)  # type: ignore[arg-type]
+        return bound.args, bound.kwargs
+
+
+def _jsonable_args(args: tuple[Any, ...]) -> list[Any] | None:
+    try:
+        data = list(args)
+        json.dumps(data)
+        return data
+    except (TypeError, ValueError):
+        return None
+
+
+def dumps_error(exc: BaseException) -> str:
+    """A recorded exception as JSON text: type, message, args and traceback."""
+    cls = type(exc)
+    message = str(exc)
+    args = _jsonable_args(exc.args)
+    tb = "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK_CHARS:]
+    return json.dumps(
+        {
+            "type": f"{cls.__module__}.{cls.__qualname__}",
+            "message": message,
+            "args": args if args is not None else [message],
+            "traceback": tb,
+        }
+    )
+
+
+def _find_exception_class(type_name: str) -> type[BaseException] | None:
+    """The already-imported exception class named ``module.QualName``, if any."""
+    parts = type_name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:split]))
+        if module is None:
+            continue
+        obj: Any = module
+        for attr in parts[split:]:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            return obj
+        return None
+    return None
+
+
+def error_from_json(data: dict[str, Any]) -> BaseException:
+    """Rebuild a recorded exception: the same type and message when the class is known."""
+    type_name = str(data.get("type", "builtins.Exception"))
+    message = str(data.get("message", ""))
+    args = data.get("args")
+    args = tuple(args) if isinstance(args, list) else (message,)
+    cls = _find_exception_class(type_name)
+    if cls is None:
+        return RecordedError(type_name, message)
+    try:
+        exc = cls(*args)
+        if str(exc) == message:
+            return exc
+    except Exception:
+        pass
+    # The constructor wants something else (e.g. an HTTP response): build the
+    # instance without it, keeping the type, args and message.
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    if str(exc) != message:
+        exc.args = (message,)
+    return exc
+
+
+def loads_error(text: str) -> BaseException:
+    """Rebuild a recorded exception from its JSON text."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        return RecordedError("builtins.Exception", str(data))
+    return error_from_json(data)

@@ -1,0 +1,387 @@
+"""The system database: the only module that talks to Postgres.
+
+Every statement comes from ``sql/queries.sql`` by name. Each method is one
+round trip on an autocommit connection from a pool, so a checkpoint is
+durable when the method returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, LiteralString, cast
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from ..errors import DatabaseUnavailableError, SchemaVersionError
+from ..records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
+from .dsn import redact_url
+from .sql_files import migrations, queries
+
+log = logging.getLogger("dbos_agent.storage")
+
+# pg_advisory_xact_lock key for schema migrations: hashtext('dbos_agent.migrate').
+_MIGRATION_LOCK_KEY = 0x0DB05A6E
+_CONNECT_TIMEOUT_S = 10
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRow:
+    """What the engine needs of a workflow row; JSON columns stay text."""
+
+    workflow_id: str
+    name: str
+    status: WorkflowStatus
+    inputs: str
+    output: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One recorded step as the engine replays it; JSON columns stay text."""
+
+    seq: int
+    name: str
+    status: StepStatus
+    output: str | None
+    error: str | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """The outcome of :meth:`SystemDatabase.record_step`."""
+
+    inserted: bool
+    workflow_status: WorkflowStatus | None
+    existing: StepRow | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryClaim:
+    """A PENDING workflow taken for recovery (or dead-lettered by the claim)."""
+
+    workflow_id: str
+    name: str
+    status: WorkflowStatus
+    inputs: str
+    created_at: datetime
+    recovery_attempts: int
+    max_recovery_attempts: int
+
+
+def _q(name: str) -> LiteralString:
+    return cast(LiteralString, queries()[name])
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _workflow_info(row: Sequence[Any]) -> WorkflowInfo:
+    return WorkflowInfo(
+        workflow_id=row[0],
+        name=row[1],
+        status=WorkflowStatus(row[2]),
+        inputs=_json(row[3]),
+        output=_json(row[4]),
+        error=_json(row[5]),
+        executor_id=row[6],
+        app_version=row[7],
+        recovery_attempts=row[8],
+        max_recovery_attempts=row[9],
+        created_at=row[10],
+        updated_at=row[11],
+        finished_at=row[12],
+    )
+
+
+def _step_row(row: Sequence[Any]) -> StepRow:
+    return StepRow(row[1], row[2], StepStatus(row[3]), row[4], row[5], row[6])
+
+
+class SystemDatabase:
+    """A connection pool on the system database plus the named queries on it."""
+
+    def __init__(self, url: str, *, pool_size: int = 20) -> None:
+        self.url = url
+        self.redacted_url = redact_url(url)
+        self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": _CONNECT_TIMEOUT_S,
+                "application_name": "dbos_agent",
+                # Notice a dead server or a partition instead of hanging forever.
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+            },
+            open=False,
+            name="dbos_agent",
+        )
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check the server answers (a clear error within ~10 s), then open the pool."""
+        try:
+            with psycopg.connect(self.url, connect_timeout=_CONNECT_TIMEOUT_S):
+                pass
+        except psycopg.Error as exc:
+            reason = str(exc).strip()
+            password = psycopg.conninfo.conninfo_to_dict(self.url).get("password")
+            if password:
+                reason = reason.replace(str(password), "***")
+            raise DatabaseUnavailableError(
+                f"cannot connect to the dbos_agent database at {self.redacted_url}: {reason}"
+            ) from None
+        self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        """A pooled autocommit connection (for the few callers outside this class)."""
+        with self._pool.connection() as conn:
+            yield conn
+
+    def migrate(self) -> int:
+        """Apply the numbered migrations in ``sql/migrations`` that are missing.
+
+        Safe when several processes start at once: a transaction-scoped advisory
+        lock serialises them, and the loser finds everything applied.
+        Returns the schema version now in force.
+        """
+        known = migrations()
+        newest_known = known[-1][0] if known else 0
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+            conn.execute("CREATE SCHEMA IF NOT EXISTS dbos_agent")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS dbos_agent.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            applied = {
+                row[0] for row in conn.execute("SELECT version FROM dbos_agent.schema_migrations")
+            }
+            newest_applied = max(applied, default=0)
+            if newest_applied > newest_known:
+                raise SchemaVersionError(
+                    f"the database at {self.redacted_url} has dbos_agent schema version "
+                    f"{newest_applied}, newer than this library knows ({newest_known}); "
+                    f"upgrade dbos_agent"
+                )
+            for version, name, sql in known:
+                if version in applied:
+                    continue
+                log.info("applying dbos_agent migration %s", name)
+                conn.execute(cast(LiteralString, sql))
+                conn.execute(
+                    "INSERT INTO dbos_agent.schema_migrations (version, name) VALUES (%s, %s)",
+                    (version, name),
+                )
+        return newest_known
+
+    # -- workflows -------------------------------------------------------------------
+
+    def insert_workflow(
+        self,
+        *,
+        workflow_id: str,
+        name: str,
+        inputs: str,
+        executor_id: str,
+        app_version: str | None,
+        max_recovery_attempts: int,
+    ) -> tuple[bool, WorkflowRow]:
+        """Record a new PENDING workflow; ``(False, existing)`` when the id is taken."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("insert_workflow"),
+                {
+                    "workflow_id": workflow_id,
+                    "name": name,
+                    "inputs": inputs,
+                    "executor_id": executor_id,
+                    "app_version": app_version,
+                    "max_recovery_attempts": max_recovery_attempts,
+                },
+            ).fetchone()
+        assert row is not None
+        inserted, wf_name, status, stored_inputs, output, error = row
+        if inserted:  # the statement's snapshot cannot see its own insert
+            return True, WorkflowRow(workflow_id, name, WorkflowStatus.PENDING, inputs, None, None)
+        return False, WorkflowRow(
+            workflow_id, wf_name, WorkflowStatus(status), stored_inputs, output, error
+        )
+
+    def finish_workflow(
+        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
+    ) -> tuple[bool, WorkflowStatus, str | None, str | None]:
+        """Record a PENDING workflow's outcome; if it was finished already, return that one."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("finish_workflow"),
+                {"workflow_id": workflow_id, "status": status, "output": output, "error": error},
+            ).fetchone()
+        if row is None:
+            raise LookupError(workflow_id)
+        return row[0], WorkflowStatus(row[1]), row[2], row[3]
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        """The stored workflow, or None."""
+        with self._pool.connection() as conn:
+            row = conn.execute(_q("get_workflow"), {"workflow_id": workflow_id}).fetchone()
+        return None if row is None else _workflow_info(row)
+
+    def list_workflows(
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        executor_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Workflows matching every given filter, newest first."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                _q("list_workflows"),
+                {
+                    "status": status,
+                    "name": name,
+                    "executor_id": executor_id,
+                    "created_after": created_after,
+                    "created_before": created_before,
+                    "limit": limit,
+                },
+            ).fetchall()
+        return [_workflow_info(row) for row in rows]
+
+    # -- steps -----------------------------------------------------------------------
+
+    def record_step(
+        self,
+        *,
+        workflow_id: str,
+        seq: int,
+        name: str,
+        status: StepStatus,
+        output: str | None,
+        error: str | None,
+        attempts: int,
+        started_at: datetime,
+    ) -> StepWrite:
+        """Append one step to the log: the checkpoint. One round trip, one commit."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("record_step"),
+                {
+                    "workflow_id": workflow_id,
+                    "seq": seq,
+                    "name": name,
+                    "status": status,
+                    "output": output,
+                    "error": error,
+                    "attempts": attempts,
+                    "started_at": started_at,
+                },
+            ).fetchone()
+        assert row is not None
+        inserted, wf_status, s_name, s_status, s_output, s_error, s_attempts = row
+        existing = (
+            None
+            if s_name is None
+            else StepRow(seq, s_name, StepStatus(s_status), s_output, s_error, s_attempts)
+        )
+        return StepWrite(
+            inserted, None if wf_status is None else WorkflowStatus(wf_status), existing
+        )
+
+    def load_steps(self, workflow_id: str) -> dict[int, StepRow]:
+        """One workflow's whole log, keyed by position."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(_q("load_steps"), {"workflow_id": workflow_id}).fetchall()
+        return {row[1]: _step_row(row) for row in rows}
+
+    def load_steps_of_many(self, workflow_ids: list[str]) -> dict[str, dict[int, StepRow]]:
+        """The logs of many workflows in one query."""
+        logs: dict[str, dict[int, StepRow]] = {wid: {} for wid in workflow_ids}
+        with self._pool.connection() as conn:
+            for row in conn.execute(_q("load_steps_of_many"), {"workflow_ids": workflow_ids}):
+                logs[row[0]][row[1]] = _step_row(row)
+        return logs
+
+    def list_steps(self, workflow_id: str) -> list[StepInfo]:
+        """Every recorded step of a workflow, in order, for people and tools."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(_q("list_steps"), {"workflow_id": workflow_id}).fetchall()
+        return [
+            StepInfo(
+                workflow_id=row[0],
+                seq=row[1],
+                name=row[2],
+                status=StepStatus(row[3]),
+                output=_json(row[4]),
+                error=_json(row[5]),
+                attempts=row[6],
+                started_at=row[7],
+                finished_at=row[8],
+            )
+            for row in rows
+        ]
+
+    # -- recovery --------------------------------------------------------------------
+
+    def claim_pending_for_recovery(
+        self,
+        *,
+        executor_id: str,
+        names: list[str],
+        skip_ids: list[str],
+        after: tuple[datetime, str] | None,
+        limit: int,
+    ) -> list[RecoveryClaim]:
+        """The next page of this executor's recoverable PENDING workflows (see queries.sql)."""
+        after_created_at, after_id = after if after else (_EPOCH, "")
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                _q("claim_pending_for_recovery"),
+                {
+                    "executor_id": executor_id,
+                    "names": names,
+                    "skip_ids": skip_ids,
+                    "after_created_at": after_created_at,
+                    "after_workflow_id": after_id,
+                    "limit": limit,
+                },
+            ).fetchall()
+        claims = [
+            RecoveryClaim(r[0], r[1], WorkflowStatus(r[2]), r[3], r[4], r[5], r[6]) for r in rows
+        ]
+        claims.sort(key=lambda c: (c.created_at, c.workflow_id))
+        return claims
+
+    def count_unrecoverable_pending(self, executor_id: str, names: list[str]) -> dict[str, int]:
+        """``{workflow name: count}`` of PENDING workflows no registered function can run."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                _q("count_unrecoverable_pending"), {"executor_id": executor_id, "names": names}
+            ).fetchall()
+        return {name: count for name, count in rows}
