@@ -8,7 +8,8 @@ crash the next :func:`launch` replays the recorded steps and continues live.
 
 from .engine.context import current_workflow_id, step_key, workflow_id
 from .engine.handle import WorkflowHandle, retrieve
-from .engine.registry import RetryPolicy
+from .engine.operations import resolve_in_doubt
+from .engine.registry import NotDone, RetryPolicy
 from .engine.runtime import Runtime, current_runtime, launch
 from .engine.step import step
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
@@ -20,6 +21,7 @@ from .errors import (
     RecordedError,
     SchemaVersionError,
     SerializationError,
+    StepInDoubtError,
     WorkflowCancelledError,
     WorkflowDivergedError,
     WorkflowIdConflictError,
@@ -35,12 +37,14 @@ __all__ = [
     "DatabaseUnavailableError",
     "DbosAgentError",
     "MaxRecoveryAttemptsExceededError",
+    "NotDone",
     "NotLaunchedError",
     "RecordedError",
     "RetryPolicy",
     "Runtime",
     "SchemaVersionError",
     "SerializationError",
+    "StepInDoubtError",
     "StepInfo",
     "StepStatus",
     "WorkflowCancelledError",
@@ -59,6 +63,7 @@ __all__ = [
     "launch",
     "list_steps",
     "list_workflows",
+    "resolve_in_doubt",
     "retrieve",
     "start",
     "step",

@@ -17,16 +17,19 @@ class WorkflowStatus(StrEnum):
     CANCELLED = "CANCELLED"
     ENQUEUED = "ENQUEUED"
     MAX_RECOVERY_ATTEMPTS_EXCEEDED = "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
+    #: Stopped at a non-idempotent step that may or may not have taken effect.
+    IN_DOUBT = "IN_DOUBT"
 
     @property
     def finished(self) -> bool:
-        """True once the workflow will never run again by itself."""
+        """True once the workflow will not run again by itself."""
         return self not in (WorkflowStatus.PENDING, WorkflowStatus.ENQUEUED)
 
 
 class StepStatus(StrEnum):
-    """A recorded step's outcome."""
+    """A recorded step's outcome; PENDING is the intent of a non-idempotent step."""
 
+    PENDING = "PENDING"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
 
@@ -62,9 +65,13 @@ class StepInfo:
     error: dict[str, Any] | None
     attempts: int
     started_at: datetime
-    finished_at: datetime
+    finished_at: datetime | None
+    #: The recorded inputs of a non-idempotent step's intent (else None).
+    inputs: Any = None
 
     @property
-    def duration_ms(self) -> float:
+    def duration_ms(self) -> float | None:
         """Wall time of the step's live execution, retries included."""
+        if self.finished_at is None:
+            return None
         return (self.finished_at - self.started_at).total_seconds() * 1000.0

@@ -21,26 +21,72 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
 
 -- name: record_step
--- Append step `seq` to the log, only while the workflow is PENDING and only
--- if nobody recorded that position first. Returns whether this call wrote
--- the row, the workflow's status, and the row that was there before (the
--- loser of a race adopts it, it never overwrites).
+-- Record step `seq`'s result: the checkpoint. Only while the workflow is
+-- PENDING, and only if that position holds nothing or this step's own intent
+-- (a result is written once, never overwritten). Returns whether this call
+-- wrote, the workflow's status, and the row that was there before: the loser
+-- of a race adopts the recorded result.
 WITH workflow AS (
     SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
-), inserted AS (
+), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, output, error, attempts, started_at)
     SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(output)s::jsonb,
            %(error)s::jsonb, %(attempts)s, %(started_at)s
     WHERE (SELECT status FROM workflow) = 'PENDING'
-    ON CONFLICT (workflow_id, seq) DO NOTHING
+    ON CONFLICT (workflow_id, seq) DO UPDATE
+        SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
+            attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
+            finished_at = now()
+        WHERE steps.status = 'PENDING' AND steps.name = EXCLUDED.name
     RETURNING seq
 )
-SELECT (SELECT count(*) FROM inserted) = 1 AS inserted,
+SELECT (SELECT count(*) FROM written) = 1 AS written,
        (SELECT status FROM workflow) AS workflow_status,
        s.name, s.status, s.output::text, s.error::text, s.attempts
 FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
+
+-- name: record_step_intent
+-- Before a non-idempotent step runs: durably say "about to run step `seq`
+-- with these inputs". Returns whether the intent was written and whatever
+-- already held the position (a concurrent run's intent or result).
+WITH workflow AS (
+    SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+), written AS (
+    INSERT INTO dbos_agent.steps
+        (workflow_id, seq, name, status, inputs, attempts, started_at, finished_at)
+    SELECT %(workflow_id)s, %(seq)s, %(name)s, 'PENDING', %(inputs)s::jsonb, 1, now(), NULL
+    WHERE (SELECT status FROM workflow) = 'PENDING'
+    ON CONFLICT (workflow_id, seq) DO NOTHING
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM written) = 1 AS written,
+       (SELECT status FROM workflow) AS workflow_status,
+       s.name, s.status, s.output::text, s.error::text, s.attempts
+FROM (SELECT 1) AS one
+LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
+
+-- name: resolve_step_intent
+-- An operator settles an in-doubt step by giving it the result it had.
+UPDATE dbos_agent.steps
+SET status = 'SUCCESS', output = %(output)s::jsonb, finished_at = now()
+WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
+RETURNING seq;
+
+-- name: delete_step_intent
+-- An operator allows an in-doubt step to run again: its intent is removed
+-- (a recorded result is never removed).
+DELETE FROM dbos_agent.steps
+WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
+RETURNING seq;
+
+-- name: reopen_in_doubt_workflow
+-- After its in-doubt step is settled the workflow is PENDING again.
+UPDATE dbos_agent.workflows
+SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now()
+WHERE workflow_id = %(workflow_id)s AND status = 'IN_DOUBT'
+RETURNING name, inputs::text;
 
 -- name: load_steps
 -- The whole log of one workflow, for replay: one query, not one per step.
@@ -96,7 +142,7 @@ LIMIT %(limit)s;
 
 -- name: list_steps
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts, started_at,
-       finished_at
+       finished_at, inputs::text
 FROM dbos_agent.steps
 WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;

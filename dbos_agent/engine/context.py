@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import DbosAgentError, WorkflowDivergedError
+from ..errors import DbosAgentError, StepInDoubtError, WorkflowDivergedError
 from ..storage.database import StepRow
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class WorkflowContext:
     runtime: Runtime
     recorded: dict[int, StepRow]
     diverged: WorkflowDivergedError | None = None
+    in_doubt: StepInDoubtError | None = None
     _next_seq: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -16,7 +16,7 @@ from ..errors import WorkflowInputsError
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from .registry import find_workflow, workflow_names
-from .runtime import Runtime, WorkflowRun
+from .runtime import Runtime
 
 log = logging.getLogger("dbos_agent.recovery")
 
@@ -92,14 +92,11 @@ def _recover(runtime: Runtime, report: RecoveryReport) -> None:
             if definition is None:  # unregistered between the claim and now
                 continue
             try:
-                args, kwargs = definition.inputs.loads(claim.inputs, claim.workflow_id)
+                runtime.resume(definition, claim.workflow_id, claim.inputs,
+                               logs[claim.workflow_id])
             except WorkflowInputsError as exc:
                 report.failed_inputs += 1
                 log.error("cannot recover workflow %s: %s", claim.workflow_id, exc)
                 db.finish_workflow(claim.workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc))
                 continue
-            run = WorkflowRun(definition, claim.workflow_id, args, kwargs, logs[claim.workflow_id])
-            if runtime.adopt(run):
-                runtime.pool.wait_for_room(backlog=runtime.pool.size * 2)
-                runtime.submit(run)
-                report.resumed += 1
+            report.resumed += 1

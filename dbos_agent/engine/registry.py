@@ -47,24 +47,64 @@ class RetryPolicy:
         return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
 
 
+class _NotDone:
+    """The type of :data:`NotDone`."""
+
+    _instance: _NotDone | None = None
+
+    def __new__(cls) -> _NotDone:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NotDone"
+
+
+#: What a step's ``guard`` returns when the effect did not happen (run the step).
+NotDone = _NotDone()
+
+
 @dataclass(frozen=True, slots=True)
 class StepDefinition:
-    """A ``@step`` function and how to checkpoint it."""
+    """A ``@step`` function and how to checkpoint it.
+
+    A non-idempotent step records an intent (with its inputs) before it runs;
+    ``guard`` is its check-then-act: called with the step's arguments when the
+    step is found in doubt after a crash, it returns the earlier result if the
+    effect happened, or :data:`NotDone`.
+    """
 
     name: str
     fn: Callable[..., Any]
     is_async: bool
     retry: RetryPolicy
     result: Codec
+    idempotent: bool = True
+    guard: Callable[..., Any] | None = None
+    inputs: InputsCodec | None = None
 
 
-def step_definition(fn: Callable[..., Any], name: str | None, retry: RetryPolicy) -> StepDefinition:
+def step_definition(
+    fn: Callable[..., Any],
+    name: str | None,
+    retry: RetryPolicy,
+    *,
+    idempotent: bool = True,
+    guard: Callable[..., Any] | None = None,
+) -> StepDefinition:
+    step_name = name or fn.__qualname__
+    if guard is not None and idempotent:
+        raise ValueError(f"step {step_name!r}: a guard only makes sense with idempotent=False")
     return StepDefinition(
-        name=name or fn.__qualname__,
+        name=step_name,
         fn=fn,
         is_async=inspect.iscoroutinefunction(fn),
         retry=retry,
         result=result_codec(fn),
+        idempotent=idempotent,
+        guard=guard,
+        inputs=None if idempotent else InputsCodec(fn, step_name),
     )
 
 

@@ -185,6 +185,24 @@ class Runtime:
             self._active[run.workflow_id] = _Active(run.definition.name, inputs, run.future)
         return True
 
+    def resume(
+        self, definition: WorkflowDefinition, workflow_id: str, inputs: str,
+        recorded: dict[int, StepRow] | None = None,
+    ) -> Future[Outcome]:
+        """Run a PENDING workflow from its log on the worker pool.
+
+        Raises WorkflowInputsError when the recorded inputs no longer fit the
+        function. If this process already runs it, returns that run's future.
+        """
+        args, kwargs = definition.inputs.loads(inputs, workflow_id)
+        if recorded is None:
+            recorded = self.db.load_steps(workflow_id)
+        run = WorkflowRun(definition, workflow_id, args, kwargs, recorded)
+        if not self.adopt(run):
+            return self.active_future(workflow_id) or run.future
+        self.pool.wait_for_room(backlog=self.pool.size * 2)
+        return self.submit(run)
+
     def active_ids(self) -> list[str]:
         """Ids of the workflows this process is running now."""
         with self._lock:
@@ -222,8 +240,11 @@ class Runtime:
 
     def finish(self, run: WorkflowRun, ctx: WorkflowContext, outcome: Outcome) -> Outcome:
         """Record the workflow's outcome (guarded: a run finished elsewhere wins)."""
-        if ctx.diverged is not None:  # even if user code swallowed it
+        # Divergence and doubt stop the workflow even if user code swallowed them.
+        if ctx.diverged is not None:
             outcome = Outcome(error=ctx.diverged)
+        elif ctx.in_doubt is not None:
+            outcome = Outcome(error=ctx.in_doubt)
         output = error = None
         if outcome.error is None:
             try:
@@ -235,6 +256,8 @@ class Runtime:
         if outcome.error is not None:
             error = dumps_error(outcome.error)
         status = WorkflowStatus.SUCCESS if outcome.error is None else WorkflowStatus.ERROR
+        if ctx.in_doubt is not None and ctx.diverged is None:
+            status = WorkflowStatus.IN_DOUBT
         updated, stored_status, stored_output, stored_error = self.db.finish_workflow(
             run.workflow_id, status, output, error
         )

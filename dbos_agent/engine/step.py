@@ -15,12 +15,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ..errors import WorkflowCancelledError, WorkflowDivergedError, WorkflowNotFoundError
+from ..errors import (
+    StepInDoubtError,
+    WorkflowCancelledError,
+    WorkflowDivergedError,
+    WorkflowNotFoundError,
+)
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
 from .context import WorkflowContext, current_context, entered_step, in_step
 from .outcome import Outcome, capture, capture_async, step_outcome
-from .registry import RetryPolicy, StepDefinition, step_definition
+from ..storage.database import StepWrite
+from .registry import NotDone, RetryPolicy, StepDefinition, step_definition
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,6 +34,27 @@ R = TypeVar("R")
 
 def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
     return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
+
+
+def _adopt(ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrite) -> Outcome:
+    """Continue with what another run recorded at this position."""
+    existing = write.existing
+    if existing is None:
+        if write.workflow_status is None:
+            raise WorkflowNotFoundError(ctx.workflow_id)
+        if write.workflow_status is WorkflowStatus.CANCELLED:
+            raise WorkflowCancelledError(f"workflow {ctx.workflow_id!r} was cancelled")
+        raise WorkflowCancelledError(
+            f"workflow {ctx.workflow_id!r} is {write.workflow_status} elsewhere; this run stops"
+        )
+    if existing.name != step.name:
+        ctx.diverged = WorkflowDivergedError(ctx.workflow_id, seq, existing.name, step.name)
+        raise ctx.diverged
+    if existing.status is StepStatus.PENDING:  # another run's intent: it may have happened
+        ctx.in_doubt = StepInDoubtError(ctx.workflow_id, seq, step.name)
+        raise ctx.in_doubt
+    return step_outcome(existing.status, existing.output, existing.error, step.result,
+                        _where(ctx, seq, step))
 
 
 def checkpoint(
@@ -60,40 +87,57 @@ def checkpoint(
         attempts=attempts,
         started_at=started_at,
     )
-    if write.inserted:
-        return outcome
-    if write.existing is not None:
-        if write.existing.name != step.name:
-            ctx.diverged = WorkflowDivergedError(
-                ctx.workflow_id, seq, write.existing.name, step.name
-            )
-            raise ctx.diverged
-        e = write.existing
-        return step_outcome(e.status, e.output, e.error, step.result, where)
-    if write.workflow_status is None:
-        raise WorkflowNotFoundError(ctx.workflow_id)
-    if write.workflow_status is WorkflowStatus.CANCELLED:
-        raise WorkflowCancelledError(f"workflow {ctx.workflow_id!r} was cancelled")
-    raise WorkflowCancelledError(
-        f"workflow {ctx.workflow_id!r} is {write.workflow_status} elsewhere; this run stops"
-    )
+    return outcome if write.written else _adopt(ctx, step, seq, write)
 
 
-def _replayed(ctx: WorkflowContext, step: StepDefinition) -> tuple[int, Outcome | None]:
+def _settle_in_doubt(
+    ctx: WorkflowContext, step: StepDefinition, seq: int, args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Outcome | None:
+    """An intent without a result: the guard decides, or the workflow stops IN_DOUBT."""
+    if step.guard is None:
+        ctx.in_doubt = StepInDoubtError(ctx.workflow_id, seq, step.name)
+        raise ctx.in_doubt
+    started_at = datetime.now(UTC)
+    with entered_step(seq):
+        earlier = step.guard(*args, **kwargs)
+    if earlier is NotDone:
+        return None
+    return checkpoint(ctx, step, seq, Outcome(value=earlier), 1, started_at)
+
+
+def _position(
+    ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, Outcome | None]:
+    """Take the step's position and settle it without running the step if possible.
+
+    Returns the recorded (or guarded) outcome, or None when the step must run
+    live; for a non-idempotent step the intent is durable by then.
+    """
     seq, row = ctx.begin_step(step.name)
-    if row is None:
+    if row is not None and row.status is not StepStatus.PENDING:
+        return seq, step_outcome(row.status, row.output, row.error, step.result,
+                                 _where(ctx, seq, step))
+    if row is not None:
+        return seq, _settle_in_doubt(ctx, step, seq, args, kwargs)
+    if step.inputs is None:  # idempotent: nothing to write before running
         return seq, None
-    return seq, step_outcome(row.status, row.output, row.error, step.result,
-                             _where(ctx, seq, step))
+    write = ctx.runtime.db.record_step_intent(
+        workflow_id=ctx.workflow_id,
+        seq=seq,
+        name=step.name,
+        inputs=step.inputs.dumps(args, kwargs),
+    )
+    return seq, None if write.written else _adopt(ctx, step, seq, write)
 
 
 def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current_context()
     if ctx is None or in_step():
         return step.fn(*args, **kwargs)
-    seq, replay = _replayed(ctx, step)
-    if replay is not None:
-        return replay.unwrap()
+    seq, settled = _position(ctx, step, args, kwargs)
+    if settled is not None:
+        return settled.unwrap()
     started_at = datetime.now(UTC)
     attempt = 0
     with entered_step(seq):
@@ -112,9 +156,12 @@ async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[s
     ctx = current_context()
     if ctx is None or in_step():
         return await step.fn(*args, **kwargs)
-    seq, replay = _replayed(ctx, step)
-    if replay is not None:
-        return replay.unwrap()
+    if step.idempotent:  # no I/O before a live run: stay on the loop
+        seq, settled = _position(ctx, step, args, kwargs)
+    else:
+        seq, settled = await asyncio.to_thread(_position, ctx, step, args, kwargs)
+    if settled is not None:
+        return settled.unwrap()
     started_at = datetime.now(UTC)
     attempt = 0
     with entered_step(seq):
@@ -164,6 +211,8 @@ def step(
     max_interval: float = 60.0,
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
+    idempotent: bool = True,
+    guard: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -178,6 +227,8 @@ def step(
     max_interval: float = 60.0,
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
+    idempotent: bool = True,
+    guard: Callable[..., Any] | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
 
@@ -186,10 +237,18 @@ def step(
     randomised by +/- ``jitter``) between them. When they run out, the last
     original exception is recorded and raised. Works bare (``@step``) or
     with arguments, on ``def`` and ``async def`` functions.
+
+    Idempotent steps (the default) are at-least-once: a step cut off by a
+    crash before its checkpoint runs again. With ``idempotent=False`` the
+    intent is recorded before the step runs; if a crash leaves it without a
+    result, the step is *in doubt*: ``guard(*args, **kwargs)`` (a sync
+    check-then-act) returns the earlier result or :data:`NotDone` (run it);
+    without a guard the workflow stops in ``IN_DOUBT`` for an operator.
     """
     policy = RetryPolicy(retries, interval, backoff, max_interval, jitter, tuple(retry_on))
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        return make_step(func, step_definition(func, name, policy))
+        definition = step_definition(func, name, policy, idempotent=idempotent, guard=guard)
+        return make_step(func, definition)
 
     return decorate(fn) if fn is not None else decorate

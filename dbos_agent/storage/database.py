@@ -58,9 +58,9 @@ class StepRow:
 
 @dataclass(frozen=True, slots=True)
 class StepWrite:
-    """The outcome of :meth:`SystemDatabase.record_step`."""
+    """The outcome of :meth:`SystemDatabase.record_step` or ``record_step_intent``."""
 
-    inserted: bool
+    written: bool
     workflow_status: WorkflowStatus | None
     existing: StepRow | None
 
@@ -303,16 +303,50 @@ class SystemDatabase:
                     "started_at": started_at,
                 },
             ).fetchone()
+        return self._step_write(seq, row)
+
+    def record_step_intent(
+        self, *, workflow_id: str, seq: int, name: str, inputs: str
+    ) -> StepWrite:
+        """Durably note that a non-idempotent step is about to run (one round trip)."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("record_step_intent"),
+                {"workflow_id": workflow_id, "seq": seq, "name": name, "inputs": inputs},
+            ).fetchone()
+        return self._step_write(seq, row)
+
+    @staticmethod
+    def _step_write(seq: int, row: Sequence[Any] | None) -> StepWrite:
         assert row is not None
-        inserted, wf_status, s_name, s_status, s_output, s_error, s_attempts = row
+        written, wf_status, s_name, s_status, s_output, s_error, s_attempts = row
         existing = (
             None
             if s_name is None
             else StepRow(seq, s_name, StepStatus(s_status), s_output, s_error, s_attempts)
         )
         return StepWrite(
-            inserted, None if wf_status is None else WorkflowStatus(wf_status), existing
+            written, None if wf_status is None else WorkflowStatus(wf_status), existing
         )
+
+    def settle_in_doubt_step(
+        self, workflow_id: str, seq: int, output: str | None
+    ) -> tuple[str, str] | None:
+        """Settle step ``seq``'s intent (fill it with ``output``, or delete it when None)
+        and make the IN_DOUBT workflow PENDING again, in one transaction.
+
+        Returns the workflow's ``(name, inputs)``, or None if there was nothing to settle.
+        """
+        params = {"workflow_id": workflow_id, "seq": seq, "output": output}
+        query = _q("delete_step_intent" if output is None else "resolve_step_intent")
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                step = conn.execute(query, params).fetchone()
+                reopened = conn.execute(_q("reopen_in_doubt_workflow"), params).fetchone()
+                if step is None or reopened is None:
+                    raise psycopg.Rollback()
+                return reopened[0], reopened[1]
+        return None
 
     def load_steps(self, workflow_id: str) -> dict[int, StepRow]:
         """One workflow's whole log, keyed by position."""
@@ -343,6 +377,7 @@ class SystemDatabase:
                 attempts=row[6],
                 started_at=row[7],
                 finished_at=row[8],
+                inputs=_json(row[9]),
             )
             for row in rows
         ]

@@ -10,8 +10,8 @@ CREATE TABLE dbos_agent.workflows (
     workflow_id           text        PRIMARY KEY CHECK (workflow_id <> ''),
     name                  text        NOT NULL,
     status                text        NOT NULL CHECK (status IN (
-                              'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED',
-                              'ENQUEUED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')),
+                              'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED', 'ENQUEUED',
+                              'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')),
     -- {"param": value, ...}: the bound arguments, JSON through pydantic.
     inputs                jsonb       NOT NULL,
     output                jsonb,
@@ -27,7 +27,7 @@ CREATE TABLE dbos_agent.workflows (
     -- A finished workflow carries exactly the outcome its status says.
     CONSTRAINT workflows_outcome_matches_status CHECK (
         (status = 'SUCCESS' AND error IS NULL AND finished_at IS NOT NULL)
-        OR (status IN ('ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+        OR (status IN ('ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')
             AND output IS NULL)
         OR (status IN ('PENDING', 'ENQUEUED') AND output IS NULL AND error IS NULL)
     )
@@ -42,8 +42,11 @@ CREATE INDEX workflows_by_status ON dbos_agent.workflows (status, created_at);
 CREATE INDEX workflows_by_name ON dbos_agent.workflows (name, created_at);
 CREATE INDEX workflows_by_created ON dbos_agent.workflows (created_at);
 
--- The step log. One row per completed step, written once and never updated:
--- the primary key makes "two processes both record step N" impossible.
+-- The step log. One row per step position, and a result is written once and
+-- never changed: the primary key makes "two processes both record step N"
+-- impossible. A non-idempotent step first writes an intent row (status
+-- PENDING, with its inputs) before it runs; its result then fills that row,
+-- once. An intent without a result after a crash means the step is in doubt.
 -- No foreign key to workflows: the insert is guarded by the workflow's
 -- status in the same statement (see record_step in queries.sql), which also
 -- checks existence, and an FK would lock the parent row on every step.
@@ -51,15 +54,18 @@ CREATE TABLE dbos_agent.steps (
     workflow_id text        NOT NULL,
     seq         integer     NOT NULL CHECK (seq >= 0),
     name        text        NOT NULL,
-    status      text        NOT NULL CHECK (status IN ('SUCCESS', 'ERROR')),
+    status      text        NOT NULL CHECK (status IN ('PENDING', 'SUCCESS', 'ERROR')),
+    inputs      jsonb,
     output      jsonb,
     error       jsonb,
     attempts    integer     NOT NULL DEFAULT 1 CHECK (attempts >= 1),
     started_at  timestamptz NOT NULL,
-    finished_at timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz DEFAULT now(),
     PRIMARY KEY (workflow_id, seq),
     CONSTRAINT steps_outcome_matches_status CHECK (
-        (status = 'SUCCESS' AND error IS NULL)
-        OR (status = 'ERROR' AND error IS NOT NULL AND output IS NULL)
+        (status = 'SUCCESS' AND error IS NULL AND finished_at IS NOT NULL)
+        OR (status = 'ERROR' AND error IS NOT NULL AND output IS NULL
+            AND finished_at IS NOT NULL)
+        OR (status = 'PENDING' AND output IS NULL AND error IS NULL AND finished_at IS NULL)
     )
 );
