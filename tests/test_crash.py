@@ -1,0 +1,148 @@
+"""Real crashes: a subprocess is killed with SIGKILL at many points, a fresh one recovers.
+
+Side effects are counted from outside the process (files the app appends and
+fsyncs); step records from the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.helpers import new_id
+
+APP = Path(__file__).with_name("crashy_app.py")
+N = 4
+EXPECTED_TOTAL = sum(i * i for i in range(N))
+
+
+def _env(url: str, workdir: Path, executor: str, kill: str = "", slow: float = 0) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DBOS_AGENT_DATABASE_URL=url,
+        CRASHY_DIR=str(workdir),
+        CRASHY_EXECUTOR=executor,
+        CRASHY_KILL=kill,
+        CRASHY_SLOW=str(slow),
+        PYTHONPATH=str(APP.parent.parent),
+    )
+    return env
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(APP), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def _steps(url: str, wid: str) -> list[tuple[int, str, str]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT seq, name, status FROM dbos_agent.steps WHERE workflow_id = %s ORDER BY seq",
+            (wid,),
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _status(url: str, wid: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT status FROM dbos_agent.workflows WHERE workflow_id = %s", (wid,)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+KILL_POINTS = [
+    *(f"in-step-{i}" for i in range(N)),
+    *(f"after-step-{i}" for i in range(N)),
+    "in-charge",
+    "before-finish",
+]
+
+
+@pytest.mark.parametrize("kill", KILL_POINTS)
+def test_killed_at_each_point_then_recovered(
+    kill: str, dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    url, wid, executor = dbos_agent_database_url, new_id("crash"), new_id("executor")
+    crashed = _run(["run", wid, str(N)], _env(url, tmp_path, executor, kill))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert _status(url, wid) == "PENDING"
+
+    recovered = _run(["recover", wid], _env(url, tmp_path, executor))
+    assert recovered.returncode == 0, recovered.stderr
+    assert json.loads(recovered.stdout) == {"total": EXPECTED_TOTAL, "receipt": "charged order-1"}
+    assert _status(url, wid) == "SUCCESS"
+
+    effects = _lines(tmp_path / "effects.log")
+    # Every step that completed ran exactly once; the one cut off inside (before
+    # its checkpoint) ran again on recovery: at-least-once for unrecorded steps.
+    for i in range(N):
+        expected = 2 if kill == f"in-step-{i}" else 1
+        assert effects.count(str(i)) == expected, (kill, effects)
+    # The guarded non-idempotent charge happened exactly once whatever the point.
+    assert _lines(tmp_path / "ledger.log") == ["order-1"]
+    steps = _steps(url, wid)
+    assert [s[0] for s in steps] == list(range(N + 1))
+    assert all(status == "SUCCESS" for _, _, status in steps)
+
+
+def test_unguarded_non_idempotent_step_killed_mid_call_stops_in_doubt(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    url, wid, executor = dbos_agent_database_url, new_id("doubt"), new_id("executor")
+    crashed = _run(["run", wid, "1", "unguarded"], _env(url, tmp_path, executor, "in-charge"))
+    assert crashed.returncode == -signal.SIGKILL
+    assert _steps(url, wid)[-1] == (1, "charge_unguarded", "PENDING")  # the intent
+
+    recovered = _run(["recover", wid], _env(url, tmp_path, executor))
+    assert recovered.returncode == 0, recovered.stderr
+    outcome = json.loads(recovered.stdout)
+    assert outcome["error"] == "StepInDoubtError" and "step 1" in outcome["message"]
+    assert _status(url, wid) == "IN_DOUBT"
+    assert _lines(tmp_path / "ledger.log") == ["order-1"], "the effect must not be repeated"
+
+
+def test_killed_from_outside_at_random_moments(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    """The parent kills the app while it is somewhere in its steps, several times over."""
+    url, wid, executor = dbos_agent_database_url, new_id("outside"), new_id("executor")
+    n = 12
+    env = _env(url, tmp_path, executor, slow=0.05)
+    for round_ in range(3):
+        mode = ["run", wid, str(n)] if round_ == 0 else ["recover", wid]
+        proc = subprocess.Popen(
+            [sys.executable, str(APP), *mode], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        target = len(_lines(tmp_path / "effects.log")) + 3
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "effects.log")) < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.013 * (round_ + 1))  # land at different offsets inside a step
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finished = _run(["recover", wid], env)
+    assert finished.returncode == 0, finished.stderr
+    assert json.loads(finished.stdout)["total"] == sum(i * i for i in range(n))
+    effects = _lines(tmp_path / "effects.log")
+    recorded = {seq for seq, name, _ in _steps(url, wid) if name == "effect"}
+    assert recorded == set(range(n))
+    # each step ran at least once, and at most once more per kill (3 kills)
+    assert all(1 <= effects.count(str(i)) for i in range(n))
+    assert len(effects) <= n + 3
+    assert _lines(tmp_path / "ledger.log") == ["order-1"]
