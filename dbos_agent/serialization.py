@@ -51,7 +51,8 @@ class Codec:
             log.warning(
                 "values annotated %r cannot be validated by pydantic (%s); they are stored "
                 "as plain JSON and come back from replay as plain JSON data",
-                annotation, exc.message,
+                annotation,
+                exc.message,
             )
             annotation = Any
             self._adapter = TypeAdapter(Any)
@@ -174,7 +175,7 @@ class InputsCodec:
                 raise WorkflowInputsError(
                     f"{where}: no recorded value for the required parameter {name!r}"
                 )
-        bound = inspect.BoundArguments(self._signature, arguments)  # type: ignore[arg-type]
+        bound = inspect.BoundArguments(self._signature, arguments)
         return bound.args, bound.kwargs
 
 

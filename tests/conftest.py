@@ -24,5 +24,3 @@ def runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runti
         yield rt
     finally:
         rt.shutdown(grace=5)
-
-

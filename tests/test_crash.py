@@ -126,8 +126,11 @@ def test_killed_from_outside_at_random_moments(
     for round_ in range(3):
         mode = ["run", wid, str(n)] if round_ == 0 else ["recover", wid]
         proc = subprocess.Popen(
-            [sys.executable, str(APP), *mode], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            [sys.executable, str(APP), *mode],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         target = len(_lines(tmp_path / "effects.log")) + 3
         deadline = time.monotonic() + 60

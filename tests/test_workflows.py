@@ -216,9 +216,7 @@ def _launch(url: str, executor_id: str) -> da.Runtime:
     return rt
 
 
-def test_recovery_at_launch_and_dead_letter(
-    dbos_agent_database_url: str, executor_id: str
-) -> None:
+def test_recovery_at_launch_and_dead_letter(dbos_agent_database_url: str, executor_id: str) -> None:
     crash_id, ok_id = new_id(), new_id()
     rt = _launch(dbos_agent_database_url, executor_id)
     try:

@@ -26,8 +26,9 @@ class WorkflowHandle(Generic[R]):
     otherwise it polls the database until another process finishes it.
     """
 
-    def __init__(self, runtime: Runtime, workflow_id: str,
-                 future: Future[Outcome] | None = None) -> None:
+    def __init__(
+        self, runtime: Runtime, workflow_id: str, future: Future[Outcome] | None = None
+    ) -> None:
         self._runtime = runtime
         self._workflow_id = workflow_id
         self._future = future
@@ -76,7 +77,10 @@ class WorkflowHandle(Generic[R]):
     def _outcome(info: WorkflowInfo) -> Outcome:
         definition = find_workflow(info.name)
         return workflow_outcome(
-            info.workflow_id, info.status, info.output, info.error,
+            info.workflow_id,
+            info.status,
+            info.output,
+            info.error,
             definition.result if definition else None,
         )
 

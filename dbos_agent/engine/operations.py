@@ -33,8 +33,10 @@ def resolve_in_doubt(
         raise WorkflowNotFoundError(workflow_id)
     steps = {s.seq: s for s in db.list_steps(workflow_id)}
     step = steps.get(seq)
-    if info.status is not WorkflowStatus.IN_DOUBT or step is None or (
-        step.status is not StepStatus.PENDING
+    if (
+        info.status is not WorkflowStatus.IN_DOUBT
+        or step is None
+        or (step.status is not StepStatus.PENDING)
     ):
         raise DbosAgentError(
             f"workflow {workflow_id!r} has no in-doubt step {seq} to settle "

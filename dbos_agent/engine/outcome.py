@@ -40,8 +40,9 @@ async def capture_async(awaitable: Awaitable[Any]) -> Outcome:
         return Outcome(error=exc)
 
 
-def step_outcome(status: StepStatus, output: str | None, error: str | None, codec: Codec,
-                 where: str) -> Outcome:
+def step_outcome(
+    status: StepStatus, output: str | None, error: str | None, codec: Codec, where: str
+) -> Outcome:
     """Rebuild a recorded step's outcome, typed through the step's return codec."""
     if status is StepStatus.SUCCESS:
         return Outcome(value=codec.loads(output if output is not None else "null", where))

@@ -50,7 +50,10 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
     if report.resumed or report.dead_lettered or report.failed_inputs:
         log.info(
             "recovery: resumed %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
-            report.resumed, report.dead_lettered, report.failed_inputs, report.seconds,
+            report.resumed,
+            report.dead_lettered,
+            report.failed_inputs,
+            report.seconds,
         )
     return report
 
@@ -63,7 +66,9 @@ def _recover(runtime: Runtime, report: RecoveryReport) -> None:
         log.warning(
             "%d PENDING workflow(s) named %r cannot be recovered: no workflow of that name is "
             "registered in this process (renamed, deleted, or its module not imported before "
-            "launch()). They stay PENDING.", count, name,
+            "launch()). They stay PENDING.",
+            count,
+            name,
         )
     after = None
     while not runtime.stopping:
@@ -84,7 +89,9 @@ def _recover(runtime: Runtime, report: RecoveryReport) -> None:
                 log.error(
                     "workflow %s (%s) exceeded its %d recovery attempts and was moved to "
                     "MAX_RECOVERY_ATTEMPTS_EXCEEDED; it will not run again by itself",
-                    claim.workflow_id, claim.name, claim.max_recovery_attempts,
+                    claim.workflow_id,
+                    claim.name,
+                    claim.max_recovery_attempts,
                 )
         logs = db.load_steps_of_many([c.workflow_id for c in live])
         for claim in live:
@@ -92,8 +99,7 @@ def _recover(runtime: Runtime, report: RecoveryReport) -> None:
             if definition is None:  # unregistered between the claim and now
                 continue
             try:
-                runtime.resume(definition, claim.workflow_id, claim.inputs,
-                               logs[claim.workflow_id])
+                runtime.resume(definition, claim.workflow_id, claim.inputs, logs[claim.workflow_id])
             except WorkflowInputsError as exc:
                 report.failed_inputs += 1
                 log.error("cannot recover workflow %s: %s", claim.workflow_id, exc)

@@ -106,7 +106,10 @@ class Runtime:
     # -- admission: idempotent start ---------------------------------------------------
 
     def admit(
-        self, definition: WorkflowDefinition, workflow_id: str, args: tuple[Any, ...],
+        self,
+        definition: WorkflowDefinition,
+        workflow_id: str,
+        args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Admission:
         """Record the call (or find it recorded) and decide who runs it.
@@ -153,8 +156,9 @@ class Runtime:
         return Admission(run=run)
 
     @staticmethod
-    def _check_same(workflow_id: str, name: str, inputs: str, other_name: str,
-                    other_inputs: str) -> None:
+    def _check_same(
+        workflow_id: str, name: str, inputs: str, other_name: str, other_inputs: str
+    ) -> None:
         if name != other_name:
             raise WorkflowIdConflictError(
                 f"workflow id {workflow_id!r} already belongs to workflow {other_name!r}, "
@@ -186,7 +190,10 @@ class Runtime:
         return True
 
     def resume(
-        self, definition: WorkflowDefinition, workflow_id: str, inputs: str,
+        self,
+        definition: WorkflowDefinition,
+        workflow_id: str,
+        inputs: str,
         recorded: dict[int, StepRow] | None = None,
     ) -> Future[Outcome]:
         """Run a PENDING workflow from its log on the worker pool.
@@ -263,8 +270,14 @@ class Runtime:
         )
         if not updated:
             outcome = self._stored_outcome(
-                WorkflowRow(run.workflow_id, run.definition.name, stored_status, "{}",
-                            stored_output, stored_error),
+                WorkflowRow(
+                    run.workflow_id,
+                    run.definition.name,
+                    stored_status,
+                    "{}",
+                    stored_output,
+                    stored_error,
+                ),
                 run.definition,
             )
         self._resolve(run, outcome)
@@ -306,16 +319,26 @@ class Runtime:
         self.pool.submit(job)
         return run.future
 
-    def call(self, definition: WorkflowDefinition, workflow_id: str, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Any:
+    def call(
+        self,
+        definition: WorkflowDefinition,
+        workflow_id: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         """A direct call of a sync workflow: run it here, now, durably."""
         admission = self.admit(definition, workflow_id, args, kwargs)
         if admission.run is not None:
             return self.execute(admission.run).unwrap()
         return admission.future().result().unwrap()
 
-    async def call_async(self, definition: WorkflowDefinition, workflow_id: str,
-                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def call_async(
+        self,
+        definition: WorkflowDefinition,
+        workflow_id: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         """A direct call of an async workflow: run it on this event loop, durably."""
         admission = await asyncio.to_thread(self.admit, definition, workflow_id, args, kwargs)
         if admission.run is not None:
@@ -324,7 +347,7 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def run_in_background(self, target: Callable[[], None], name: str) -> None:
+    def run_in_background(self, target: Callable[[], object], name: str) -> None:
         """Start a daemon thread the runtime waits for at shutdown."""
         thread = threading.Thread(target=target, name=name, daemon=True)
         self._background.append(thread)
@@ -352,7 +375,9 @@ class Runtime:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
@@ -367,8 +392,7 @@ def current_runtime() -> Runtime:
     runtime = _runtime
     if runtime is None:
         raise NotLaunchedError(
-            "dbos_agent is not launched: call dbos_agent.launch() before running durable "
-            "workflows"
+            "dbos_agent is not launched: call dbos_agent.launch() before running durable workflows"
         )
     return runtime
 
@@ -395,8 +419,10 @@ def launch(
 
     with _runtime_lock:
         if _runtime is not None:
-            raise DbosAgentError("dbos_agent is already launched in this process; "
-                                 "call shutdown() on the runtime first")
+            raise DbosAgentError(
+                "dbos_agent is already launched in this process; "
+                "call shutdown() on the runtime first"
+            )
         url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
         if not url:
             from ..storage.embedded import embedded_database_url

@@ -23,9 +23,9 @@ from ..errors import (
 )
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
+from ..storage.database import StepWrite
 from .context import WorkflowContext, current_context, entered_step, in_step
 from .outcome import Outcome, capture, capture_async, step_outcome
-from ..storage.database import StepWrite
 from .registry import NotDone, RetryPolicy, StepDefinition, step_definition
 
 P = ParamSpec("P")
@@ -53,8 +53,9 @@ def _adopt(ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrit
     if existing.status is StepStatus.PENDING:  # another run's intent: it may have happened
         ctx.in_doubt = StepInDoubtError(ctx.workflow_id, seq, step.name)
         raise ctx.in_doubt
-    return step_outcome(existing.status, existing.output, existing.error, step.result,
-                        _where(ctx, seq, step))
+    return step_outcome(
+        existing.status, existing.output, existing.error, step.result, _where(ctx, seq, step)
+    )
 
 
 def checkpoint(
@@ -91,7 +92,10 @@ def checkpoint(
 
 
 def _settle_in_doubt(
-    ctx: WorkflowContext, step: StepDefinition, seq: int, args: tuple[Any, ...],
+    ctx: WorkflowContext,
+    step: StepDefinition,
+    seq: int,
+    args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Outcome | None:
     """An intent without a result: the guard decides, or the workflow stops IN_DOUBT."""
@@ -116,8 +120,9 @@ def _position(
     """
     seq, row = ctx.begin_step(step.name)
     if row is not None and row.status is not StepStatus.PENDING:
-        return seq, step_outcome(row.status, row.output, row.error, step.result,
-                                 _where(ctx, seq, step))
+        return seq, step_outcome(
+            row.status, row.output, row.error, step.result, _where(ctx, seq, step)
+        )
     if row is not None:
         return seq, _settle_in_doubt(ctx, step, seq, args, kwargs)
     if step.inputs is None:  # idempotent: nothing to write before running
@@ -144,8 +149,11 @@ def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any
         while True:
             attempt += 1
             outcome = capture(step.fn, *args, **kwargs)
-            delay = None if outcome.error is None else step.retry.delay_before_retry(
-                attempt, outcome.error)
+            delay = (
+                None
+                if outcome.error is None
+                else step.retry.delay_before_retry(attempt, outcome.error)
+            )
             if delay is None:
                 break
             time.sleep(delay)
@@ -168,8 +176,11 @@ async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[s
         while True:
             attempt += 1
             outcome = await capture_async(step.fn(*args, **kwargs))
-            delay = None if outcome.error is None else step.retry.delay_before_retry(
-                attempt, outcome.error)
+            delay = (
+                None
+                if outcome.error is None
+                else step.retry.delay_before_retry(attempt, outcome.error)
+            )
             if delay is None:
                 break
             await asyncio.sleep(delay)

@@ -88,7 +88,10 @@ def durable_workflow(
 
 @overload
 def start(
-    fn: Callable[P, Coroutine[Any, Any, R]], /, *args: Any, workflow_id: str | None = None,
+    fn: Callable[P, Coroutine[Any, Any, R]],
+    /,
+    *args: Any,
+    workflow_id: str | None = None,
     **kwargs: Any,
 ) -> WorkflowHandle[R]: ...
 
@@ -129,8 +132,12 @@ def list_workflows(
     if status is not None:
         status = WorkflowStatus(status)
     return current_runtime().db.list_workflows(
-        status=status, name=name, executor_id=executor_id, created_after=created_after,
-        created_before=created_before, limit=limit,
+        status=status,
+        name=name,
+        executor_id=executor_id,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
     )
 
 

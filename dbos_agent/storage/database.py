@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -79,7 +79,9 @@ class RecoveryClaim:
 
 
 def _q(name: str) -> LiteralString:
-    return cast(LiteralString, queries()[name])
+    # The named queries are static text shipped with the package, never user input.
+    query: LiteralString = queries()[name]
+    return query
 
 
 def _json(text: str | None) -> Any:
@@ -190,7 +192,8 @@ class SystemDatabase:
                 if version in applied:
                     continue
                 log.info("applying dbos_agent migration %s", name)
-                conn.execute(cast(LiteralString, sql))
+                migration: LiteralString = sql
+                conn.execute(migration)
                 conn.execute(
                     "INSERT INTO dbos_agent.schema_migrations (version, name) VALUES (%s, %s)",
                     (version, name),
@@ -339,13 +342,12 @@ class SystemDatabase:
         """
         params = {"workflow_id": workflow_id, "seq": seq, "output": output}
         query = _q("delete_step_intent" if output is None else "resolve_step_intent")
-        with self._pool.connection() as conn:
-            with conn.transaction():
-                step = conn.execute(query, params).fetchone()
-                reopened = conn.execute(_q("reopen_in_doubt_workflow"), params).fetchone()
-                if step is None or reopened is None:
-                    raise psycopg.Rollback()
-                return reopened[0], reopened[1]
+        with self._pool.connection() as conn, conn.transaction():
+            step = conn.execute(query, params).fetchone()
+            reopened = conn.execute(_q("reopen_in_doubt_workflow"), params).fetchone()
+            if step is None or reopened is None:
+                raise psycopg.Rollback()
+            return reopened[0], reopened[1]
         return None
 
     def load_steps(self, workflow_id: str) -> dict[int, StepRow]:
