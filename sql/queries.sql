@@ -4,30 +4,37 @@
 -- to jsonb here, so Python never parses a checkpoint twice.
 
 -- name: insert_workflow
--- Record a new PENDING workflow; if the id exists already, return that row
--- instead (idempotent start). One round trip either way.
+-- Record a new workflow (PENDING and owned by the caller's session, or
+-- ENQUEUED and owned by nobody); if the id exists already, return that row
+-- instead, with whether its owner is alive (idempotent start). One round trip.
 WITH inserted AS (
     INSERT INTO dbos_agent.workflows
-        (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts)
+        (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
+         owner_key, queue_name, priority)
     VALUES
-        (%(workflow_id)s, %(name)s, 'PENDING', %(inputs)s::jsonb, %(executor_id)s,
-         %(app_version)s, %(max_recovery_attempts)s)
+        (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
+         %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
+         %(priority)s)
     ON CONFLICT (workflow_id) DO NOTHING
     RETURNING workflow_id
 )
 SELECT (SELECT count(*) FROM inserted) = 1 AS inserted,
-       w.name, w.status, w.inputs::text, w.output::text, w.error::text
+       w.name, w.status, w.inputs::text, w.output::text, w.error::text, w.owner_key,
+       w.owner_key IS NOT NULL AND dbos_agent.session_is_live(w.owner_key) AS owner_live
 FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
 
 -- name: record_step
 -- Record step `seq`'s result: the checkpoint. Only while the workflow is
--- PENDING, and only if that position holds nothing or this step's own intent
+-- PENDING and owned by the caller's session (else its status reads NOT_OWNER),
+-- and only if that position holds nothing or this step's own intent
 -- (a result is written once, never overwritten). Returns whether this call
 -- wrote, the workflow's status, and the row that was there before: the loser
 -- of a race adopts the recorded result.
 WITH workflow AS (
-    SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
+                THEN 'NOT_OWNER' ELSE status END AS status
+    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
 ), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, output, error, attempts, started_at)
@@ -52,7 +59,9 @@ LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %
 -- with these inputs". Returns whether the intent was written and whatever
 -- already held the position (a concurrent run's intent or result).
 WITH workflow AS (
-    SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
+                THEN 'NOT_OWNER' ELSE status END AS status
+    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
 ), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, attempts, started_at, finished_at)
@@ -82,9 +91,11 @@ WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
 RETURNING seq;
 
 -- name: reopen_in_doubt_workflow
--- After its in-doubt step is settled the workflow is PENDING again.
+-- After its in-doubt step is settled the workflow is PENDING again, owned by
+-- the caller's session when it can run it (else by nobody, for recovery).
 UPDATE dbos_agent.workflows
-SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now()
+SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now(),
+    owner_key = %(owner_key)s
 WHERE workflow_id = %(workflow_id)s AND status = 'IN_DOUBT'
 RETURNING name, inputs::text;
 
@@ -103,14 +114,15 @@ WHERE workflow_id = ANY(%(workflow_ids)s)
 ORDER BY workflow_id, seq;
 
 -- name: finish_workflow
--- Record a PENDING workflow's outcome. Guarded: a workflow that some other
--- run finished (or an operator cancelled) keeps its outcome, and the caller
--- gets that outcome back instead.
+-- Record a PENDING workflow's outcome. Guarded on status and owner: a
+-- workflow that another session took over, finished, or that an operator
+-- cancelled keeps its state, and the caller gets that state back instead.
 WITH updated AS (
     UPDATE dbos_agent.workflows
     SET status = %(status)s, output = %(output)s::jsonb, error = %(error)s::jsonb,
-        updated_at = now(), finished_at = now()
+        owner_key = NULL, updated_at = now(), finished_at = now()
     WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
+      AND owner_key IS NOT DISTINCT FROM %(owner_key)s
     RETURNING status, output, error
 )
 SELECT true AS updated, status, output::text, error::text FROM updated
@@ -147,25 +159,39 @@ FROM dbos_agent.steps
 WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;
 
--- name: claim_pending_for_recovery
--- Take the next page of this executor's PENDING workflows whose functions
--- this process knows, counting one recovery attempt on each. A workflow that
--- has used up its attempts is dead-lettered here, in the same statement,
--- instead of being handed back. Pages by (created_at, workflow_id).
+-- name: claim_workflows
+-- Take over the next page of PENDING workflows whose session is gone, for the
+-- caller's session, counting one recovery attempt on each; a workflow that has
+-- used up its attempts is dead-lettered here instead, in the same statement.
+-- The caller's own executor id takes its workflows at once when their session
+-- is not certainly alive (a restart after kill -9 does not wait); with
+-- `orphans`, workflows of other executors are taken once their lease has
+-- expired. SKIP LOCKED: two claimers never take the same row.
 WITH page AS (
-    SELECT workflow_id
-    FROM dbos_agent.workflows
-    WHERE status = 'PENDING'
-      AND executor_id = %(executor_id)s
-      AND name = ANY(%(names)s)
-      AND NOT (workflow_id = ANY(%(skip_ids)s))
-      AND (created_at, workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
-    ORDER BY created_at, workflow_id
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    WHERE w.status = 'PENDING'
+      AND w.name = ANY(%(names)s)
+      AND NOT (w.workflow_id = ANY(%(skip_ids)s))
+      AND w.owner_key IS DISTINCT FROM %(owner_key)s
+      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+      AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+      AND CASE
+            WHEN w.executor_id = %(executor_id)s
+              THEN w.owner_key IS NULL OR NOT dbos_agent.session_is_live(w.owner_key)
+            WHEN %(orphans)s
+              THEN w.owner_key IS NULL OR dbos_agent.session_lease_expired(w.owner_key)
+            ELSE false
+          END
+    ORDER BY w.created_at, w.workflow_id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE dbos_agent.workflows AS w
 SET recovery_attempts = w.recovery_attempts + 1,
+    executor_id = %(executor_id)s,
+    owner_key = CASE WHEN w.recovery_attempts + 1 > w.max_recovery_attempts
+                     THEN NULL ELSE %(owner_key)s END,
     status = CASE WHEN w.recovery_attempts + 1 > w.max_recovery_attempts
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE w.status END,
     error = CASE WHEN w.recovery_attempts + 1 > w.max_recovery_attempts
@@ -183,6 +209,17 @@ WHERE w.workflow_id = page.workflow_id
 RETURNING w.workflow_id, w.name, w.status, w.inputs::text, w.created_at,
           w.recovery_attempts, w.max_recovery_attempts;
 
+-- name: take_over_workflow
+-- A direct call of a PENDING workflow whose session is not certainly alive:
+-- the caller's session takes it over (compare-and-set on the old owner).
+UPDATE dbos_agent.workflows
+SET owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    recovery_attempts = recovery_attempts + 1, updated_at = now()
+WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
+  AND owner_key IS NOT DISTINCT FROM %(old_owner_key)s
+  AND (owner_key IS NULL OR NOT dbos_agent.session_is_live(owner_key))
+RETURNING workflow_id;
+
 -- name: count_unrecoverable_pending
 -- PENDING workflows of this executor whose function this process does not
 -- know (renamed, deleted, or not imported): left alone, reported by name.
@@ -190,6 +227,210 @@ SELECT name, count(*) AS pending
 FROM dbos_agent.workflows
 WHERE status = 'PENDING'
   AND executor_id = %(executor_id)s
+  AND (owner_key IS NULL OR NOT dbos_agent.session_is_live(owner_key))
   AND NOT (name = ANY(%(names)s))
 GROUP BY name
 ORDER BY name;
+
+-- == executors ==
+
+-- name: register_executor
+INSERT INTO dbos_agent.executors
+    (session_key, executor_id, app_version, hostname, pid, lease_seconds)
+VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(hostname)s, %(pid)s,
+        %(lease_seconds)s)
+ON CONFLICT (session_key) DO UPDATE
+    SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
+        hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
+        lease_seconds = EXCLUDED.lease_seconds, started_at = now(), heartbeat_at = now();
+
+-- name: heartbeat_executor
+UPDATE dbos_agent.executors SET heartbeat_at = now()
+WHERE session_key = %(session_key)s
+RETURNING session_key;
+
+-- name: deregister_executor
+-- A clean exit: the session's PENDING workflows become claimable at once.
+DELETE FROM dbos_agent.executors WHERE session_key = %(session_key)s;
+
+-- name: delete_dead_executors
+-- Forget sessions that are gone for good (lock released and lease expired).
+DELETE FROM dbos_agent.executors AS e
+WHERE e.heartbeat_at < now() - make_interval(secs => e.lease_seconds)
+  AND NOT dbos_agent.session_is_live(e.session_key)
+  AND NOT EXISTS (SELECT 1 FROM dbos_agent.workflows AS w
+                  WHERE w.status = 'PENDING' AND w.owner_key = e.session_key);
+
+-- == queues ==
+
+-- name: lock_queue
+-- Serialises dequeues of one queue for the rest of the transaction, so the
+-- limits below are counted and applied atomically across all workers.
+SELECT pg_advisory_xact_lock(233711, hashtext(%(queue_name)s));
+
+-- name: dequeue_workflows
+-- Hand the caller's session as many ENQUEUED workflows of a queue as every
+-- limit allows: global concurrency (PENDING across all sessions), this
+-- worker's concurrency, the rate limit (dequeues within the period), and the
+-- caller's free slots. Highest priority (lowest number) first, then oldest.
+WITH in_flight AS (
+    SELECT count(*) AS total,
+           count(*) FILTER (WHERE owner_key = %(owner_key)s) AS mine
+    FROM dbos_agent.workflows
+    WHERE queue_name = %(queue_name)s AND status = 'PENDING'
+), recent AS (
+    SELECT count(*) AS started
+    FROM dbos_agent.workflows
+    WHERE queue_name = %(queue_name)s
+      AND dequeued_at > now() - make_interval(secs => %(rate_period)s)
+), room AS (
+    SELECT GREATEST(0, LEAST(
+               %(free_slots)s,
+               COALESCE(%(concurrency)s - in_flight.total, %(free_slots)s),
+               COALESCE(%(worker_concurrency)s - in_flight.mine, %(free_slots)s),
+               COALESCE(%(rate_limit)s - recent.started, %(free_slots)s))) AS n
+    FROM in_flight, recent
+), picked AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
+      AND w.name = ANY(%(names)s)
+      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+    ORDER BY w.priority, w.created_at, w.workflow_id
+    LIMIT (SELECT n FROM room)
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE dbos_agent.workflows AS w
+SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    dequeued_at = now(), updated_at = now()
+FROM picked
+WHERE w.workflow_id = picked.workflow_id
+RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- == operator actions ==
+-- Cancel, resume, fork and inspect, for dbos_agent.engine.operations and the
+-- CLI. Each action is one statement (one transaction): the status check and
+-- the change cannot be separated by a concurrent run or another operator.
+-- A workflow made PENDING here is owned by the caller's session when the
+-- caller runs it at once (owner_key), else by nobody: its executor's next
+-- recovery, or any worker daemon, claims it.
+
+-- name: cancel_workflow
+-- Stop a workflow that has not finished, or drop one that is stuck (IN_DOUBT,
+-- dead-lettered). A running process stops at its next step boundary: its
+-- checkpoints are guarded on PENDING, and the notification (delivered at
+-- commit) lets a listening runtime stop before the next step even starts.
+-- Returns the status before, and whether this call cancelled it.
+WITH target AS (
+    SELECT workflow_id, status
+    FROM dbos_agent.workflows
+    WHERE workflow_id = %(workflow_id)s
+    FOR UPDATE
+), cancelled AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = 'CANCELLED', output = NULL, owner_key = NULL,
+        error = jsonb_build_object(
+            'type', 'dbos_agent.errors.WorkflowCancelledError',
+            'message', format('workflow %%s was cancelled (it was %%s)',
+                              w.workflow_id, target.status),
+            'args', jsonb_build_array()),
+        updated_at = now(), finished_at = now()
+    FROM target
+    WHERE w.workflow_id = target.workflow_id
+      AND target.status IN ('PENDING', 'ENQUEUED', 'IN_DOUBT', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+    RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id)
+)
+SELECT (SELECT count(*) FROM cancelled) = 1 AS cancelled, target.status
+FROM target;
+
+-- name: resume_workflow
+-- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents
+-- are all settled) PENDING again, so that it continues from its log. A dead
+-- letter gets its recovery attempts back. A NULL executor_id keeps its
+-- executor. Returns whether it was resumed, the status before, the first
+-- open intent (why an IN_DOUBT one was refused), and what a runner needs.
+WITH target AS (
+    SELECT w.workflow_id, w.status,
+           (SELECT min(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING') AS open_intent
+    FROM dbos_agent.workflows AS w
+    WHERE w.workflow_id = %(workflow_id)s
+    FOR UPDATE OF w
+), resumed AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = 'PENDING', output = NULL, error = NULL, finished_at = NULL, updated_at = now(),
+        recovery_attempts = CASE WHEN target.status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'
+                                 THEN 0 ELSE w.recovery_attempts END,
+        executor_id = COALESCE(%(executor_id)s::text, w.executor_id),
+        owner_key = %(owner_key)s::integer
+    FROM target
+    WHERE w.workflow_id = target.workflow_id
+      AND (target.status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+           OR (target.status = 'IN_DOUBT' AND target.open_intent IS NULL))
+    RETURNING w.workflow_id
+)
+SELECT (SELECT count(*) FROM resumed) = 1 AS resumed, target.status, target.open_intent,
+       w.name, w.inputs::text, COALESCE(%(executor_id)s::text, w.executor_id) AS executor_id
+FROM target
+JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;
+
+-- name: fork_workflow
+-- A new PENDING workflow with the original's name and inputs whose log is a
+-- copy of the original's recorded results below from_step: it replays those
+-- and runs live from from_step. One statement, so the checks, the insert and
+-- the copy see one snapshot and commit together. Writes nothing when
+-- from_step is past the end of the log, when an intent below it is still in
+-- doubt (the fork would repeat an effect that may have happened), or when
+-- the new id is taken; the returned row says which.
+WITH original AS (
+    SELECT w.workflow_id, w.name, w.inputs, w.executor_id, w.app_version,
+           w.max_recovery_attempts,
+           (SELECT max(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = w.workflow_id) AS last_seq,
+           (SELECT min(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING'
+              AND s.seq < %(from_step)s) AS open_intent
+    FROM dbos_agent.workflows AS w
+    WHERE w.workflow_id = %(workflow_id)s
+), inserted AS (
+    INSERT INTO dbos_agent.workflows
+        (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
+         owner_key, forked_from, forked_from_step)
+    SELECT %(new_workflow_id)s, o.name, 'PENDING', o.inputs,
+           COALESCE(%(executor_id)s::text, o.executor_id), o.app_version,
+           o.max_recovery_attempts, %(owner_key)s::integer, o.workflow_id, %(from_step)s
+    FROM original AS o
+    WHERE %(from_step)s <= coalesce(o.last_seq + 1, 0) AND o.open_intent IS NULL
+    ON CONFLICT (workflow_id) DO NOTHING
+    RETURNING workflow_id
+), copied AS (
+    INSERT INTO dbos_agent.steps
+        (workflow_id, seq, name, status, inputs, output, error, attempts, started_at,
+         finished_at)
+    SELECT %(new_workflow_id)s, s.seq, s.name, s.status, s.inputs, s.output, s.error,
+           s.attempts, s.started_at, s.finished_at
+    FROM dbos_agent.steps AS s
+    WHERE s.workflow_id = %(workflow_id)s AND s.seq < %(from_step)s
+      AND s.status IN ('SUCCESS', 'ERROR')
+      AND EXISTS (SELECT 1 FROM inserted)
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM inserted) = 1 AS forked,
+       (SELECT count(*) FROM copied) AS copied,
+       o.name, o.inputs::text, COALESCE(%(executor_id)s::text, o.executor_id) AS executor_id,
+       o.last_seq, o.open_intent
+FROM original AS o;
+
+-- name: get_fork_origin
+-- Where a forked workflow came from (NULLs for one that was not forked).
+SELECT forked_from, forked_from_step
+FROM dbos_agent.workflows
+WHERE workflow_id = %(workflow_id)s;
+
+-- name: has_schema
+-- Whether `migrate` ever ran on this database.
+SELECT to_regclass('dbos_agent.schema_migrations') IS NOT NULL;
+
+-- name: get_schema_version
+-- The newest applied migration (only after has_schema).
+SELECT coalesce(max(version), 0) FROM dbos_agent.schema_migrations;

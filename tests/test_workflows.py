@@ -176,32 +176,87 @@ def test_divergence_cannot_be_swallowed(runtime: da.Runtime) -> None:
     assert da.retrieve(wid).status() == da.WorkflowStatus.ERROR
 
 
-def test_two_runs_racing_never_both_record_a_step(
+def _second_runtime(url: str, executor_id: str, lease: float = 30.0) -> da.Runtime:
+    """Another executor session on the same database: another process, in effect."""
+    db = SystemDatabase(url, pool_size=4)
+    db.open()
+    return da.Runtime(db, executor_id=executor_id, workers=2, lease_seconds=lease).open()
+
+
+def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
     runtime: da.Runtime, dbos_agent_database_url: str
 ) -> None:
-    """A second runtime (another process, in effect) finishes the workflow while the
-    first is inside step 1: the first adopts the recorded step and outcome."""
     wid = new_id()
     GATES[wid] = threading.Event()
     first = da.start(squares, wid, 3, workflow_id=wid)
     deadline = time.monotonic() + 5
     while RUNS[f"{wid}:1"] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
-    other_db = SystemDatabase(dbos_agent_database_url, pool_size=2)
-    other_db.open()
-    other = da.Runtime(other_db, executor_id="other")
+    other = _second_runtime(dbos_agent_database_url, "other")
     try:
-        held = GATES.pop(wid)  # the other run passes straight through step 1
         definition = squares.__dbos_agent_workflow__  # type: ignore[attr-defined]
-        assert other.call(definition, wid, (wid, 3), {}) == 5
+        admission = other.admit(definition, wid, (wid, 3), {})
+        assert admission.remote and admission.run is None
+        GATES[wid].set()
+        assert other.wait_for_outcome(wid, 10).unwrap() == 5
     finally:
-        other_db.close()
-    # now release the first run: its step 1 checkpoint loses the race
-    held.set()
+        other.shutdown()
     assert first.result(10) == 5
-    steps = da.list_steps(wid)
-    assert [s.seq for s in steps] == [0, 1, 2]
-    assert RUNS[f"{wid}:1"] == 2  # it ran in both, it was recorded once
+    assert RUNS == Counter({f"{wid}:0": 1, f"{wid}:1": 1, f"{wid}:2": 1})
+
+
+def test_a_hung_owner_loses_its_workflow_and_can_no_longer_write(
+    dbos_agent_database_url: str, executor_id: str
+) -> None:
+    """The owner stops heartbeating (hung) inside step 1; after its lease another
+    executor takes the workflow over and finishes it; the old run's checkpoint is
+    refused, so step 1 is recorded once although it ran twice."""
+    from dbos_agent.engine.recovery import RecoveryReport, claim_and_resume
+
+    url, wid = dbos_agent_database_url, new_id()
+    hung = da.launch(url, executor_id=executor_id, lease_seconds=0.3, workers=2)
+    other: da.Runtime | None = None
+    try:
+        GATES[wid] = gate = threading.Event()
+        first = da.start(squares, wid, 3, workflow_id=wid)
+        deadline = time.monotonic() + 5
+        while RUNS[f"{wid}:1"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        hung._stopped.set()  # the heartbeat stops: the process looks hung
+        time.sleep(0.6)
+        del GATES[wid]
+        other = _second_runtime(url, new_id("other"))
+        report = RecoveryReport()
+        claim_and_resume(other, orphans=True, report=report)
+        assert report.resumed == 1
+        assert other.wait_for_outcome(wid, 10).unwrap() == 5
+        gate.set()  # the hung run wakes up and tries to checkpoint step 1
+        assert first.result(10) == 5
+        steps = da.list_steps(wid)
+        assert [s.seq for s in steps] == [0, 1, 2]
+        assert RUNS[f"{wid}:1"] == 2 and RUNS[f"{wid}:0"] == 1
+        info = da.retrieve(wid).get_info()
+        assert info.executor_id == other.executor_id and info.recovery_attempts == 1
+    finally:
+        if other is not None:
+            other.shutdown()
+        hung.shutdown()
+
+
+def test_the_step_log_keeps_the_first_record(runtime: da.Runtime) -> None:
+    wid = new_id()
+    with da.workflow_id(wid):
+        squares(wid, 1)
+    from datetime import UTC, datetime
+
+    from dbos_agent.records import StepStatus
+
+    write = runtime.db.record_step(
+        workflow_id=wid, seq=0, name="work", status=StepStatus.SUCCESS, output="99",
+        error=None, attempts=1, started_at=datetime.now(UTC), owner_key=runtime.session_key,
+    )
+    assert not write.written
+    assert da.list_steps(wid)[0].output == 0
 
 
 @da.durable_workflow(max_recovery_attempts=2)
@@ -336,8 +391,12 @@ def test_migrations_are_idempotent_and_safe_concurrently(dbos_agent_postgres_url
             t.join()
         assert errors == []
         with psycopg.connect(url) as conn:
-            rows = conn.execute("SELECT version FROM dbos_agent.schema_migrations").fetchall()
-        assert rows == [(1,)]
+            rows = conn.execute(
+                "SELECT version FROM dbos_agent.schema_migrations ORDER BY version"
+            ).fetchall()
+        from dbos_agent.storage.sql_files import migrations
+
+        assert [r[0] for r in rows] == [version for version, _, _ in migrations()]
 
 
 @da.step

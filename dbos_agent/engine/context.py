@@ -29,6 +29,16 @@ class RuntimeStopping(BaseException):
     """
 
 
+class OwnershipLost(BaseException):
+    """Another executor session took this workflow over; this run stops quietly.
+
+    The new owner runs it from the log; nothing is recorded by the old one.
+    """
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(f"workflow {workflow_id!r} was taken over by another executor session")
+
+
 @dataclass(eq=False)
 class WorkflowContext:
     """The state of one workflow execution in this process."""

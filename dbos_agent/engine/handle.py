@@ -7,16 +7,13 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
-from ..errors import WorkflowNotFoundError
+from ..errors import WorkflowInterruptedError, WorkflowNotFoundError
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
-from .outcome import Outcome, workflow_outcome
-from .registry import find_workflow
+from .context import OwnershipLost
+from .outcome import Outcome
 from .runtime import Runtime, current_runtime
 
 R = TypeVar("R")
-
-_POLL_MIN_S = 0.005
-_POLL_MAX_S = 0.5
 
 
 class WorkflowHandle(Generic[R]):
@@ -46,43 +43,18 @@ class WorkflowHandle(Generic[R]):
         Raises ``TimeoutError`` if it has not finished within ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        future = self._future or self._runtime.active_future(self._workflow_id)
-        if future is not None:
+        if self._future is not None:
             try:
-                outcome = future.result(timeout)
+                outcome = self._future.result(timeout)
             except FutureTimeout:
                 raise TimeoutError(
                     f"workflow {self._workflow_id!r} did not finish within {timeout}s"
                 ) from None
-            return outcome.unwrap()  # type: ignore[no-any-return]
-        delay = _POLL_MIN_S
-        while True:
-            info = self.get_info()
-            if info.status.finished:
-                return self._outcome(info).unwrap()  # type: ignore[no-any-return]
-            future = self._runtime.active_future(self._workflow_id)
-            if future is not None:  # recovery picked it up in this process meanwhile
-                self._future = future
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                return self.result(remaining)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"workflow {self._workflow_id!r} did not finish within {timeout}s "
-                    f"(status {info.status})"
-                )
-            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
-            delay = min(delay * 2, _POLL_MAX_S)
-
-    @staticmethod
-    def _outcome(info: WorkflowInfo) -> Outcome:
-        definition = find_workflow(info.name)
-        return workflow_outcome(
-            info.workflow_id,
-            info.status,
-            info.output,
-            info.error,
-            definition.result if definition else None,
-        )
+            if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+                return outcome.unwrap()  # type: ignore[no-any-return]
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        outcome = self._runtime.wait_for_outcome(self._workflow_id, remaining)
+        return outcome.unwrap()  # type: ignore[no-any-return]
 
     def get_info(self) -> WorkflowInfo:
         """The stored row of the workflow."""

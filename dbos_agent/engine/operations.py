@@ -44,10 +44,11 @@ def resolve_in_doubt(
             f"{'missing' if step is None else step.status})"
         )
     output = None if rerun else codec_for(Any).dumps(result, f"workflow {workflow_id!r} step {seq}")
-    settled = db.settle_in_doubt_step(workflow_id, seq, output)
+    definition = find_workflow(info.name)
+    owner = runtime.session_key if definition is not None else None
+    settled = db.settle_in_doubt_step(workflow_id, seq, output, owner)
     if settled is None:
         raise DbosAgentError(f"workflow {workflow_id!r} step {seq} was settled concurrently")
-    name, inputs = settled
-    definition = find_workflow(name)
+    _, inputs = settled
     future = None if definition is None else runtime.resume(definition, workflow_id, inputs)
     return WorkflowHandle(runtime, workflow_id, future)

@@ -1,5 +1,8 @@
-"""Recovery at start: resume this executor's PENDING workflows from their logs.
+"""Recovery: resume PENDING workflows whose executor session is gone.
 
+At launch, an executor takes back its own workflows whose session is not
+alive (a restart after kill -9 does not wait for a lease); the worker daemon
+also takes over orphans of other executors once their lease has expired.
 Workflows are claimed a page at a time (each claim counts one recovery
 attempt and dead-letters those over their limit, in one statement), their
 logs are loaded with one query per page, and they run on the bounded worker
@@ -21,6 +24,7 @@ from .runtime import Runtime
 log = logging.getLogger("dbos_agent.recovery")
 
 PAGE_SIZE = 200
+_PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -35,11 +39,12 @@ class RecoveryReport:
 
 
 def recover_pending(runtime: Runtime) -> RecoveryReport:
-    """Resume every recoverable PENDING workflow of ``runtime``'s executor."""
+    """Resume this executor's recoverable PENDING workflows (run once at launch)."""
     report = RecoveryReport()
     started = time.perf_counter()
     try:
-        _recover(runtime, report)
+        _warn_unknown(runtime, report)
+        claim_and_resume(runtime, orphans=False, report=report)
     except Exception:
         if not runtime.stopping:
             log.exception("recovery of pending workflows failed")
@@ -50,32 +55,37 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
     if report.resumed or report.dead_lettered or report.failed_inputs:
         log.info(
             "recovery: resumed %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
-            report.resumed,
-            report.dead_lettered,
-            report.failed_inputs,
-            report.seconds,
+            report.resumed, report.dead_lettered, report.failed_inputs, report.seconds,
         )
     return report
 
 
-def _recover(runtime: Runtime, report: RecoveryReport) -> None:
-    db = runtime.db
+def _warn_unknown(runtime: Runtime, report: RecoveryReport) -> None:
     names = workflow_names()
-    for name, count in db.count_unrecoverable_pending(runtime.executor_id, names).items():
+    for name, count in runtime.db.count_unrecoverable_pending(runtime.executor_id, names).items():
         report.unknown += count
         log.warning(
             "%d PENDING workflow(s) named %r cannot be recovered: no workflow of that name is "
             "registered in this process (renamed, deleted, or its module not imported before "
-            "launch()). They stay PENDING.",
-            count,
-            name,
+            "launch()). They stay PENDING.", count, name,
         )
+
+
+def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport) -> None:
+    """Claim page after page of recoverable workflows and hand them to the worker pool."""
+    db = runtime.db
+    assert runtime.session_key is not None, "the runtime has no executor session"
+    names = workflow_names()
     after = None
+    last_progress = time.monotonic()
     while not runtime.stopping:
-        claims = db.claim_pending_for_recovery(
+        claims = db.claim_workflows(
             executor_id=runtime.executor_id,
+            owner_key=runtime.session_key,
+            app_version=runtime.app_version,
             names=names,
             skip_ids=runtime.active_ids(),
+            orphans=orphans,
             after=after,
             limit=PAGE_SIZE,
         )
@@ -89,9 +99,7 @@ def _recover(runtime: Runtime, report: RecoveryReport) -> None:
                 log.error(
                     "workflow %s (%s) exceeded its %d recovery attempts and was moved to "
                     "MAX_RECOVERY_ATTEMPTS_EXCEEDED; it will not run again by itself",
-                    claim.workflow_id,
-                    claim.name,
-                    claim.max_recovery_attempts,
+                    claim.workflow_id, claim.name, claim.max_recovery_attempts,
                 )
         logs = db.load_steps_of_many([c.workflow_id for c in live])
         for claim in live:
@@ -99,10 +107,15 @@ def _recover(runtime: Runtime, report: RecoveryReport) -> None:
             if definition is None:  # unregistered between the claim and now
                 continue
             try:
-                runtime.resume(definition, claim.workflow_id, claim.inputs, logs[claim.workflow_id])
+                runtime.resume(definition, claim.workflow_id, claim.inputs,
+                               logs[claim.workflow_id])
             except WorkflowInputsError as exc:
                 report.failed_inputs += 1
                 log.error("cannot recover workflow %s: %s", claim.workflow_id, exc)
-                db.finish_workflow(claim.workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc))
+                db.finish_workflow(claim.workflow_id, WorkflowStatus.ERROR, None,
+                                   dumps_error(exc), runtime.session_key)
                 continue
             report.resumed += 1
+        if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
+            last_progress = time.monotonic()
+            log.info("recovery in progress: %d resumed so far", report.resumed)

@@ -12,8 +12,10 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -25,19 +27,24 @@ from ..errors import (
     SerializationError,
     WorkflowIdConflictError,
     WorkflowInterruptedError,
+    WorkflowNotFoundError,
 )
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import StepRow, SystemDatabase, WorkflowRow
-from .context import WorkflowContext, entered_workflow
+from ..storage.session import ExecutorSession
+from .context import OwnershipLost, WorkflowContext, entered_workflow
 from .outcome import Outcome, capture, capture_async, workflow_outcome
-from .registry import WorkflowDefinition
+from .registry import WorkflowDefinition, find_workflow
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
     from .recovery import RecoveryReport
 
 log = logging.getLogger("dbos_agent")
+
+_POLL_MIN_S = 0.005
+_POLL_MAX_S = 0.5
 
 
 @dataclass(eq=False)
@@ -66,12 +73,17 @@ class Admission:
     run: WorkflowRun | None = None
     attached: Future[Outcome] | None = None
     finished: Outcome | None = None
+    #: Another session runs it (or it waits in a queue): wait on the database.
+    remote: bool = False
 
-    def future(self) -> Future[Outcome]:
+    def future(self) -> Future[Outcome] | None:
+        """The in-process future to wait on; None when only the database can tell."""
         if self.run is not None:
             return self.run.future
         if self.attached is not None:
             return self.attached
+        if self.remote:
+            return None
         done: Future[Outcome] = Future()
         done.set_result(self.finished or Outcome())
         return done
@@ -91,10 +103,13 @@ class Runtime:
         executor_id: str = "local",
         app_version: str | None = None,
         workers: int = 16,
+        lease_seconds: float = 30.0,
     ) -> None:
         self.db = db
         self.executor_id = executor_id
         self.app_version = app_version
+        self.session = ExecutorSession(db, executor_id, app_version, lease_seconds)
+        self.session_key: int | None = None
         self.pool = WorkerPool(workers)
         self.stopping = False
         self.recovery_done = threading.Event()
@@ -102,6 +117,22 @@ class Runtime:
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}
         self._background: list[threading.Thread] = []
+        self._stopped = threading.Event()
+
+    def open(self) -> Runtime:
+        """Register this process's executor session and start its heartbeat."""
+        self.session_key = self.session.open()
+        self.run_in_background(self._heartbeat, "dbos-agent-heartbeat")
+        return self
+
+    def _heartbeat(self) -> None:
+        interval = max(0.05, self.session.lease_seconds / 3)
+        while not self._stopped.wait(interval):
+            if not self.session.heartbeat():
+                log.error(
+                    "executor session %s of %r lost its heartbeat; its workflows may be taken "
+                    "over by other executors", self.session_key, self.executor_id,
+                )
 
     # -- admission: idempotent start ---------------------------------------------------
 
@@ -111,14 +142,18 @@ class Runtime:
         workflow_id: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        *,
+        queue_name: str | None = None,
+        priority: int = 0,
     ) -> Admission:
         """Record the call (or find it recorded) and decide who runs it.
 
-        A new id is inserted PENDING and run by the caller. A finished one
-        returns its recorded outcome. A pending one running here is attached
-        to; one running nowhere in this process is resumed from its log by
-        the caller. Another function or other inputs under the id raise
-        :class:`WorkflowIdConflictError`.
+        A new id is inserted PENDING and run by the caller (or ENQUEUED when
+        ``queue_name`` is given, for a worker to run). A finished one returns
+        its recorded outcome. A pending one running here is attached to; one
+        whose session is alive elsewhere is waited for; one whose session is
+        gone is taken over and resumed from its log by the caller. Another
+        function or other inputs under the id raise :class:`WorkflowIdConflictError`.
         """
         if self.stopping:
             raise NotLaunchedError("the dbos_agent runtime is shutting down")
@@ -139,21 +174,37 @@ class Runtime:
                 executor_id=self.executor_id,
                 app_version=self.app_version,
                 max_recovery_attempts=definition.max_recovery_attempts,
+                owner_key=self.session_key,
+                queue_name=queue_name,
+                priority=priority,
             )
+            if inserted and queue_name is None:
+                return Admission(run=run)
             if not inserted:
                 self._check_same(workflow_id, definition.name, inputs, row.name, row.inputs)
-                if row.status.finished:
-                    outcome = self._stored_outcome(row, definition)
-                    self._resolve(run, outcome)
-                    return Admission(finished=outcome)
+            if row.status.finished:
+                outcome = self._stored_outcome(row, definition)
+                self._resolve(run, outcome)
+                return Admission(finished=outcome)
+            mine = row.status is WorkflowStatus.PENDING and row.owner_key == self.session_key
+            if mine or (
+                row.status is WorkflowStatus.PENDING
+                and not row.owner_live
+                and self.session_key is not None
+                and self.db.take_over_workflow(
+                    workflow_id, row.owner_key, self.session_key, self.executor_id
+                )
+            ):
                 run.recorded = self.db.load_steps(workflow_id)
+                return Admission(run=run)
+            self._resolve(run, Outcome())  # not ours to run: stop tracking it here
+            return Admission(remote=True)
         except Exception as exc:
             self._resolve(run, Outcome(error=exc))
             raise
         except BaseException as exc:
             self._abandon(run, exc)
             raise
-        return Admission(run=run)
 
     @staticmethod
     def _check_same(
@@ -230,6 +281,9 @@ class Runtime:
             with entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
             return self.finish(run, ctx, outcome)
+        except OwnershipLost as exc:
+            self._abandon(run, exc)
+            return Outcome(error=exc)
         except BaseException as exc:
             self._abandon(run, exc)
             raise
@@ -241,6 +295,9 @@ class Runtime:
             with entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
             return await asyncio.to_thread(self.finish, run, ctx, outcome)
+        except OwnershipLost as exc:
+            self._abandon(run, exc)
+            return Outcome(error=exc)
         except BaseException as exc:
             self._abandon(run, exc)
             raise
@@ -266,8 +323,12 @@ class Runtime:
         if ctx.in_doubt is not None and ctx.diverged is None:
             status = WorkflowStatus.IN_DOUBT
         updated, stored_status, stored_output, stored_error = self.db.finish_workflow(
-            run.workflow_id, status, output, error
+            run.workflow_id, status, output, error, self.session_key
         )
+        if not updated and stored_status is WorkflowStatus.PENDING:
+            # another session took the workflow over: its outcome is theirs to record
+            self._abandon(run, OwnershipLost(run.workflow_id))
+            return Outcome(error=OwnershipLost(run.workflow_id))
         if not updated:
             outcome = self._stored_outcome(
                 WorkflowRow(
@@ -329,8 +390,13 @@ class Runtime:
         """A direct call of a sync workflow: run it here, now, durably."""
         admission = self.admit(definition, workflow_id, args, kwargs)
         if admission.run is not None:
-            return self.execute(admission.run).unwrap()
-        return admission.future().result().unwrap()
+            outcome = self.execute(admission.run)
+        else:
+            future = admission.future()
+            outcome = future.result() if future else self.wait_for_outcome(workflow_id)
+        if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+            outcome = self.wait_for_outcome(workflow_id)
+        return outcome.unwrap()
 
     async def call_async(
         self,
@@ -341,9 +407,55 @@ class Runtime:
     ) -> Any:
         """A direct call of an async workflow: run it on this event loop, durably."""
         admission = await asyncio.to_thread(self.admit, definition, workflow_id, args, kwargs)
+        future = admission.future()
         if admission.run is not None:
-            return (await self.execute_async(admission.run)).unwrap()
-        return (await asyncio.wrap_future(admission.future())).unwrap()
+            outcome = await self.execute_async(admission.run)
+        elif future is not None:
+            outcome = await asyncio.wrap_future(future)
+        else:
+            outcome = await asyncio.to_thread(self.wait_for_outcome, workflow_id)
+        if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+            outcome = await asyncio.to_thread(self.wait_for_outcome, workflow_id)
+        return outcome.unwrap()
+
+    def wait_for_outcome(self, workflow_id: str, timeout: float | None = None) -> Outcome:
+        """Wait until the workflow is finished, by whichever process runs it.
+
+        Waits on the in-process run when there is one, else polls the
+        database with backoff. Raises TimeoutError after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = _POLL_MIN_S
+        while True:
+            future = self.active_future(workflow_id)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if future is not None:
+                try:
+                    outcome = future.result(remaining)
+                except FutureTimeout:
+                    raise TimeoutError(
+                        f"workflow {workflow_id!r} did not finish within {timeout}s"
+                    ) from None
+                if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+                    return outcome
+                continue
+            info = self.db.get_workflow(workflow_id)
+            if info is None:
+                raise WorkflowNotFoundError(workflow_id)
+            if info.status.finished:
+                definition = find_workflow(info.name)
+                return workflow_outcome(
+                    workflow_id, info.status, info.output, info.error,
+                    definition.result if definition else None,
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"workflow {workflow_id!r} did not finish within {timeout}s "
+                    f"(status {info.status})"
+                )
+            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+            time.sleep(max(0.0, pause))
+            delay = min(delay * 2, _POLL_MAX_S)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -360,12 +472,14 @@ class Runtime:
         """
         global _runtime
         self.stopping = True
+        self._stopped.set()
         for thread in self._background:
             thread.join(grace)
         with self._lock:
             futures = [a.future for a in self._active.values()]
         wait_futures(futures, timeout=grace)
         self.pool.stop()
+        self.session.close()
         self.db.close()
         with _runtime_lock:
             if _runtime is self:
@@ -405,6 +519,7 @@ def launch(
     recover: bool = True,
     workers: int = 16,
     pool_size: int | None = None,
+    lease_seconds: float = 30.0,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -413,6 +528,9 @@ def launch(
     executor's PENDING workflows runs in the background: ``launch`` returns
     at once. ``workers`` bounds the threads that run background and recovered
     workflows; ``pool_size`` the database connections (default: workers + 4).
+    ``lease_seconds`` is how long this process's heartbeat lease lasts: other
+    executors take its workflows over only after it ran out (a restart under
+    the same ``executor_id`` does not wait when Postgres saw the process die).
     """
     global _runtime
     from .recovery import recover_pending
@@ -435,7 +553,15 @@ def launch(
         except BaseException:
             db.close()
             raise
-        runtime = Runtime(db, executor_id=executor_id, app_version=app_version, workers=workers)
+        runtime = Runtime(
+            db, executor_id=executor_id, app_version=app_version, workers=workers,
+            lease_seconds=lease_seconds,
+        )
+        try:
+            runtime.open()
+        except BaseException:
+            db.close()
+            raise
         _runtime = runtime
     if recover:
         runtime.run_in_background(lambda: recover_pending(runtime), "dbos-agent-recovery")

@@ -24,7 +24,7 @@ from ..errors import (
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import StepWrite
-from .context import WorkflowContext, current_context, entered_step, in_step
+from .context import OwnershipLost, WorkflowContext, current_context, entered_step, in_step
 from .outcome import Outcome, capture, capture_async, step_outcome
 from .registry import NotDone, RetryPolicy, StepDefinition, step_definition
 
@@ -39,6 +39,8 @@ def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
 def _adopt(ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrite) -> Outcome:
     """Continue with what another run recorded at this position."""
     existing = write.existing
+    if not write.owned:
+        raise OwnershipLost(ctx.workflow_id)
     if existing is None:
         if write.workflow_status is None:
             raise WorkflowNotFoundError(ctx.workflow_id)
@@ -87,6 +89,7 @@ def checkpoint(
         error=error,
         attempts=attempts,
         started_at=started_at,
+        owner_key=ctx.runtime.session_key,
     )
     return outcome if write.written else _adopt(ctx, step, seq, write)
 
@@ -132,6 +135,7 @@ def _position(
         seq=seq,
         name=step.name,
         inputs=step.inputs.dumps(args, kwargs),
+        owner_key=ctx.runtime.session_key,
     )
     return seq, None if write.written else _adopt(ctx, step, seq, write)
 

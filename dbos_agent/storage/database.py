@@ -42,6 +42,8 @@ class WorkflowRow:
     inputs: str
     output: str | None
     error: str | None
+    owner_key: int | None = None
+    owner_live: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,8 @@ class StepWrite:
     written: bool
     workflow_status: WorkflowStatus | None
     existing: StepRow | None
+    #: False when another session owns the workflow now (it was taken over).
+    owned: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,36 +215,75 @@ class SystemDatabase:
         executor_id: str,
         app_version: str | None,
         max_recovery_attempts: int,
+        owner_key: int | None,
+        queue_name: str | None = None,
+        priority: int = 0,
     ) -> tuple[bool, WorkflowRow]:
-        """Record a new PENDING workflow; ``(False, existing)`` when the id is taken."""
+        """Record a new workflow; ``(False, existing)`` when the id is taken.
+
+        It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given.
+        """
+        status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
         with self._pool.connection() as conn:
             row = conn.execute(
                 _q("insert_workflow"),
                 {
                     "workflow_id": workflow_id,
                     "name": name,
+                    "status": status,
                     "inputs": inputs,
                     "executor_id": executor_id,
                     "app_version": app_version,
                     "max_recovery_attempts": max_recovery_attempts,
+                    "owner_key": None if queue_name is not None else owner_key,
+                    "queue_name": queue_name,
+                    "priority": priority,
                 },
             ).fetchone()
         assert row is not None
-        inserted, wf_name, status, stored_inputs, output, error = row
+        inserted, wf_name, stored_status, stored_inputs, output, error, owner, live = row
         if inserted:  # the statement's snapshot cannot see its own insert
-            return True, WorkflowRow(workflow_id, name, WorkflowStatus.PENDING, inputs, None, None)
+            return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
         return False, WorkflowRow(
-            workflow_id, wf_name, WorkflowStatus(status), stored_inputs, output, error
+            workflow_id, wf_name, WorkflowStatus(stored_status), stored_inputs, output, error,
+            owner, bool(live),
         )
 
+    def take_over_workflow(
+        self, workflow_id: str, old_owner_key: int | None, owner_key: int, executor_id: str
+    ) -> bool:
+        """Compare-and-set the owner of a PENDING workflow whose session is not alive."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("take_over_workflow"),
+                {
+                    "workflow_id": workflow_id,
+                    "old_owner_key": old_owner_key,
+                    "owner_key": owner_key,
+                    "executor_id": executor_id,
+                },
+            ).fetchone()
+        return row is not None
+
     def finish_workflow(
-        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
+        self,
+        workflow_id: str,
+        status: WorkflowStatus,
+        output: str | None,
+        error: str | None,
+        owner_key: int | None,
     ) -> tuple[bool, WorkflowStatus, str | None, str | None]:
         """Record a PENDING workflow's outcome; if it was finished already, return that one."""
         with self._pool.connection() as conn:
             row = conn.execute(
                 _q("finish_workflow"),
-                {"workflow_id": workflow_id, "status": status, "output": output, "error": error},
+                {
+                    "workflow_id": workflow_id,
+                    "status": status,
+                    "output": output,
+                    "error": error,
+                    "owner_key": owner_key,
+                },
             ).fetchone()
         if row is None:
             raise LookupError(workflow_id)
@@ -290,12 +333,14 @@ class SystemDatabase:
         error: str | None,
         attempts: int,
         started_at: datetime,
+        owner_key: int | None,
     ) -> StepWrite:
         """Append one step to the log: the checkpoint. One round trip, one commit."""
         with self._pool.connection() as conn:
             row = conn.execute(
                 _q("record_step"),
                 {
+                    "owner_key": owner_key,
                     "workflow_id": workflow_id,
                     "seq": seq,
                     "name": name,
@@ -309,13 +354,19 @@ class SystemDatabase:
         return self._step_write(seq, row)
 
     def record_step_intent(
-        self, *, workflow_id: str, seq: int, name: str, inputs: str
+        self, *, workflow_id: str, seq: int, name: str, inputs: str, owner_key: int | None
     ) -> StepWrite:
         """Durably note that a non-idempotent step is about to run (one round trip)."""
         with self._pool.connection() as conn:
             row = conn.execute(
                 _q("record_step_intent"),
-                {"workflow_id": workflow_id, "seq": seq, "name": name, "inputs": inputs},
+                {
+                    "workflow_id": workflow_id,
+                    "seq": seq,
+                    "name": name,
+                    "inputs": inputs,
+                    "owner_key": owner_key,
+                },
             ).fetchone()
         return self._step_write(seq, row)
 
@@ -328,19 +379,21 @@ class SystemDatabase:
             if s_name is None
             else StepRow(seq, s_name, StepStatus(s_status), s_output, s_error, s_attempts)
         )
+        if wf_status == "NOT_OWNER":
+            return StepWrite(written, WorkflowStatus.PENDING, existing, owned=False)
         return StepWrite(
             written, None if wf_status is None else WorkflowStatus(wf_status), existing
         )
 
     def settle_in_doubt_step(
-        self, workflow_id: str, seq: int, output: str | None
+        self, workflow_id: str, seq: int, output: str | None, owner_key: int | None
     ) -> tuple[str, str] | None:
         """Settle step ``seq``'s intent (fill it with ``output``, or delete it when None)
         and make the IN_DOUBT workflow PENDING again, in one transaction.
 
         Returns the workflow's ``(name, inputs)``, or None if there was nothing to settle.
         """
-        params = {"workflow_id": workflow_id, "seq": seq, "output": output}
+        params = {"workflow_id": workflow_id, "seq": seq, "output": output, "owner_key": owner_key}
         query = _q("delete_step_intent" if output is None else "resolve_step_intent")
         with self._pool.connection() as conn, conn.transaction():
             step = conn.execute(query, params).fetchone()
@@ -386,24 +439,30 @@ class SystemDatabase:
 
     # -- recovery --------------------------------------------------------------------
 
-    def claim_pending_for_recovery(
+    def claim_workflows(
         self,
         *,
         executor_id: str,
+        owner_key: int,
+        app_version: str | None,
         names: list[str],
         skip_ids: list[str],
+        orphans: bool,
         after: tuple[datetime, str] | None,
         limit: int,
     ) -> list[RecoveryClaim]:
-        """The next page of this executor's recoverable PENDING workflows (see queries.sql)."""
+        """Take over the next page of PENDING workflows whose session is gone (queries.sql)."""
         after_created_at, after_id = after if after else (_EPOCH, "")
         with self._pool.connection() as conn:
             rows = conn.execute(
-                _q("claim_pending_for_recovery"),
+                _q("claim_workflows"),
                 {
                     "executor_id": executor_id,
+                    "owner_key": owner_key,
+                    "app_version": app_version,
                     "names": names,
                     "skip_ids": skip_ids,
+                    "orphans": orphans,
                     "after_created_at": after_created_at,
                     "after_workflow_id": after_id,
                     "limit": limit,
@@ -415,6 +474,45 @@ class SystemDatabase:
         claims.sort(key=lambda c: (c.created_at, c.workflow_id))
         return claims
 
+    def delete_dead_executors(self) -> None:
+        """Forget executor sessions that are gone for good and own nothing."""
+        with self._pool.connection() as conn:
+            conn.execute(_q("delete_dead_executors"))
+
+    def dequeue_workflows(
+        self,
+        *,
+        queue_name: str,
+        names: list[str],
+        owner_key: int,
+        executor_id: str,
+        app_version: str | None,
+        free_slots: int,
+        concurrency: int | None,
+        worker_concurrency: int | None,
+        rate_limit: tuple[int, float] | None,
+    ) -> list[tuple[str, str, str]]:
+        """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow."""
+        limit, period = rate_limit if rate_limit else (None, 1.0)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(_q("lock_queue"), {"queue_name": queue_name})
+            rows = conn.execute(
+                _q("dequeue_workflows"),
+                {
+                    "queue_name": queue_name,
+                    "names": names,
+                    "owner_key": owner_key,
+                    "executor_id": executor_id,
+                    "app_version": app_version,
+                    "free_slots": free_slots,
+                    "concurrency": concurrency,
+                    "worker_concurrency": worker_concurrency,
+                    "rate_limit": limit,
+                    "rate_period": period,
+                },
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
     def count_unrecoverable_pending(self, executor_id: str, names: list[str]) -> dict[str, int]:
         """``{workflow name: count}`` of PENDING workflows no registered function can run."""
         with self._pool.connection() as conn:
@@ -422,3 +520,123 @@ class SystemDatabase:
                 _q("count_unrecoverable_pending"), {"executor_id": executor_id, "names": names}
             ).fetchall()
         return {name: count for name, count in rows}
+
+    # -- messages, events and timers --
+
+    def database_time(self) -> float:
+        """The database's clock in epoch seconds: the one clock every executor shares."""
+        with self._pool.connection() as conn:
+            row = conn.execute(_q("get_database_time")).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    def insert_message(
+        self, *, destination_id: str, topic: str, message: str, idempotency_key: str | None
+    ) -> tuple[bool, bool]:
+        """Send a message; ``(destination exists, inserted)`` (a known key inserts nothing)."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("insert_message"),
+                {
+                    "destination_id": destination_id,
+                    "topic": topic,
+                    "message": message,
+                    "idempotency_key": idempotency_key,
+                },
+            ).fetchone()
+        assert row is not None
+        return bool(row[0]), bool(row[1])
+
+    def receive_message(
+        self,
+        *,
+        workflow_id: str,
+        seq: int,
+        name: str,
+        topic: str,
+        inputs: str,
+        started_at: datetime,
+        owner_key: int | None,
+    ) -> tuple[StepWrite, str | None]:
+        """Consume the oldest message and record it as step ``seq``, atomically.
+
+        Returns the write (``written`` when a message was taken) and the message's JSON.
+        """
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("receive_message"),
+                {
+                    "workflow_id": workflow_id,
+                    "seq": seq,
+                    "name": name,
+                    "topic": topic,
+                    "inputs": inputs,
+                    "started_at": started_at,
+                    "owner_key": owner_key,
+                },
+            ).fetchone()
+        assert row is not None
+        return self._step_write(seq, row[:7]), row[7]
+
+    def set_event(
+        self,
+        *,
+        workflow_id: str,
+        seq: int,
+        name: str,
+        key: str,
+        value: str,
+        inputs: str,
+        started_at: datetime,
+        owner_key: int | None,
+    ) -> StepWrite:
+        """Record step ``seq`` and set the event in one statement (neither without the other)."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("set_event"),
+                {
+                    "workflow_id": workflow_id,
+                    "seq": seq,
+                    "name": name,
+                    "key": key,
+                    "value": value,
+                    "inputs": inputs,
+                    "started_at": started_at,
+                    "owner_key": owner_key,
+                },
+            ).fetchone()
+        return self._step_write(seq, row)
+
+    def get_event(self, workflow_id: str, key: str) -> str | None:
+        """The event's JSON, or None when it was never set."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("get_event"), {"workflow_id": workflow_id, "key": key}
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def get_step_inputs(self, workflow_id: str, seq: int) -> str | None:
+        """The inputs JSON of step ``seq`` (None when the row or its inputs are missing)."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("get_step_inputs"), {"workflow_id": workflow_id, "seq": seq}
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def connect_listener(self) -> psycopg.Connection[TupleRow]:
+        """A dedicated (unpooled) autocommit connection for LISTEN."""
+        return psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=_CONNECT_TIMEOUT_S,
+            application_name="dbos_agent_listener",
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
+
+    @staticmethod
+    def listen(conn: psycopg.Connection[TupleRow], channel: str) -> None:
+        """``LISTEN channel`` on a listener connection (the name is quoted, not trusted)."""
+        conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
