@@ -6,12 +6,25 @@ outcome is committed to Postgres before the workflow moves on, and after a
 crash the next :func:`launch` replays the recorded steps and continues live.
 """
 
+from .engine.client import Client, ClientHandle
 from .engine.context import current_workflow_id, step_key, workflow_id
 from .engine.handle import WorkflowHandle, retrieve
-from .engine.operations import resolve_in_doubt
+from .engine.messaging import (
+    get_event,
+    get_event_async,
+    recv,
+    recv_async,
+    send,
+    send_async,
+    set_event,
+    set_event_async,
+)
+from .engine.operations import cancel, fork, resolve_in_doubt, resume
+from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
 from .engine.runtime import Runtime, current_runtime, launch
 from .engine.step import step
+from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
     DatabaseUnavailableError,
@@ -28,17 +41,21 @@ from .errors import (
     WorkflowInputsError,
     WorkflowInterruptedError,
     WorkflowNotFoundError,
+    WorkflowStatusError,
 )
 from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Client",
+    "ClientHandle",
     "DatabaseUnavailableError",
     "DbosAgentError",
     "MaxRecoveryAttemptsExceededError",
     "NotDone",
     "NotLaunchedError",
+    "Queue",
     "RecordedError",
     "RetryPolicy",
     "Runtime",
@@ -56,15 +73,29 @@ __all__ = [
     "WorkflowInterruptedError",
     "WorkflowNotFoundError",
     "WorkflowStatus",
+    "WorkflowStatusError",
     "__version__",
+    "cancel",
     "current_runtime",
     "current_workflow_id",
     "durable_workflow",
+    "fork",
+    "get_event",
+    "get_event_async",
     "launch",
     "list_steps",
     "list_workflows",
+    "recv",
+    "recv_async",
     "resolve_in_doubt",
+    "resume",
     "retrieve",
+    "send",
+    "send_async",
+    "set_event",
+    "set_event_async",
+    "sleep",
+    "sleep_async",
     "start",
     "step",
     "step_key",

@@ -97,3 +97,15 @@ class RecordedError(DbosAgentError):
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
         self.message = message
+
+
+class WorkflowStatusError(DbosAgentError):
+    """The workflow's status does not allow the operation (e.g. cancelling a finished one).
+
+    ``status`` is the status it has; the message says what would be allowed.
+    """
+
+    def __init__(self, workflow_id: str, status: str, message: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.status = status

@@ -147,12 +147,25 @@ class InputsCodec:
         }
         return json.dumps(data, separators=(",", ":"))
 
+    def _bind_unbound(self, data: dict[str, Any], where: str) -> dict[str, Any]:
+        """Bind ``{"$args": [...], "$kwargs": {...}}`` (from a client that lacks the
+        function) to the signature, giving the usual ``{"param": value}`` form."""
+        args, kwargs = data.get("$args", []), data.get("$kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise WorkflowInputsError(f"{where}: malformed $args/$kwargs inputs")
+        try:
+            return dict(self._signature.bind(*args, **kwargs).arguments)
+        except TypeError as exc:
+            raise WorkflowInputsError(f"{where}: the enqueued arguments do not fit: {exc}") from exc
+
     def loads(self, text: str, workflow_id: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Rebuild ``(args, kwargs)`` from recorded inputs, or raise WorkflowInputsError."""
         where = f"workflow {workflow_id!r} ({self._qualname})"
         data = json.loads(text)
         if not isinstance(data, dict):
             raise WorkflowInputsError(f"{where}: recorded inputs are not a JSON object")
+        if set(data) <= {"$args", "$kwargs"} and data:
+            data = self._bind_unbound(data, where)
         unknown = sorted(set(data) - set(self._codecs))
         if unknown:
             raise WorkflowInputsError(

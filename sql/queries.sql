@@ -434,3 +434,111 @@ SELECT to_regclass('dbos_agent.schema_migrations') IS NOT NULL;
 -- name: get_schema_version
 -- The newest applied migration (only after has_schema).
 SELECT coalesce(max(version), 0) FROM dbos_agent.schema_migrations;
+
+-- == messages, events and timers ==
+
+-- name: get_database_time
+-- The database's clock, in seconds since the epoch: durable timers and
+-- deadlines use it, so every executor agrees on when a workflow wakes.
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
+
+-- name: insert_message
+-- Send a message to a workflow (which must exist). A repeated idempotency
+-- key for the same destination inserts nothing. The messages_notify trigger
+-- NOTIFYs waiters in the same transaction.
+WITH destination AS (
+    SELECT workflow_id FROM dbos_agent.workflows WHERE workflow_id = %(destination_id)s
+), inserted AS (
+    INSERT INTO dbos_agent.messages (destination_id, topic, message, idempotency_key)
+    SELECT workflow_id, %(topic)s, %(message)s::jsonb, %(idempotency_key)s FROM destination
+    ON CONFLICT ON CONSTRAINT messages_idempotency_key DO NOTHING
+    RETURNING message_id
+)
+SELECT EXISTS (SELECT 1 FROM destination) AS destination_exists,
+       (SELECT count(*) FROM inserted) = 1 AS inserted;
+
+-- name: receive_message
+-- recv: consume the oldest unconsumed message of (workflow, topic) and record
+-- it as the result of step `seq`, in one statement, so a message is consumed
+-- exactly when its step is recorded. The step row is new, or fills this
+-- recv's own deadline intent; if another run recorded the position first the
+-- insert does nothing, and then the message is not consumed either (the
+-- UPDATE only runs when the INSERT returned a row). Same guard as
+-- record_step: only while the workflow is PENDING and owned by the caller.
+-- Returns whether a message was taken, the message, and the step row that
+-- held the position before.
+WITH workflow AS (
+    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
+                THEN 'NOT_OWNER' ELSE status END AS status
+    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+), candidate AS (
+    SELECT message_id, message
+    FROM dbos_agent.messages
+    WHERE destination_id = %(workflow_id)s AND topic = %(topic)s AND consumed_seq IS NULL
+    ORDER BY message_id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), written AS (
+    INSERT INTO dbos_agent.steps
+        (workflow_id, seq, name, status, inputs, output, attempts, started_at)
+    SELECT %(workflow_id)s, %(seq)s, %(name)s, 'SUCCESS', %(inputs)s::jsonb, c.message, 1,
+           %(started_at)s
+    FROM candidate AS c
+    WHERE (SELECT status FROM workflow) = 'PENDING'
+    ON CONFLICT (workflow_id, seq) DO UPDATE
+        SET status = 'SUCCESS', output = EXCLUDED.output, finished_at = now()
+        WHERE steps.status = 'PENDING' AND steps.name = EXCLUDED.name
+    RETURNING output
+), consumed AS (
+    UPDATE dbos_agent.messages AS m
+    SET consumed_seq = %(seq)s, consumed_at = now()
+    FROM candidate AS c
+    WHERE m.message_id = c.message_id AND EXISTS (SELECT 1 FROM written)
+    RETURNING m.message_id
+)
+SELECT (SELECT count(*) FROM consumed) = 1 AS written,
+       (SELECT status FROM workflow) AS workflow_status,
+       s.name, s.status, s.output::text, s.error::text, s.attempts,
+       (SELECT output::text FROM written) AS message
+FROM (SELECT 1) AS one
+LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
+
+-- name: set_event
+-- set_event: record step `seq` and upsert the event in one statement; the
+-- event is written only if the step was (a run that lost the position never
+-- overwrites a newer value). Same guard as record_step. The events_notify
+-- trigger NOTIFYs waiters.
+WITH workflow AS (
+    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
+                THEN 'NOT_OWNER' ELSE status END AS status
+    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+), written AS (
+    INSERT INTO dbos_agent.steps
+        (workflow_id, seq, name, status, inputs, output, attempts, started_at)
+    SELECT %(workflow_id)s, %(seq)s, %(name)s, 'SUCCESS', %(inputs)s::jsonb, 'null'::jsonb, 1,
+           %(started_at)s
+    WHERE (SELECT status FROM workflow) = 'PENDING'
+    ON CONFLICT (workflow_id, seq) DO NOTHING
+    RETURNING seq
+), upserted AS (
+    INSERT INTO dbos_agent.events (workflow_id, key, value)
+    SELECT %(workflow_id)s, %(key)s, %(value)s::jsonb FROM written
+    ON CONFLICT (workflow_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+    RETURNING key
+)
+SELECT (SELECT count(*) FROM upserted) = 1 AS written,
+       (SELECT status FROM workflow) AS workflow_status,
+       s.name, s.status, s.output::text, s.error::text, s.attempts
+FROM (SELECT 1) AS one
+LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
+
+-- name: get_event
+-- The current value of a workflow's event (NULL: never set; 'null': set to None).
+SELECT value::text FROM dbos_agent.events
+WHERE workflow_id = %(workflow_id)s AND key = %(key)s;
+
+-- name: get_step_inputs
+-- The inputs of one step row: a waiting recv/get_event keeps its durable
+-- deadline in its intent's inputs.
+SELECT inputs::text FROM dbos_agent.steps
+WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s;

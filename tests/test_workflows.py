@@ -206,14 +206,21 @@ def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
 
 
 def test_a_hung_owner_loses_its_workflow_and_can_no_longer_write(
-    dbos_agent_database_url: str, executor_id: str
+    dbos_agent_postgres_url: str, executor_id: str
 ) -> None:
     """The owner stops heartbeating (hung) inside step 1; after its lease another
     executor takes the workflow over and finishes it; the old run's checkpoint is
     refused, so step 1 is recorded once although it ran twice."""
+    from dbos_agent.testing import fresh_database
+
+    with fresh_database(dbos_agent_postgres_url) as url:  # orphans of other tests stay out
+        _hung_owner_scenario(url, executor_id)
+
+
+def _hung_owner_scenario(url: str, executor_id: str) -> None:
     from dbos_agent.engine.recovery import RecoveryReport, claim_and_resume
 
-    url, wid = dbos_agent_database_url, new_id()
+    wid = new_id()
     hung = da.launch(url, executor_id=executor_id, lease_seconds=0.3, workers=2)
     other: da.Runtime | None = None
     try:
@@ -252,8 +259,15 @@ def test_the_step_log_keeps_the_first_record(runtime: da.Runtime) -> None:
     from dbos_agent.records import StepStatus
 
     write = runtime.db.record_step(
-        workflow_id=wid, seq=0, name="work", status=StepStatus.SUCCESS, output="99",
-        error=None, attempts=1, started_at=datetime.now(UTC), owner_key=runtime.session_key,
+        workflow_id=wid,
+        seq=0,
+        name="work",
+        status=StepStatus.SUCCESS,
+        output="99",
+        error=None,
+        attempts=1,
+        started_at=datetime.now(UTC),
+        owner_key=runtime.session_key,
     )
     assert not write.written
     assert da.list_steps(wid)[0].output == 0

@@ -1220,6 +1220,24 @@ def _write_atomic(path: Path, data: str) -> None:
     tmp.replace(path)
 
 
+def _with_chunk_delay(
+    script: Sequence[ScriptItem] | ScriptFn, seconds: float
+) -> Sequence[ScriptItem] | ScriptFn:
+    """The same script with ``chunk_delay=seconds`` on every reply (also inside Delays)."""
+
+    def slowed(item: ScriptItem) -> ScriptItem:
+        if isinstance(item, Reply):
+            return replace(item, chunk_delay=seconds)
+        if isinstance(item, Delay):
+            return replace(item, then=slowed(item.then))
+        return item
+
+    if callable(script):
+        fn = script
+        return lambda body: slowed(fn(body))
+    return [slowed(item) for item in script]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a ScriptedServer as its own process until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
@@ -1238,6 +1256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, help="append one JSON line per request")
     parser.add_argument("--port-file", type=Path, help="write the port here once listening")
     parser.add_argument("--state", type=Path, help="persist the script position here")
+    parser.add_argument(
+        "--chunk-delay",
+        type=float,
+        default=0.0,
+        help="seconds between streamed events of each reply (to kill a client mid-stream)",
+    )
     args = parser.parse_args(argv)
 
     script: Sequence[ScriptItem] | ScriptFn
@@ -1249,6 +1273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         script = coding_task_script(str(args.workdir.resolve()))
     else:
         script = _echo_script
+    if args.chunk_delay > 0:
+        script = _with_chunk_delay(script, args.chunk_delay)
 
     stop = threading.Event()
 

@@ -14,7 +14,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import DbosAgentError, StepInDoubtError, WorkflowDivergedError
+from ..errors import (
+    DbosAgentError,
+    StepInDoubtError,
+    WorkflowCancelledError,
+    WorkflowDivergedError,
+)
 from ..storage.database import StepRow
 
 if TYPE_CHECKING:
@@ -48,6 +53,8 @@ class WorkflowContext:
     recorded: dict[int, StepRow]
     diverged: WorkflowDivergedError | None = None
     in_doubt: StepInDoubtError | None = None
+    #: Set once this run learns the workflow was cancelled: no step starts after that.
+    cancelled: WorkflowCancelledError | None = None
     _next_seq: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -62,6 +69,10 @@ class WorkflowContext:
         """Take a position for step ``name``; return its recorded row when replaying."""
         if self.runtime.stopping:
             raise RuntimeStopping()
+        if self.cancelled is None:
+            self.cancelled = self.runtime.cancellation(self.workflow_id)
+        if self.cancelled is not None:
+            raise self.cancelled
         seq = self.next_position()
         recorded = self.recorded.pop(seq, None)
         if recorded is not None and recorded.name != name:

@@ -1,17 +1,317 @@
-"""Operator actions on stored workflows (the CLI calls these too)."""
+"""Operator actions on stored workflows: cancel, resume, fork, settle an in-doubt step.
+
+Each action comes in two layers. The functions taking a ``SystemDatabase``
+work from the database alone: the CLI uses them, and it never has the user's
+workflow functions. Each changes status and log in one guarded statement and
+leaves the run to whichever process has the function (the executor's next
+recovery, or any worker daemon: a workflow made PENDING without an owner is
+claimable at once). The public functions (``da.cancel``, ``da.resume``,
+``da.fork``, ``da.resolve_in_doubt``) go through the launched runtime and,
+when this process has the function, run the workflow here right away.
+"""
 
 from __future__ import annotations
 
+import threading
+import uuid
+from concurrent.futures import Future
 from typing import Any
 
-from ..errors import DbosAgentError, WorkflowNotFoundError
+from ..errors import (
+    DbosAgentError,
+    WorkflowIdConflictError,
+    WorkflowInputsError,
+    WorkflowInterruptedError,
+    WorkflowNotFoundError,
+    WorkflowStatusError,
+)
 from ..records import StepStatus, WorkflowStatus
-from ..serialization import codec_for
+from ..serialization import codec_for, dumps_error
+from ..storage.database import ForkResult, ResumeResult, SystemDatabase
 from .handle import WorkflowHandle
-from .registry import find_workflow
-from .runtime import current_runtime
+from .outcome import Outcome
+from .registry import WorkflowDefinition, find_workflow
+from .runtime import Runtime, current_runtime
 
 _UNSET: Any = object()
+
+#: What each action accepts; the error messages say so.
+CANCELLABLE = (
+    WorkflowStatus.PENDING,
+    WorkflowStatus.ENQUEUED,
+    WorkflowStatus.IN_DOUBT,
+    WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
+)
+RESUMABLE = (WorkflowStatus.CANCELLED, WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED)
+
+
+def _resolve_hint(workflow_id: str, seq: int) -> str:
+    return (
+        f"`dbos-agent steps resolve {workflow_id} {seq} --result JSON` (it happened) or "
+        f"`--rerun` (it did not), or dbos_agent.resolve_in_doubt(...)"
+    )
+
+
+# -- from the database alone (the CLI) ---------------------------------------------------
+
+
+def cancel_workflow(db: SystemDatabase, workflow_id: str) -> WorkflowStatus:
+    """Cancel a workflow in the database; return the status it had.
+
+    Cancelling a CANCELLED workflow is a no-op (returns CANCELLED), so that
+    scripts can retry. A finished one (SUCCESS, ERROR) raises
+    :class:`WorkflowStatusError`: its outcome is recorded and stays.
+    """
+    result = db.cancel_workflow(workflow_id)
+    if result is None:
+        raise WorkflowNotFoundError(workflow_id)
+    if not result.cancelled and result.previous is not WorkflowStatus.CANCELLED:
+        raise WorkflowStatusError(
+            workflow_id,
+            result.previous,
+            f"workflow {workflow_id!r} already finished with status {result.previous}; "
+            f"only {', '.join(CANCELLABLE)} workflows can be cancelled",
+        )
+    return result.previous
+
+
+def resume_workflow(
+    db: SystemDatabase,
+    workflow_id: str,
+    *,
+    executor_id: str | None = None,
+    owner_key: int | None = None,
+) -> ResumeResult:
+    """Make a cancelled, dead-lettered or settled in-doubt workflow PENDING again.
+
+    ``owner_key`` None leaves it to whichever process claims it;
+    ``executor_id`` None keeps its executor.
+    """
+    result = db.resume_workflow(workflow_id, executor_id=executor_id, owner_key=owner_key)
+    if result is None:
+        raise WorkflowNotFoundError(workflow_id)
+    if result.resumed:
+        return result
+    status = result.previous
+    if status is WorkflowStatus.IN_DOUBT and result.open_intent is not None:
+        detail = (
+            f"its step {result.open_intent} is still in doubt; settle it with "
+            f"{_resolve_hint(workflow_id, result.open_intent)}, which also resumes it"
+        )
+    elif not status.finished:
+        detail = "it has not stopped: it runs, or its executor recovers it"
+    else:
+        detail = (
+            f"only {', '.join(RESUMABLE)} and settled IN_DOUBT workflows can be resumed; "
+            f"to run it again from some step, fork it"
+        )
+    raise WorkflowStatusError(
+        workflow_id, status, f"cannot resume workflow {workflow_id!r}: it is {status}; {detail}"
+    )
+
+
+def fork_workflow(
+    db: SystemDatabase,
+    workflow_id: str,
+    from_step: int,
+    *,
+    new_workflow_id: str | None = None,
+    executor_id: str | None = None,
+    owner_key: int | None = None,
+) -> tuple[str, ForkResult]:
+    """Start a new workflow that reuses ``workflow_id``'s recorded steps below ``from_step``.
+
+    Returns the new id and what was copied. Refused, writing nothing, when
+    ``from_step`` is past the end of the log or an earlier step is in doubt
+    (the fork would silently repeat an effect that may have happened).
+    """
+    if from_step < 0:
+        raise ValueError(f"from_step must be >= 0, got {from_step}")
+    new_id = str(uuid.uuid4()) if new_workflow_id is None else new_workflow_id
+    if not new_id:
+        raise ValueError("a workflow id must be a non-empty string")
+    result = db.fork_workflow(
+        workflow_id,
+        new_workflow_id=new_id,
+        from_step=from_step,
+        executor_id=executor_id,
+        owner_key=owner_key,
+    )
+    if result is None:
+        raise WorkflowNotFoundError(workflow_id)
+    if result.forked:
+        return new_id, result
+    if result.open_intent is not None:
+        raise DbosAgentError(
+            f"cannot fork workflow {workflow_id!r} from step {from_step}: its step "
+            f"{result.open_intent} is in doubt; settle it first with "
+            f"{_resolve_hint(workflow_id, result.open_intent)}, or fork from step "
+            f"{result.open_intent} or earlier to run it again on purpose",
+        )
+    end = 0 if result.last_seq is None else result.last_seq + 1
+    if from_step > end:
+        raise DbosAgentError(
+            f"cannot fork workflow {workflow_id!r} from step {from_step}: its log ends "
+            f"at step {end} (steps 0..{end - 1} recorded); choose a step from 0 to {end}"
+            if end
+            else f"cannot fork workflow {workflow_id!r} from step {from_step}: it has no "
+            f"recorded steps; only step 0 is possible"
+        )
+    raise WorkflowIdConflictError(f"workflow id {new_id!r} is already taken")
+
+
+def settle_in_doubt_step(
+    db: SystemDatabase,
+    workflow_id: str,
+    seq: int,
+    *,
+    output: str | None,
+    owner_key: int | None = None,
+) -> tuple[str, str]:
+    """Settle the in-doubt step ``seq`` (``output`` JSON text, or None to allow a rerun).
+
+    The IN_DOUBT workflow becomes PENDING. Returns its ``(name, inputs)``.
+    """
+    info = db.get_workflow(workflow_id)
+    if info is None:
+        raise WorkflowNotFoundError(workflow_id)
+    step = next((s for s in db.list_steps(workflow_id) if s.seq == seq), None)
+    if (
+        info.status is not WorkflowStatus.IN_DOUBT
+        or step is None
+        or step.status is not StepStatus.PENDING
+    ):
+        raise WorkflowStatusError(
+            workflow_id,
+            info.status,
+            f"workflow {workflow_id!r} has no in-doubt step {seq} to settle "
+            f"(workflow status {info.status}, step "
+            f"{'missing' if step is None else step.status})",
+        )
+    settled = db.settle_in_doubt_step(workflow_id, seq, output, owner_key)
+    if settled is None:
+        raise WorkflowStatusError(
+            workflow_id,
+            info.status,
+            f"workflow {workflow_id!r} step {seq} was settled concurrently",
+        )
+    return settled
+
+
+# -- through the launched runtime (da.cancel, da.resume, ...) -------------------------------
+
+
+def _definition_of(runtime: Runtime, workflow_id: str) -> WorkflowDefinition | None:
+    """The registered function of a stored workflow (a workflow's name never changes)."""
+    info = runtime.db.get_workflow(workflow_id)
+    if info is None:
+        raise WorkflowNotFoundError(workflow_id)
+    return find_workflow(info.name)
+
+
+def _run_here(
+    runtime: Runtime, definition: WorkflowDefinition, workflow_id: str, inputs: str
+) -> Future[Outcome]:
+    """Run a PENDING workflow that this session now owns, from its log.
+
+    If a run of it is still stopping here (cancelled, and not yet at its next
+    step boundary), that run either goes on (the workflow is PENDING again)
+    or stops without recording anything; in the second case start over from
+    the log once it has stopped.
+    """
+    active = runtime.active_future(workflow_id)
+    if active is None:
+        try:
+            return runtime.resume(definition, workflow_id, inputs)
+        except WorkflowInputsError as exc:  # as recovery does: it can never run
+            runtime.db.finish_workflow(
+                workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
+            )
+            raise
+    follow: Future[Outcome] = Future()
+
+    def after(done: Future[Outcome]) -> None:
+        def run_again() -> None:
+            try:
+                outcome = done.result()
+                if isinstance(outcome.error, WorkflowInterruptedError) and not runtime.stopping:
+                    outcome = runtime.resume(definition, workflow_id, inputs).result()
+            except Exception as exc:
+                outcome = Outcome(error=exc)
+            follow.set_result(outcome)
+
+        threading.Thread(target=run_again, name="dbos-agent-resume", daemon=True).start()
+
+    active.add_done_callback(after)
+    return follow
+
+
+def cancel(workflow_id: str) -> WorkflowStatus:
+    """Cancel a workflow; return the status it had (CANCELLED again is a no-op).
+
+    PENDING, ENQUEUED, IN_DOUBT and dead-lettered workflows become CANCELLED.
+    A run of it stops at its next step boundary: before the next step starts
+    when it runs in this process (or hears the cancel notification), else when
+    its next checkpoint is refused. Its ``result()`` raises
+    :class:`WorkflowCancelledError`. A finished workflow raises
+    :class:`WorkflowStatusError`. :func:`resume` undoes a cancel.
+    """
+    runtime = current_runtime()
+    previous = cancel_workflow(runtime.db, workflow_id)
+    runtime.note_cancelled(workflow_id)
+    return previous
+
+
+def resume(workflow_id: str) -> WorkflowHandle[Any]:
+    """Continue a cancelled or dead-lettered workflow from its log; return its handle.
+
+    Recorded steps are not run again. A dead letter gets its recovery attempts
+    back. If this process has the workflow's function it runs here now (and
+    this executor owns it); otherwise it stays PENDING for the next recovery
+    of its executor or any worker. An IN_DOUBT workflow is settled (and so
+    resumed) with :func:`resolve_in_doubt` instead.
+    """
+    runtime = current_runtime()
+    definition = _definition_of(runtime, workflow_id)
+    here = definition is not None
+    result = resume_workflow(
+        runtime.db,
+        workflow_id,
+        executor_id=runtime.executor_id if here else None,
+        owner_key=runtime.session_key if here else None,
+    )
+    future = None
+    if definition is not None:
+        future = _run_here(runtime, definition, workflow_id, result.inputs)
+    return WorkflowHandle(runtime, workflow_id, future)
+
+
+def fork(
+    workflow_id: str, from_step: int, *, new_workflow_id: str | None = None
+) -> WorkflowHandle[Any]:
+    """Start a new workflow (same function and inputs) that reuses the steps below ``from_step``.
+
+    The new workflow replays the original's recorded results of steps
+    ``0..from_step-1`` without running them, and runs live from ``from_step``:
+    rerun an agent from turn N with a fixed tool. It gets ``new_workflow_id``
+    (default: a fresh uuid) and records where it came from. It runs here now
+    if this process has the function, else on the original's executor.
+    """
+    runtime = current_runtime()
+    definition = _definition_of(runtime, workflow_id)
+    here = definition is not None
+    new_id, result = fork_workflow(
+        runtime.db,
+        workflow_id,
+        from_step,
+        new_workflow_id=new_workflow_id,
+        executor_id=runtime.executor_id if here else None,
+        owner_key=runtime.session_key if here else None,
+    )
+    future = None
+    if definition is not None:
+        future = _run_here(runtime, definition, new_id, result.inputs)
+    return WorkflowHandle(runtime, new_id, future)
 
 
 def resolve_in_doubt(
@@ -27,28 +327,11 @@ def resolve_in_doubt(
     if rerun == (result is not _UNSET):
         raise ValueError("pass exactly one of result=... (it happened) or rerun=True")
     runtime = current_runtime()
-    db = runtime.db
-    info = db.get_workflow(workflow_id)
-    if info is None:
-        raise WorkflowNotFoundError(workflow_id)
-    steps = {s.seq: s for s in db.list_steps(workflow_id)}
-    step = steps.get(seq)
-    if (
-        info.status is not WorkflowStatus.IN_DOUBT
-        or step is None
-        or (step.status is not StepStatus.PENDING)
-    ):
-        raise DbosAgentError(
-            f"workflow {workflow_id!r} has no in-doubt step {seq} to settle "
-            f"(workflow status {info.status}, step "
-            f"{'missing' if step is None else step.status})"
-        )
+    definition = _definition_of(runtime, workflow_id)
     output = None if rerun else codec_for(Any).dumps(result, f"workflow {workflow_id!r} step {seq}")
-    definition = find_workflow(info.name)
     owner = runtime.session_key if definition is not None else None
-    settled = db.settle_in_doubt_step(workflow_id, seq, output, owner)
-    if settled is None:
-        raise DbosAgentError(f"workflow {workflow_id!r} step {seq} was settled concurrently")
-    _, inputs = settled
-    future = None if definition is None else runtime.resume(definition, workflow_id, inputs)
+    _, inputs = settle_in_doubt_step(runtime.db, workflow_id, seq, output=output, owner_key=owner)
+    future = None
+    if definition is not None:
+        future = _run_here(runtime, definition, workflow_id, inputs)
     return WorkflowHandle(runtime, workflow_id, future)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from ..errors import WorkflowInputsError
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
-from .registry import find_workflow, workflow_names
+from ..storage.database import StepRow
+from .registry import WorkflowDefinition, find_workflow, workflow_names
 from .runtime import Runtime
 
 log = logging.getLogger("dbos_agent.recovery")
@@ -55,7 +56,10 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
     if report.resumed or report.dead_lettered or report.failed_inputs:
         log.info(
             "recovery: resumed %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
-            report.resumed, report.dead_lettered, report.failed_inputs, report.seconds,
+            report.resumed,
+            report.dead_lettered,
+            report.failed_inputs,
+            report.seconds,
         )
     return report
 
@@ -67,8 +71,30 @@ def _warn_unknown(runtime: Runtime, report: RecoveryReport) -> None:
         log.warning(
             "%d PENDING workflow(s) named %r cannot be recovered: no workflow of that name is "
             "registered in this process (renamed, deleted, or its module not imported before "
-            "launch()). They stay PENDING.", count, name,
+            "launch()). They stay PENDING.",
+            count,
+            name,
         )
+
+
+def run_claimed(
+    runtime: Runtime,
+    definition: WorkflowDefinition,
+    workflow_id: str,
+    inputs: str,
+    recorded: dict[int, StepRow],
+) -> bool:
+    """Run a workflow this session just claimed; False (and ERROR recorded) when its
+    recorded inputs no longer fit the function: its siblings go on regardless."""
+    try:
+        runtime.resume(definition, workflow_id, inputs, recorded)
+    except WorkflowInputsError as exc:
+        log.error("cannot run workflow %s: %s", workflow_id, exc)
+        runtime.db.finish_workflow(
+            workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
+        )
+        return False
+    return True
 
 
 def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport) -> None:
@@ -99,23 +125,21 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
                 log.error(
                     "workflow %s (%s) exceeded its %d recovery attempts and was moved to "
                     "MAX_RECOVERY_ATTEMPTS_EXCEEDED; it will not run again by itself",
-                    claim.workflow_id, claim.name, claim.max_recovery_attempts,
+                    claim.workflow_id,
+                    claim.name,
+                    claim.max_recovery_attempts,
                 )
         logs = db.load_steps_of_many([c.workflow_id for c in live])
         for claim in live:
             definition = find_workflow(claim.name)
             if definition is None:  # unregistered between the claim and now
                 continue
-            try:
-                runtime.resume(definition, claim.workflow_id, claim.inputs,
-                               logs[claim.workflow_id])
-            except WorkflowInputsError as exc:
+            if run_claimed(
+                runtime, definition, claim.workflow_id, claim.inputs, logs[claim.workflow_id]
+            ):
+                report.resumed += 1
+            else:
                 report.failed_inputs += 1
-                log.error("cannot recover workflow %s: %s", claim.workflow_id, exc)
-                db.finish_workflow(claim.workflow_id, WorkflowStatus.ERROR, None,
-                                   dumps_error(exc), runtime.session_key)
-                continue
-            report.resumed += 1
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
             log.info("recovery in progress: %d resumed so far", report.resumed)

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -25,17 +24,19 @@ from ..errors import (
     DbosAgentError,
     NotLaunchedError,
     SerializationError,
+    WorkflowCancelledError,
     WorkflowIdConflictError,
     WorkflowInterruptedError,
-    WorkflowNotFoundError,
 )
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import StepRow, SystemDatabase, WorkflowRow
 from ..storage.session import ExecutorSession
 from .context import OwnershipLost, WorkflowContext, entered_workflow
+from .notifications import Notifications
 from .outcome import Outcome, capture, capture_async, workflow_outcome
-from .registry import WorkflowDefinition, find_workflow
+from .registry import WorkflowDefinition
+from .waiting import wait_for_stored_outcome
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dbos_agent")
 
-_POLL_MIN_S = 0.005
-_POLL_MAX_S = 0.5
+#: NOTIFY channel of cancels (sent by the cancel_workflow query); the payload is the id.
+CANCEL_CHANNEL = "dbos_agent_cancel"
 
 
 @dataclass(eq=False)
@@ -111,13 +112,19 @@ class Runtime:
         self.session = ExecutorSession(db, executor_id, app_version, lease_seconds)
         self.session_key: int | None = None
         self.pool = WorkerPool(workers)
+        #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
+        self.notifications = Notifications(db)
         self.stopping = False
         self.recovery_done = threading.Event()
         self.last_recovery: RecoveryReport | None = None
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}
+        #: Running here and cancelled (by da.cancel here, or a NOTIFY from elsewhere).
+        self._cancelled: set[str] = set()
+        self.notifications.subscribe(CANCEL_CHANNEL, self.note_cancelled)
         self._background: list[threading.Thread] = []
         self._stopped = threading.Event()
+        self._dispatch_wanted = threading.Event()
 
     def open(self) -> Runtime:
         """Register this process's executor session and start its heartbeat."""
@@ -125,13 +132,24 @@ class Runtime:
         self.run_in_background(self._heartbeat, "dbos-agent-heartbeat")
         return self
 
+    def wake_dispatcher(self) -> None:
+        """Tell the queue dispatcher there may be work or room (an enqueue, a finish)."""
+        self._dispatch_wanted.set()
+
+    def wait_for_dispatch(self, timeout: float) -> None:
+        """Sleep in the dispatcher until woken or ``timeout`` passes."""
+        self._dispatch_wanted.wait(timeout)
+        self._dispatch_wanted.clear()
+
     def _heartbeat(self) -> None:
         interval = max(0.05, self.session.lease_seconds / 3)
         while not self._stopped.wait(interval):
             if not self.session.heartbeat():
                 log.error(
                     "executor session %s of %r lost its heartbeat; its workflows may be taken "
-                    "over by other executors", self.session_key, self.executor_id,
+                    "over by other executors",
+                    self.session_key,
+                    self.executor_id,
                 )
 
     # -- admission: idempotent start ---------------------------------------------------
@@ -304,6 +322,8 @@ class Runtime:
 
     def finish(self, run: WorkflowRun, ctx: WorkflowContext, outcome: Outcome) -> Outcome:
         """Record the workflow's outcome (guarded: a run finished elsewhere wins)."""
+        if ctx.cancelled is not None and ctx.diverged is None and ctx.in_doubt is None:
+            return self._stop_cancelled(run)
         # Divergence and doubt stop the workflow even if user code swallowed them.
         if ctx.diverged is not None:
             outcome = Outcome(error=ctx.diverged)
@@ -344,11 +364,58 @@ class Runtime:
         self._resolve(run, outcome)
         return outcome
 
+    def _stop_cancelled(self, run: WorkflowRun) -> Outcome:
+        """A run that saw its workflow cancelled records nothing: the cancel did.
+
+        If an operator resumed the workflow meanwhile (PENDING again), the
+        resumed run records the outcome; this one only stops.
+        """
+        info = self.db.get_workflow(run.workflow_id)
+        if info is None or info.status is WorkflowStatus.PENDING:
+            self._abandon(run, WorkflowCancelledError(f"workflow {run.workflow_id!r} was resumed"))
+            return run.future.result()
+        outcome = workflow_outcome(
+            run.workflow_id, info.status, info.output, info.error, run.definition.result
+        )
+        self._resolve(run, outcome)
+        return outcome
+
+    # -- cancellation --------------------------------------------------------------------
+
+    def note_cancelled(self, workflow_id: str) -> None:
+        """A cancel of ``workflow_id`` committed: its run here stops before its next step.
+
+        Called by ``da.cancel`` in this process, and by the notification
+        listener for cancels from anywhere else (the CLI, another process). A
+        lost NOTIFY only means the run stops at its next checkpoint instead.
+        """
+        with self._lock:
+            if workflow_id in self._active:
+                self._cancelled.add(workflow_id)
+
+    def cancellation(self, workflow_id: str) -> WorkflowCancelledError | None:
+        """The error that stops a run of ``workflow_id`` at its next step, if it was cancelled.
+
+        Checked at every step boundary, so the common case is one set lookup.
+        A flagged workflow is confirmed in the database: one resumed since the
+        cancel is PENDING again and goes on.
+        """
+        if workflow_id not in self._cancelled:
+            return None
+        with self._lock:
+            self._cancelled.discard(workflow_id)
+        info = self.db.get_workflow(workflow_id)
+        if info is not None and info.status is WorkflowStatus.PENDING:
+            return None
+        return WorkflowCancelledError(f"workflow {workflow_id!r} was cancelled")
+
     def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
         with self._lock:
             active = self._active.get(run.workflow_id)
             if active is not None and active.future is run.future:
                 del self._active[run.workflow_id]
+                self._cancelled.discard(run.workflow_id)
+        self._dispatch_wanted.set()  # a slot may have freed up
         if not run.future.done():
             run.future.set_result(outcome)
 
@@ -422,40 +489,17 @@ class Runtime:
         """Wait until the workflow is finished, by whichever process runs it.
 
         Waits on the in-process run when there is one, else polls the
-        database with backoff. Raises TimeoutError after ``timeout`` seconds.
+        database. A run here that stops without an outcome (taken over,
+        shut down) falls back to the database. Raises TimeoutError.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_MIN_S
         while True:
-            future = self.active_future(workflow_id)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if future is not None:
-                try:
-                    outcome = future.result(remaining)
-                except FutureTimeout:
-                    raise TimeoutError(
-                        f"workflow {workflow_id!r} did not finish within {timeout}s"
-                    ) from None
-                if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-                    return outcome
-                continue
-            info = self.db.get_workflow(workflow_id)
-            if info is None:
-                raise WorkflowNotFoundError(workflow_id)
-            if info.status.finished:
-                definition = find_workflow(info.name)
-                return workflow_outcome(
-                    workflow_id, info.status, info.output, info.error,
-                    definition.result if definition else None,
-                )
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"workflow {workflow_id!r} did not finish within {timeout}s "
-                    f"(status {info.status})"
-                )
-            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
-            time.sleep(max(0.0, pause))
-            delay = min(delay * 2, _POLL_MAX_S)
+            outcome = wait_for_stored_outcome(
+                self.db, workflow_id, remaining, lambda: self.active_future(workflow_id)
+            )
+            if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+                return outcome
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -473,6 +517,8 @@ class Runtime:
         global _runtime
         self.stopping = True
         self._stopped.set()
+        self.notifications.stop()  # waiting workflows stop now and stay PENDING
+        self._dispatch_wanted.set()
         for thread in self._background:
             thread.join(grace)
         with self._lock:
@@ -520,6 +566,7 @@ def launch(
     workers: int = 16,
     pool_size: int | None = None,
     lease_seconds: float = 30.0,
+    run_queues: bool = True,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -531,8 +578,11 @@ def launch(
     ``lease_seconds`` is how long this process's heartbeat lease lasts: other
     executors take its workflows over only after it ran out (a restart under
     the same ``executor_id`` does not wait when Postgres saw the process die).
+    With ``run_queues`` this process also runs the workflows of the queues it
+    defines, as its free worker slots and the queues' limits allow.
     """
     global _runtime
+    from .queues import run_dispatcher
     from .recovery import recover_pending
 
     with _runtime_lock:
@@ -554,7 +604,10 @@ def launch(
             db.close()
             raise
         runtime = Runtime(
-            db, executor_id=executor_id, app_version=app_version, workers=workers,
+            db,
+            executor_id=executor_id,
+            app_version=app_version,
+            workers=workers,
             lease_seconds=lease_seconds,
         )
         try:
@@ -563,8 +616,11 @@ def launch(
             db.close()
             raise
         _runtime = runtime
+    runtime.notifications.start()
     if recover:
         runtime.run_in_background(lambda: recover_pending(runtime), "dbos-agent-recovery")
     else:
         runtime.recovery_done.set()
+    if run_queues:
+        runtime.run_in_background(lambda: run_dispatcher(runtime), "dbos-agent-dispatcher")
     return runtime

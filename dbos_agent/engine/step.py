@@ -45,10 +45,12 @@ def _adopt(ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrit
         if write.workflow_status is None:
             raise WorkflowNotFoundError(ctx.workflow_id)
         if write.workflow_status is WorkflowStatus.CANCELLED:
-            raise WorkflowCancelledError(f"workflow {ctx.workflow_id!r} was cancelled")
-        raise WorkflowCancelledError(
-            f"workflow {ctx.workflow_id!r} is {write.workflow_status} elsewhere; this run stops"
-        )
+            ctx.cancelled = WorkflowCancelledError(f"workflow {ctx.workflow_id!r} was cancelled")
+        else:
+            ctx.cancelled = WorkflowCancelledError(
+                f"workflow {ctx.workflow_id!r} is {write.workflow_status} elsewhere; this run stops"
+            )
+        raise ctx.cancelled
     if existing.name != step.name:
         ctx.diverged = WorkflowDivergedError(ctx.workflow_id, seq, existing.name, step.name)
         raise ctx.diverged

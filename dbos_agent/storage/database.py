@@ -82,6 +82,40 @@ class RecoveryClaim:
     max_recovery_attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What :meth:`SystemDatabase.cancel_workflow` found and did."""
+
+    cancelled: bool
+    previous: WorkflowStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    """What :meth:`SystemDatabase.resume_workflow` found and did, and what a runner needs."""
+
+    resumed: bool
+    previous: WorkflowStatus
+    #: The first step whose intent has no result (why an IN_DOUBT workflow was refused).
+    open_intent: int | None
+    name: str
+    inputs: str
+    executor_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    """What :meth:`SystemDatabase.fork_workflow` found and did, and what a runner needs."""
+
+    forked: bool
+    copied_steps: int
+    name: str
+    inputs: str
+    executor_id: str
+    last_seq: int | None
+    #: The first in-doubt step below ``from_step`` (why a fork was refused).
+    open_intent: int | None
+
 def _q(name: str) -> LiteralString:
     # The named queries are static text shipped with the package, never user input.
     query: LiteralString = queries()[name]
@@ -640,3 +674,75 @@ class SystemDatabase:
     def listen(conn: psycopg.Connection[TupleRow], channel: str) -> None:
         """``LISTEN channel`` on a listener connection (the name is quoted, not trusted)."""
         conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+    # -- operator actions --
+
+    def cancel_workflow(self, workflow_id: str) -> CancelResult | None:
+        """Cancel an unfinished (or stuck) workflow and notify its runner; None if unknown."""
+        with self._pool.connection() as conn:
+            row = conn.execute(_q("cancel_workflow"), {"workflow_id": workflow_id}).fetchone()
+        return None if row is None else CancelResult(bool(row[0]), WorkflowStatus(row[1]))
+
+    def resume_workflow(
+        self, workflow_id: str, *, executor_id: str | None, owner_key: int | None
+    ) -> ResumeResult | None:
+        """Make a cancelled, dead-lettered or settled in-doubt workflow PENDING; None if unknown.
+
+        ``owner_key`` is the session that will run it now (None: whoever claims it);
+        ``executor_id`` None keeps the workflow's executor.
+        """
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("resume_workflow"),
+                {"workflow_id": workflow_id, "executor_id": executor_id, "owner_key": owner_key},
+            ).fetchone()
+        if row is None:
+            return None
+        resumed, previous, open_intent, name, inputs, executor = row
+        return ResumeResult(
+            bool(resumed), WorkflowStatus(previous), open_intent, name, inputs, executor
+        )
+
+    def fork_workflow(
+        self,
+        workflow_id: str,
+        *,
+        new_workflow_id: str,
+        from_step: int,
+        executor_id: str | None,
+        owner_key: int | None,
+    ) -> ForkResult | None:
+        """Copy a workflow and its recorded steps below ``from_step`` under a new id, PENDING.
+
+        One statement: nothing is written unless everything is. None if the original is unknown.
+        """
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _q("fork_workflow"),
+                {
+                    "workflow_id": workflow_id,
+                    "new_workflow_id": new_workflow_id,
+                    "from_step": from_step,
+                    "executor_id": executor_id,
+                    "owner_key": owner_key,
+                },
+            ).fetchone()
+        if row is None:
+            return None
+        forked, copied, name, inputs, executor, last_seq, open_intent = row
+        return ForkResult(bool(forked), copied, name, inputs, executor, last_seq, open_intent)
+
+    def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:
+        """``(original id, from_step)`` of a forked workflow, else None."""
+        with self._pool.connection() as conn:
+            row = conn.execute(_q("get_fork_origin"), {"workflow_id": workflow_id}).fetchone()
+        return None if row is None or row[0] is None else (row[0], row[1])
+
+    def schema_version(self) -> int:
+        """The newest migration applied to this database (0 before the first ``migrate``)."""
+        with self._pool.connection() as conn:
+            exists = conn.execute(_q("has_schema")).fetchone()
+            if exists is None or not exists[0]:
+                return 0
+            row = conn.execute(_q("get_schema_version")).fetchone()
+        return 0 if row is None else int(row[0])

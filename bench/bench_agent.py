@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Agent benchmark: what the durable layer costs per agent turn, and how fast a resume is.
+
+Both figures use the local scripted Messages API server (real HTTP on 127.0.0.1) and the
+official ``anthropic`` client, on the Postgres given by ``--dsn``:
+
+  overhead  One agent turn = one model call + 3 tool calls. The same loop runs as a
+            ``@durable_workflow`` (model and tool calls checkpointed) and as plain Python
+            (the same ``Model``/``@tool`` objects outside a workflow are plain calls),
+            alternating, ``--repeat`` conversations of ``--turns`` turns each; the figure is
+            median(durable per turn) - median(plain per turn).
+  replay    A ``--replay-turns``-turn conversation (model + 3 tools per turn) runs live and
+            is "killed" after its final reply is recorded; re-calling it under the same id
+            replays every step. Timed warm (same process) and cold (a fresh child process:
+            first use of the validators included), from the call to its return: loading
+            the log, replaying, rebuilding the messages, and recording the result.
+
+Targets: added overhead per turn < 5 ms; replay of 200 turns < 200 ms.
+
+    python bench/bench_agent.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
+
+Uses its own database ``dbos_agent_bench_agent`` on that server (dropped and recreated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import anthropic
+import psycopg
+from anthropic.types import MessageParam
+from psycopg import sql
+
+import dbos_agent as da
+from dbos_agent.agent import (
+    Model,
+    ToolRegistry,
+    last_replay_report,
+    replay_report,
+    tool,
+    track_replay,
+)
+from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
+from dbos_agent.storage.dsn import with_dbname
+
+BENCH_DB = "dbos_agent_bench_agent"
+
+
+class Killed(BaseException):
+    """Stops a workflow the way a dying process would: no outcome recorded."""
+
+
+# --------------------------------------------------------------------------- the agent
+
+
+def script(body: dict[str, Any]) -> ScriptItem:
+    """Three tool calls per turn until the turn count in the first message, then an answer."""
+    messages = body["messages"]
+    turns = int(str(messages[0]["content"]).split("=")[1])
+    turn = sum(1 for m in messages if m["role"] == "assistant")
+    if turn >= turns:
+        return Reply([text("All done.")], usage=(100, 5))
+    return Reply(
+        [
+            text(f"Turn {turn}: looking at three things."),
+            tool_use("lookup", {"key": f"a{turn}"}),
+            tool_use("lookup", {"key": f"b{turn}"}),
+            tool_use("count", {"word": f"c{turn}", "times": 3}),
+        ],
+        usage=(100, 20),
+    )
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+@tool
+def count(word: str, times: int) -> int:
+    """Count letters."""
+    return len(word) * times
+
+
+TOOLS = ToolRegistry([lookup, count])
+STATE: dict[str, Any] = {}
+
+
+def agent_loop(turns: int) -> str:
+    model: Model = STATE["model"]
+    messages: list[MessageParam] = [{"role": "user", "content": f"turns={turns}"}]
+    while True:
+        reply = model.create(messages)
+        messages.append(reply.to_param())
+        if reply.stop_reason != "tool_use":
+            if STATE.pop("kill_at_end", False):
+                raise Killed()
+            return "".join(b.text for b in reply.content if b.type == "text")
+        messages.append({"role": "user", "content": TOOLS.call_all(reply.content)})
+
+
+@da.durable_workflow(name="bench_agent")
+def durable_agent(turns: int) -> str:
+    track_replay()
+    answer = agent_loop(turns)
+    replay_report()  # closes the replay phase of a run that only replayed
+    return answer
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def overhead(turns: int, repeat: int) -> dict[str, Any]:
+    plain: list[float] = []
+    durable: list[float] = []
+    for i in range(repeat + 2):  # two warm-up rounds
+        started = time.perf_counter()
+        agent_loop(turns)
+        p = (time.perf_counter() - started) / (turns + 1)
+        started = time.perf_counter()
+        with da.workflow_id(f"ovh-{uuid.uuid4().hex[:10]}"):
+            durable_agent(turns)
+        d = (time.perf_counter() - started) / (turns + 1)
+        if i >= 2:
+            plain.append(p * 1000)
+            durable.append(d * 1000)
+    p50, d50 = statistics.median(plain), statistics.median(durable)
+    return {
+        "scenario": "overhead",
+        "turns": turns,
+        "repeat": repeat,
+        "plain_ms_per_turn": round(p50, 3),
+        "durable_ms_per_turn": round(d50, 3),
+        "overhead_ms_per_turn": round(d50 - p50, 3),
+        "steps_per_turn": 4,
+    }
+
+
+def crashed_conversation(turns: int) -> str:
+    wid = f"replay-{turns}-{uuid.uuid4().hex[:10]}"
+    STATE["kill_at_end"] = True
+    try:
+        with da.workflow_id(wid):
+            durable_agent(turns)
+    except Killed:
+        pass
+    return wid
+
+
+def replay_warm(wid: str, turns: int) -> dict[str, float]:
+    started = time.perf_counter()
+    with da.workflow_id(wid):
+        durable_agent(turns)
+    total = time.perf_counter() - started
+    report = last_replay_report(wid)
+    assert report is not None and report.model_calls_replayed == turns + 1
+    return {"call_ms": total * 1000, "replay_phase_ms": report.elapsed_s * 1000,
+            "steps": report.steps_replayed}
+
+
+def replay(dsn: str, url: str, turns: int, repeat: int) -> dict[str, Any]:
+    warm: list[dict[str, float]] = []
+    cold: list[dict[str, float]] = []
+    for _ in range(repeat):
+        warm.append(replay_warm(crashed_conversation(turns), turns))
+        wid = crashed_conversation(turns)
+        out = subprocess.run(
+            [sys.executable, __file__, "--role", "resume", "--dsn", dsn, "--url", url,
+             "--workflow-id", wid, "--replay-turns", str(turns)],
+            capture_output=True, text=True, check=True,
+        )
+        cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 2)
+
+    return {
+        "scenario": "replay",
+        "turns": turns,
+        "steps": int(warm[0]["steps"]),
+        "repeat": repeat,
+        "warm_call_ms": med(warm, "call_ms"),
+        "warm_replay_phase_ms": med(warm, "replay_phase_ms"),
+        "cold_call_ms": med(cold, "call_ms"),
+        "cold_replay_phase_ms": med(cold, "replay_phase_ms"),
+    }
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+def fresh_database(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(BENCH_DB)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
+    return with_dbname(dsn, BENCH_DB)
+
+
+def use_model(url: str) -> None:
+    client = anthropic.Anthropic(base_url=url, api_key="scripted")
+    STATE["model"] = Model(client, model="claude-sonnet-4-5", max_tokens=256)
+
+
+def child_resume(args: argparse.Namespace) -> None:
+    use_model(args.url)
+    runtime = da.launch(args.dsn, executor_id=f"bench-{uuid.uuid4().hex[:8]}", recover=False)
+    try:
+        print(json.dumps(replay_warm(args.workflow_id, args.replay_turns)))
+    finally:
+        runtime.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", required=True, help="a Postgres server (a database is made)")
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--replay-turns", type=int, default=200)
+    parser.add_argument("--replay-repeat", type=int, default=3)
+    parser.add_argument("--role", default="parent", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--workflow-id", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "resume":
+        child_resume(args)
+        return
+
+    dsn = fresh_database(args.dsn)
+    with ScriptedServer(script) as server:
+        use_model(server.url)
+        runtime = da.launch(dsn, executor_id="bench-agent", recover=False)
+        try:
+            rows = [
+                overhead(args.turns, args.repeat),
+                replay(dsn, server.url, args.replay_turns, args.replay_repeat),
+            ]
+        finally:
+            runtime.shutdown()
+    for row in rows:
+        print(json.dumps(row))
+    ovh, rep = rows
+    print()
+    print(f"per turn (model + 3 tools): plain {ovh['plain_ms_per_turn']:.2f} ms, durable "
+          f"{ovh['durable_ms_per_turn']:.2f} ms -> overhead {ovh['overhead_ms_per_turn']:.2f} ms "
+          f"(target < 5 ms)")
+    print(f"replay of {rep['turns']} turns ({rep['steps']} steps): warm "
+          f"{rep['warm_call_ms']:.1f} ms (replay phase {rep['warm_replay_phase_ms']:.1f} ms), "
+          f"cold process {rep['cold_call_ms']:.1f} ms (replay phase "
+          f"{rep['cold_replay_phase_ms']:.1f} ms) (target < 200 ms)")
+
+
+if __name__ == "__main__":
+    main()

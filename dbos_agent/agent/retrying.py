@@ -1,0 +1,87 @@
+"""Self-healing model calls: which API failures are worth another attempt, and when.
+
+The engine's step retry loop is the only retry loop for model calls (the client is used
+with ``max_retries=0``): every attempt then shows in the step log's ``attempts`` column, and
+there is one retry budget instead of the client's retries multiplied by the step's. This
+module supplies the two things the generic loop cannot know: which errors are transient
+(overloaded, rate-limited, 5xx, timeouts, dropped connections) and how long the server
+asked us to wait (``retry-after``), which takes precedence over our own backoff when longer.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass
+
+import anthropic
+
+from ..engine.registry import RetryPolicy
+
+#: Exception types that may be transient; :func:`is_retryable` decides on the status code.
+RETRYABLE_TYPES: tuple[type[BaseException], ...] = (
+    anthropic.APIConnectionError,  # includes APITimeoutError
+    anthropic.APIStatusError,
+)
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+
+def is_retryable(error: BaseException) -> bool:
+    """True for 529/overloaded, 429, 408, 409, any 5xx, timeouts and connection errors.
+
+    Never for other 4xx (a 400 will fail the same way again). A server that says
+    ``x-should-retry: false`` is obeyed.
+    """
+    if isinstance(error, anthropic.APIConnectionError):
+        return True
+    if not isinstance(error, anthropic.APIStatusError):
+        return False
+    response = getattr(error, "response", None)
+    if response is not None and response.headers.get("x-should-retry") == "false":
+        return False
+    status = error.status_code
+    return status in _RETRYABLE_STATUS or status >= 500
+
+
+def retry_after_seconds(error: BaseException) -> float | None:
+    """The wait the server asked for (``retry-after-ms`` or ``retry-after``), if any."""
+    response = getattr(error, "response", None)
+    if not isinstance(error, anthropic.APIStatusError) or response is None:
+        return None
+    headers = response.headers
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            return max(0.0, float(raw) * scale)
+        except ValueError:
+            parsed = email.utils.parsedate_tz(raw)
+            if parsed is not None:
+                return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRetryPolicy(RetryPolicy):
+    """Exponential backoff with jitter for transient API errors, honouring ``retry-after``.
+
+    ``max_retry_after`` caps how long a ``retry-after`` may make us wait; a longer demand
+    gives up (the error is recorded) rather than blocking a workflow for minutes.
+    """
+
+    max_retry_after: float = 120.0
+
+    def delay_before_retry(self, attempt: int, error: BaseException) -> float | None:
+        if not is_retryable(error):
+            return None
+        delay = RetryPolicy.delay_before_retry(self, attempt, error)
+        if delay is None:
+            return None
+        asked = retry_after_seconds(error)
+        if asked is None:
+            return delay
+        if asked > self.max_retry_after:
+            return None
+        return max(delay, asked)

@@ -1,0 +1,117 @@
+"""A client: enqueue and inspect workflows from a process that only holds a database URL.
+
+A web handler or a script can enqueue work for the workers without importing
+the workflow functions; arguments are stored unbound and bound to the
+signature by the worker that runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from types import TracebackType
+from typing import Any
+
+from ..errors import WorkflowNotFoundError
+from ..records import StepInfo, WorkflowInfo, WorkflowStatus
+from ..serialization import codec_for
+from ..storage.database import SystemDatabase
+from .waiting import wait_for_stored_outcome
+
+
+class ClientHandle:
+    """A workflow seen from a client: its result comes back as plain JSON data."""
+
+    def __init__(self, db: SystemDatabase, workflow_id: str) -> None:
+        self._db = db
+        self.workflow_id = workflow_id
+
+    def __repr__(self) -> str:
+        return f"ClientHandle({self.workflow_id!r})"
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the workflow's result (or raise its error)."""
+        return wait_for_stored_outcome(self._db, self.workflow_id, timeout).unwrap()
+
+    def get_info(self) -> WorkflowInfo:
+        info = self._db.get_workflow(self.workflow_id)
+        if info is None:
+            raise WorkflowNotFoundError(self.workflow_id)
+        return info
+
+    def status(self) -> WorkflowStatus:
+        return self.get_info().status
+
+    def steps(self) -> list[StepInfo]:
+        return self._db.list_steps(self.workflow_id)
+
+
+class Client:
+    """Connects to the system database without running workflows."""
+
+    def __init__(self, database_url: str | None = None, *, pool_size: int = 4) -> None:
+        url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
+        if not url:
+            from ..storage.embedded import embedded_database_url
+
+            url = embedded_database_url()
+        self.db = SystemDatabase(url, pool_size=pool_size)
+        self.db.open()
+        self.db.migrate()
+
+    def enqueue(
+        self,
+        queue: str,
+        workflow_name: str,
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        priority: int = 0,
+        app_version: str | None = None,
+        max_recovery_attempts: int = 50,
+        **kwargs: Any,
+    ) -> ClientHandle:
+        """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept."""
+        codec = codec_for(Any)
+        inputs = json.dumps(
+            {
+                "$args": codec.to_jsonable(list(args), f"enqueue of {workflow_name!r}"),
+                "$kwargs": codec.to_jsonable(kwargs, f"enqueue of {workflow_name!r}"),
+            }
+        )
+        wid = workflow_id or str(uuid.uuid4())
+        self.db.insert_workflow(
+            workflow_id=wid,
+            name=workflow_name,
+            inputs=inputs,
+            executor_id="client",
+            app_version=app_version,
+            max_recovery_attempts=max_recovery_attempts,
+            owner_key=None,
+            queue_name=queue,
+            priority=priority,
+        )
+        return ClientHandle(self.db, wid)
+
+    def retrieve(self, workflow_id: str) -> ClientHandle:
+        handle = ClientHandle(self.db, workflow_id)
+        handle.get_info()
+        return handle
+
+    def list_workflows(self, **filters: Any) -> list[WorkflowInfo]:
+        return self.db.list_workflows(**filters)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

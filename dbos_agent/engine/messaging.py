@@ -1,0 +1,309 @@
+"""Durable messages into workflows (``send``/``recv``) and events out of them.
+
+Exactly once, by construction in the database:
+
+* ``recv`` consumes the oldest unconsumed message of (workflow, topic) and
+  records it as the result of its step in **one statement**
+  (``receive_message`` in queries.sql): the message is marked with the step
+  position that took it only if that step row was written. There is no moment
+  at which a message is consumed but not recorded, or recorded twice; on
+  replay ``recv`` returns the recorded message and touches no mailbox.
+* ``send`` from a workflow is a step whose message carries the idempotency
+  key ``"<workflow id>:<position>"`` (the position's :func:`step_key`): a
+  crash between the insert and the checkpoint re-sends under the same key,
+  which inserts nothing. From outside a workflow, pass ``idempotency_key``.
+* ``set_event`` records its step and upserts the value in one statement.
+
+Waiting uses LISTEN/NOTIFY with polling behind it (see notifications.py);
+timeouts are durable deadlines on the database's clock (see timers.py).
+Values are JSON through pydantic; pass ``as_type`` to get a typed value back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar, overload
+
+from ..errors import WorkflowNotFoundError
+from ..records import StepStatus
+from ..serialization import Codec, codec_for
+from .context import current_context, in_step
+from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL, Io, Plan, run_plan, run_plan_async
+from .outcome import Outcome
+from .runtime import Runtime, current_runtime
+from .step import _adopt, checkpoint
+from .timers import (
+    builtin_step,
+    cancel_key,
+    check_seconds,
+    continue_or_adopt,
+    durable_wait,
+    recorded,
+    wait_once,
+    where,
+    workflow_only,
+)
+
+T = TypeVar("T")
+
+SEND_STEP = "dbos_agent.send"
+RECV_STEP = "dbos_agent.recv"
+SET_EVENT_STEP = "dbos_agent.set_event"
+GET_EVENT_STEP = "dbos_agent.get_event"
+
+_ANY = codec_for(Any)
+_SEND = builtin_step(SEND_STEP, codec_for(None))
+_SET_EVENT = builtin_step(SET_EVENT_STEP, codec_for(None))
+
+
+def _timeout(timeout: float | None) -> float | None:
+    """None (or infinity) waits forever."""
+    if timeout is None or timeout == math.inf:
+        return None
+    return check_seconds(timeout, "timeout")
+
+
+# -- send ---------------------------------------------------------------------------------
+
+
+def _insert(
+    runtime: Runtime, destination_id: str, payload: str, topic: str | None, key: str | None
+) -> Outcome:
+    found, _ = runtime.db.insert_message(
+        destination_id=destination_id, topic=topic or "", message=payload, idempotency_key=key
+    )
+    return Outcome() if found else Outcome(error=WorkflowNotFoundError(destination_id))
+
+
+def _send_plan(
+    destination_id: str, message: Any, topic: str | None, idempotency_key: str | None
+) -> Plan[None]:
+    ctx = current_context()
+    payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
+    if ctx is None or in_step():
+        runtime = current_runtime() if ctx is None else ctx.runtime
+        sent: Outcome = yield Io(
+            partial(_insert, runtime, destination_id, payload, topic, idempotency_key)
+        )
+        sent.unwrap()
+        return
+    seq, row = ctx.begin_step(SEND_STEP)
+    if row is not None:
+        recorded(ctx, _SEND, seq, row).unwrap()
+        return
+    started_at = datetime.now(UTC)
+    key = idempotency_key or f"{ctx.workflow_id}:{seq}"
+    sent = yield Io(partial(_insert, ctx.runtime, destination_id, payload, topic, key))
+    done: Outcome = yield Io(partial(checkpoint, ctx, _SEND, seq, sent, 1, started_at))
+    done.unwrap()
+
+
+def send(
+    workflow_id: str,
+    message: Any,
+    topic: str | None = None,
+    idempotency_key: str | None = None,
+) -> None:
+    """Send ``message`` (JSON through pydantic) to the workflow ``workflow_id``, durably.
+
+    It waits in the database until that workflow ``recv``s it on ``topic``
+    (None is the default topic, the same as ``""``). Messages with the same
+    ``idempotency_key`` to the same workflow are delivered once. Called in a
+    workflow, the send is a step (``dbos_agent.send``) keyed by its position, so
+    replay never sends twice. Inside a ``@step`` it is a plain send (the step may
+    run again): key it, e.g. ``idempotency_key=f"{da.step_key()}:1"``. Raises
+    WorkflowNotFoundError for an unknown id.
+    """
+    run_plan(_send_plan(workflow_id, message, topic, idempotency_key))
+
+
+async def send_async(
+    workflow_id: str,
+    message: Any,
+    topic: str | None = None,
+    idempotency_key: str | None = None,
+) -> None:
+    """:func:`send` for ``async`` code."""
+    await run_plan_async(_send_plan(workflow_id, message, topic, idempotency_key))
+
+
+# -- recv ---------------------------------------------------------------------------------
+
+
+def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[Any]:
+    timeout = _timeout(timeout)
+    ctx = workflow_only("recv()")
+    seq, row = ctx.begin_step(RECV_STEP)
+    step = builtin_step(RECV_STEP, codec)
+    if row is not None and row.status is not StepStatus.PENDING:
+        return recorded(ctx, step, seq, row).unwrap()
+    db = ctx.runtime.db
+    started_at = datetime.now(UTC)
+    inputs = {"topic": topic}
+
+    def attempt() -> Plan[Outcome | None]:
+        write, message = yield Io(
+            partial(
+                db.receive_message,
+                workflow_id=ctx.workflow_id,
+                seq=seq,
+                name=RECV_STEP,
+                topic=topic or "",
+                inputs=json.dumps(inputs),
+                started_at=started_at,
+                owner_key=ctx.runtime.session_key,
+            )
+        )
+        if write.written:
+            return Outcome(codec.loads(message or "null", where(ctx, seq, step)))
+        return continue_or_adopt(ctx, step, seq, write)  # None: nothing to take yet
+
+    wakes = ((MESSAGES_CHANNEL, ctx.workflow_id), cancel_key(ctx))
+    with ctx.runtime.notifications.waiter(*wakes) as waiter:
+        outcome = yield from durable_wait(ctx, step, seq, row, inputs, timeout, waiter, attempt)
+    return outcome.unwrap()
+
+
+@overload
+def recv(topic: str | None = None, timeout: float | None = 60.0) -> Any: ...
+@overload
+def recv(topic: str | None, timeout: float | None, *, as_type: type[T]) -> T: ...
+@overload
+def recv(*, topic: str | None = None, timeout: float | None = 60.0, as_type: type[T]) -> T: ...
+
+
+def recv(topic: str | None = None, timeout: float | None = 60.0, *, as_type: Any = Any) -> Any:
+    """Take the oldest message sent to this workflow on ``topic``, waiting up to ``timeout``.
+
+    Returns None on timeout (``timeout=None`` waits forever). A step
+    (``dbos_agent.recv``): the message is consumed and recorded in one
+    statement, so it is received exactly once, also across crashes; replay
+    returns the recorded message (or None). The timeout is a durable deadline:
+    after a crash the wait ends at the original time. Only in a workflow.
+    """
+    return run_plan(_recv_plan(topic, timeout, codec_for(as_type)))
+
+
+async def recv_async(
+    topic: str | None = None, timeout: float | None = 60.0, *, as_type: Any = Any
+) -> Any:
+    """:func:`recv` for ``async`` workflows (waits on the event loop)."""
+    return await run_plan_async(_recv_plan(topic, timeout, codec_for(as_type)))
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+def _set_event_plan(key: str, value: Any) -> Plan[None]:
+    ctx = workflow_only("set_event()")
+    payload = _ANY.dumps(value, f"workflow {ctx.workflow_id!r} event {key!r}")
+    seq, row = ctx.begin_step(SET_EVENT_STEP)
+    if row is not None:
+        recorded(ctx, _SET_EVENT, seq, row).unwrap()
+        return
+    write = yield Io(
+        partial(
+            ctx.runtime.db.set_event,
+            workflow_id=ctx.workflow_id,
+            seq=seq,
+            name=SET_EVENT_STEP,
+            key=key,
+            value=payload,
+            inputs=json.dumps({"key": key}),
+            started_at=datetime.now(UTC),
+            owner_key=ctx.runtime.session_key,
+        )
+    )
+    if not write.written:
+        _adopt(ctx, _SET_EVENT, seq, write).unwrap()
+
+
+def set_event(key: str, value: Any) -> None:
+    """Publish ``value`` (JSON through pydantic) under ``key`` from this workflow.
+
+    The last value per key wins; :func:`get_event` reads it from anywhere. A
+    step (``dbos_agent.set_event``): the step and the value are written in one
+    statement, and replay does not write again. Only in a workflow.
+    """
+    run_plan(_set_event_plan(key, value))
+
+
+async def set_event_async(key: str, value: Any) -> None:
+    """:func:`set_event` for ``async`` workflows."""
+    await run_plan_async(_set_event_plan(key, value))
+
+
+def _poll_event(
+    runtime: Runtime, workflow_id: str, key: str, timeout: float | None, codec: Codec
+) -> Plan[Any]:
+    """Outside a workflow: wait for the event without recording anything."""
+    end = math.inf if timeout is None else time.monotonic() + timeout
+    where_ = f"workflow {workflow_id!r} event {key!r}"
+    with runtime.notifications.waiter((EVENTS_CHANNEL, workflow_id)) as waiter:
+        while True:
+            text = yield Io(partial(runtime.db.get_event, workflow_id, key))
+            if text is not None:
+                return codec.loads(text, where_)
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            yield from wait_once(runtime, waiter, left, None)
+
+
+def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Codec) -> Plan[Any]:
+    timeout = _timeout(timeout)
+    ctx = current_context()
+    if ctx is None or in_step():
+        runtime = current_runtime() if ctx is None else ctx.runtime
+        return (yield from _poll_event(runtime, workflow_id, key, timeout, codec))
+    seq, row = ctx.begin_step(GET_EVENT_STEP)
+    step = builtin_step(GET_EVENT_STEP, codec)
+    if row is not None and row.status is not StepStatus.PENDING:
+        return recorded(ctx, step, seq, row).unwrap()
+    db = ctx.runtime.db
+    started_at = datetime.now(UTC)
+
+    def attempt() -> Plan[Outcome | None]:
+        text = yield Io(partial(db.get_event, workflow_id, key))
+        if text is None:
+            return None
+        value = codec.loads(text, where(ctx, seq, step))
+        done: Outcome = yield Io(partial(checkpoint, ctx, step, seq, Outcome(value), 1, started_at))
+        return done
+
+    inputs = {"workflow_id": workflow_id, "key": key}
+    wakes = ((EVENTS_CHANNEL, workflow_id), cancel_key(ctx))
+    with ctx.runtime.notifications.waiter(*wakes) as waiter:
+        outcome = yield from durable_wait(ctx, step, seq, row, inputs, timeout, waiter, attempt)
+    return outcome.unwrap()
+
+
+@overload
+def get_event(workflow_id: str, key: str, timeout: float | None = 60.0) -> Any: ...
+@overload
+def get_event(
+    workflow_id: str, key: str, timeout: float | None = 60.0, *, as_type: type[T]
+) -> T: ...
+
+
+def get_event(
+    workflow_id: str, key: str, timeout: float | None = 60.0, *, as_type: Any = Any
+) -> Any:
+    """The value workflow ``workflow_id`` published under ``key``, waiting up to ``timeout``.
+
+    Returns None if it is not set in time (``timeout=None`` waits forever).
+    Works from anywhere; in a workflow it is a step (``dbos_agent.get_event``)
+    whose result replays, with a durable deadline like :func:`recv`.
+    """
+    return run_plan(_get_event_plan(workflow_id, key, timeout, codec_for(as_type)))
+
+
+async def get_event_async(
+    workflow_id: str, key: str, timeout: float | None = 60.0, *, as_type: Any = Any
+) -> Any:
+    """:func:`get_event` for ``async`` code (waits on the event loop)."""
+    return await run_plan_async(_get_event_plan(workflow_id, key, timeout, codec_for(as_type)))

@@ -1,0 +1,148 @@
+"""Durable queues: workflows recorded ENQUEUED and run by whichever worker has room.
+
+Limits hold across every worker sharing the database: ``concurrency`` (in
+flight over all workers), ``worker_concurrency`` (in flight on one worker)
+and ``rate_limit`` (starts per period). A dequeue counts and applies them in
+one transaction serialised per queue (see ``dequeue_workflows`` in queries.sql).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import DbosAgentError
+from .handle import WorkflowHandle
+from .recovery import run_claimed
+from .registry import find_workflow, workflow_names
+from .runtime import Runtime, current_runtime
+
+log = logging.getLogger("dbos_agent.queues")
+
+_queues_lock = threading.Lock()
+_queues: dict[str, Queue] = {}
+
+
+class Queue:
+    """A named queue of workflows. Create it at import time, like the workflows it runs."""
+
+    def __init__(
+        self,
+        name: str,
+        concurrency: int | None = None,
+        worker_concurrency: int | None = None,
+        rate_limit: tuple[int, float] | None = None,
+    ) -> None:
+        if not name:
+            raise ValueError("a queue needs a name")
+        for label, value in (
+            ("concurrency", concurrency),
+            ("worker_concurrency", worker_concurrency),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"queue {name!r}: {label} must be >= 1, got {value}")
+        if rate_limit is not None:
+            limit, period = rate_limit
+            if limit < 1 or period <= 0:
+                raise ValueError(
+                    f"queue {name!r}: rate_limit is (max starts, period in seconds), "
+                    f"got {rate_limit!r}"
+                )
+        self.name = name
+        self.concurrency = concurrency
+        self.worker_concurrency = worker_concurrency
+        self.rate_limit = rate_limit
+        with _queues_lock:
+            _queues[name] = self
+
+    def __repr__(self) -> str:
+        return (
+            f"Queue({self.name!r}, concurrency={self.concurrency}, "
+            f"worker_concurrency={self.worker_concurrency}, rate_limit={self.rate_limit})"
+        )
+
+    def enqueue(
+        self,
+        workflow: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        priority: int | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[Any]:
+        """Record ``workflow(*args, **kwargs)`` as ENQUEUED and return its handle.
+
+        An id that exists already is not enqueued again: the existing
+        workflow's handle comes back (deduplication). Lower ``priority`` runs first.
+        """
+        from .context import take_workflow_id
+        from .workflow import definition_of
+
+        definition = definition_of(workflow)
+        runtime = current_runtime()
+        wid = take_workflow_id(workflow_id)
+        admission = runtime.admit(
+            definition, wid, args, kwargs, queue_name=self.name, priority=priority or 0
+        )
+        runtime.wake_dispatcher()
+        return WorkflowHandle(runtime, wid, admission.future())
+
+
+def registered_queues() -> list[Queue]:
+    """Every queue created in this process."""
+    with _queues_lock:
+        return list(_queues.values())
+
+
+def find_queue(name: str) -> Queue | None:
+    return _queues.get(name)
+
+
+def dispatch_once(runtime: Runtime) -> int:
+    """Dequeue what the limits and this worker's free slots allow; return how many."""
+    started = 0
+    names = workflow_names()
+    for queue in registered_queues():
+        free = runtime.pool.size - len(runtime.active_ids())
+        if free <= 0:
+            break
+        assert runtime.session_key is not None
+        for workflow_id, name, inputs in runtime.db.dequeue_workflows(
+            queue_name=queue.name,
+            names=names,
+            owner_key=runtime.session_key,
+            executor_id=runtime.executor_id,
+            app_version=runtime.app_version,
+            free_slots=free,
+            concurrency=queue.concurrency,
+            worker_concurrency=queue.worker_concurrency,
+            rate_limit=queue.rate_limit,
+        ):
+            definition = find_workflow(name)
+            if definition is None:  # filtered by name in the query; defensive
+                raise DbosAgentError(f"dequeued unknown workflow {name!r}")
+            run_claimed(runtime, definition, workflow_id, inputs, recorded={})
+            started += 1
+    return started
+
+
+def run_dispatcher(runtime: Runtime, poll_seconds: float = 0.5) -> None:
+    """The dispatcher thread: dequeue whenever there may be room, until shutdown."""
+    while not runtime.stopping:
+        try:
+            started = dispatch_once(runtime) if registered_queues() else 0
+        except Exception:
+            if runtime.stopping:
+                return
+            log.exception("queue dispatch failed; retrying")
+            started = 0
+        if not started:
+            runtime.wait_for_dispatch(poll_seconds)
+
+
+def clear_queues() -> None:
+    """Forget every queue (for tests)."""
+    with _queues_lock:
+        _queues.clear()

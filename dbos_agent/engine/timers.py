@@ -1,0 +1,231 @@
+"""Durable time: ``sleep`` and the deadlines of ``recv``/``get_event``.
+
+Times are taken from the **database's clock** (``clock_timestamp()``), never
+from the local one: a workflow that sleeps on one machine may be recovered on
+another, and every executor agrees with the database on when "now" is.
+``sleep`` records its absolute wake-up time (epoch seconds) as the output of a
+``dbos_agent.sleep`` step, so after a crash it wakes at the original time.
+A waiting ``recv``/``get_event`` keeps its deadline in its step's intent row
+(inputs ``{"deadline": epoch seconds}``), so a timeout does not restart
+either. While waiting, the remaining time is counted on the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from ..errors import DbosAgentError, NotLaunchedError
+from ..records import StepStatus, WorkflowStatus
+from ..serialization import Codec, codec_for
+from ..storage.database import StepRow, StepWrite
+from .context import RuntimeStopping, WorkflowContext, current_context, in_step
+from .notifications import CANCEL_CHANNEL, Io, Plan, Wait, Waiter, run_plan, run_plan_async
+from .outcome import Outcome, step_outcome
+from .registry import RetryPolicy, StepDefinition
+from .runtime import Runtime
+from .step import _adopt, checkpoint
+
+SLEEP_STEP = "dbos_agent.sleep"
+
+
+def _not_called(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("dbos_agent's built-in steps are not called through StepDefinition.fn")
+
+
+def builtin_step(name: str, result: Codec) -> StepDefinition:
+    """A StepDefinition for a built-in step, so the shared checkpoint/adopt code applies."""
+    return StepDefinition(
+        name=name, fn=_not_called, is_async=False, retry=RetryPolicy(), result=result
+    )
+
+
+_SLEEP = builtin_step(SLEEP_STEP, codec_for(float))
+
+
+def where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
+    """The place named in errors about a built-in step."""
+    return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
+
+
+def recorded(ctx: WorkflowContext, step: StepDefinition, seq: int, row: StepRow) -> Outcome:
+    """The outcome a built-in step recorded at ``seq`` (replay)."""
+    return step_outcome(row.status, row.output, row.error, step.result, where(ctx, seq, step))
+
+
+def workflow_only(what: str) -> WorkflowContext:
+    """The running workflow, for operations that only make sense as one of its steps."""
+    ctx = current_context()
+    if ctx is None:
+        raise DbosAgentError(f"{what} can only be called inside a durable workflow")
+    if in_step():
+        raise DbosAgentError(
+            f"{what} cannot be called inside a step: a step may run again after a crash, "
+            f"so call it from the workflow function itself"
+        )
+    return ctx
+
+
+def check_seconds(seconds: float, what: str) -> float:
+    """``seconds`` as a float, refused like ``time.sleep`` refuses it (and never infinite:
+    a wake-up time must be storable)."""
+    value = float(seconds)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"{what} must be a finite, non-negative number of seconds, got {seconds!r}"
+        )
+    return value
+
+
+def stop_if_interrupted(ctx: WorkflowContext) -> None:
+    """End a wait in a workflow that is shutting down here (it stays PENDING and resumes
+    later) or that was cancelled (the same check as at a step boundary)."""
+    runtime = ctx.runtime
+    if runtime.stopping or runtime.notifications.closed:
+        raise RuntimeStopping()
+    if ctx.cancelled is None:
+        ctx.cancelled = runtime.cancellation(ctx.workflow_id)
+    if ctx.cancelled is not None:
+        raise ctx.cancelled
+
+
+def wait_once(
+    runtime: Runtime, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
+) -> Plan[None]:
+    """Wait up to ``seconds`` (at most one poll interval), then stop if interrupted."""
+    yield Wait(waiter, min(seconds, runtime.notifications.poll_interval))
+    if ctx is not None:
+        stop_if_interrupted(ctx)
+    elif runtime.stopping or runtime.notifications.closed:
+        raise NotLaunchedError("the dbos_agent runtime is shutting down")
+
+
+def cancel_key(ctx: WorkflowContext) -> tuple[str, str]:
+    """The NOTIFY that wakes a waiting workflow when it is cancelled."""
+    return (CANCEL_CHANNEL, ctx.workflow_id)
+
+
+def _pause(ctx: WorkflowContext, seconds: float) -> Plan[None]:
+    """Wait ``seconds``; shutdown or a cancel end it early."""
+    end = time.monotonic() + seconds
+    with ctx.runtime.notifications.waiter(cancel_key(ctx)) as waiter:
+        while (left := end - time.monotonic()) > 0:
+            yield Wait(waiter, left)
+            stop_if_interrupted(ctx)
+
+
+def _sleep_plan(seconds: float) -> Plan[None]:
+    seconds = check_seconds(seconds, "sleep()")
+    ctx = current_context()
+    if ctx is None or in_step():
+        yield Wait(None, seconds)
+        return
+    seq, row = ctx.begin_step(SLEEP_STEP)
+    db = ctx.runtime.db
+    now: float = yield Io(db.database_time)
+    if row is None:
+        started_at = datetime.now(UTC)
+        done = yield Io(
+            partial(checkpoint, ctx, _SLEEP, seq, Outcome(now + seconds), 1, started_at)
+        )
+        wake_at: float = done.unwrap()
+    else:
+        wake_at = recorded(ctx, _SLEEP, seq, row).unwrap()
+    yield from _pause(ctx, wake_at - now)
+
+
+def sleep(seconds: float) -> None:
+    """Sleep durably: the wake-up time is recorded, so a crash does not restart the wait.
+
+    In a workflow this is a step (``dbos_agent.sleep``) whose output is the
+    absolute wake-up time on the database's clock; after recovery the workflow
+    wakes at that time (at once if it has passed). Outside a workflow, or in a
+    step, it is ``time.sleep``. A shutdown ends the wait; the workflow stays PENDING.
+    """
+    run_plan(_sleep_plan(seconds))
+
+
+async def sleep_async(seconds: float) -> None:
+    """:func:`sleep` for ``async`` workflows (waits on the event loop)."""
+    await run_plan_async(_sleep_plan(seconds))
+
+
+# -- durable deadlines of recv and get_event ---------------------------------------------
+
+
+def continue_or_adopt(
+    ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrite
+) -> Outcome | None:
+    """After a write that did not happen: None to keep waiting at our own position, or
+    what another run recorded there (raising if the workflow is no longer ours to run)."""
+    existing = write.existing
+    ours = existing is None or (
+        existing.status is StepStatus.PENDING and existing.name == step.name
+    )
+    if ours and write.owned and write.workflow_status is WorkflowStatus.PENDING:
+        return None
+    if ours:  # our own intent, but the workflow was cancelled, finished or taken over
+        write = dataclasses.replace(write, existing=None)
+    return _adopt(ctx, step, seq, write)
+
+
+def durable_wait(
+    ctx: WorkflowContext,
+    step: StepDefinition,
+    seq: int,
+    row: StepRow | None,
+    inputs: dict[str, Any],
+    timeout: float | None,
+    waiter: Waiter,
+    attempt: Callable[[], Plan[Outcome | None]],
+) -> Plan[Outcome]:
+    """Run ``attempt`` until it settles step ``seq`` or the durable deadline passes.
+
+    ``attempt`` records the step itself when it finds what it waits for. The
+    deadline (database clock) is written as the step's intent before the first
+    wait, or read back from it when ``row`` is that intent after a crash; on
+    timeout the step records None.
+    """
+    db = ctx.runtime.db
+    started_at = datetime.now(UTC)
+    resumed = row is not None  # our own intent: the wait began before a crash
+    deadline: float | None = None
+    if resumed:
+        text = yield Io(partial(db.get_step_inputs, ctx.workflow_id, seq))
+        deadline = json.loads(text or "{}").get("deadline")
+    found = yield from attempt()
+    if found is not None:
+        return found
+    if resumed or timeout is None or timeout > 0:
+        now: float = yield Io(db.database_time)
+        if not resumed:
+            deadline = None if timeout is None else now + timeout
+            write = yield Io(
+                partial(
+                    db.record_step_intent,
+                    workflow_id=ctx.workflow_id,
+                    seq=seq,
+                    name=step.name,
+                    inputs=json.dumps({**inputs, "deadline": deadline}),
+                    owner_key=ctx.runtime.session_key,
+                )
+            )
+            other = None if write.written else continue_or_adopt(ctx, step, seq, write)
+            if other is not None:
+                return other
+        end = math.inf if deadline is None else time.monotonic() + (deadline - now)
+        while (left := end - time.monotonic()) > 0:
+            yield from wait_once(ctx.runtime, waiter, left, ctx)
+            found = yield from attempt()
+            if found is not None:
+                return found
+    done: Outcome = yield Io(
+        partial(checkpoint, ctx, step, seq, Outcome(None), 1, started_at)  # timed out
+    )
+    return done

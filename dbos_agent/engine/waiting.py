@@ -1,0 +1,59 @@
+"""Waiting for a workflow that another process may be running: poll with backoff."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from ..errors import WorkflowNotFoundError
+from ..storage.database import SystemDatabase
+from .outcome import Outcome, workflow_outcome
+from .registry import find_workflow
+
+POLL_MIN_S = 0.005
+POLL_MAX_S = 0.5
+
+
+def wait_for_stored_outcome(
+    db: SystemDatabase,
+    workflow_id: str,
+    timeout: float | None,
+    local_future: Callable[[], Future[Outcome] | None] = lambda: None,
+) -> Outcome:
+    """Poll until the workflow is finished, typed through its registered function if any.
+
+    ``local_future`` is asked on every round: when this process starts running
+    the workflow meanwhile, waiting switches to that run. Raises TimeoutError.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = POLL_MIN_S
+    while True:
+        future = local_future()
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if future is not None:
+            try:
+                return future.result(remaining)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"workflow {workflow_id!r} did not finish within {timeout}s"
+                ) from None
+        info = db.get_workflow(workflow_id)
+        if info is None:
+            raise WorkflowNotFoundError(workflow_id)
+        if info.status.finished:
+            definition = find_workflow(info.name)
+            return workflow_outcome(
+                workflow_id,
+                info.status,
+                info.output,
+                info.error,
+                definition.result if definition else None,
+            )
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"workflow {workflow_id!r} did not finish within {timeout}s (status {info.status})"
+            )
+        pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+        time.sleep(max(0.0, pause))
+        delay = min(delay * 2, POLL_MAX_S)

@@ -1,0 +1,162 @@
+"""The recovery daemon: ``dbos-agent worker --app module[:object]``.
+
+It imports the application (so its workflows and queues are registered),
+launches an executor that recovers its own pending workflows, then keeps
+taking over orphaned workflows of dead executors and running queued ones
+until SIGTERM/SIGINT. On a signal it stops taking work, lets running steps
+finish within a grace period, and exits 0; whatever did not finish is taken
+over at once by the next executor (a clean exit gives up the session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from types import FrameType
+
+from . import __version__
+from .engine.queues import registered_queues
+from .engine.recovery import RecoveryReport, claim_and_resume
+from .engine.registry import workflow_names
+from .engine.runtime import launch
+from .errors import DbosAgentError
+
+log = logging.getLogger("dbos_agent.worker")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dbos-agent worker",
+        description="Run durable workflows: recover, take over orphans, run queues.",
+    )
+    parser.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE[:OBJECT]",
+        help="module that defines the workflows and queues (imported first)",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="system database (default: $DBOS_AGENT_DATABASE_URL, else the "
+        "embedded Postgres in ./.dbos_agent)",
+    )
+    parser.add_argument(
+        "--executor-id", default=None, help="this executor's id (default: HOST:PID)"
+    )
+    parser.add_argument(
+        "--app-version", default=None, help="only recover/run workflows of this application version"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=16, help="workflows run at once by this process (default 16)"
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="heartbeat lease in seconds; orphans are taken after it (default 30)",
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=1.0,
+        help="seconds between looks for orphaned workflows (default 1)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds to let running steps finish on SIGTERM (default 30)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    parser.add_argument("--version", action="version", version=f"dbos-agent {__version__}")
+    return parser
+
+
+def import_app(spec: str) -> object:
+    """Import ``module[:object]`` the way ASGI servers do; the cwd is importable."""
+    module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DbosAgentError(f"cannot import the app module {module_name!r}: {exc}") from exc
+    if not attr:
+        return module
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise DbosAgentError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the daemon until a signal; returns the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    executor_id = args.executor_id or f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        import_app(args.app)
+        runtime = launch(
+            args.database_url,
+            executor_id=executor_id,
+            app_version=args.app_version,
+            workers=args.workers,
+            lease_seconds=args.lease,
+        )
+    except DbosAgentError as exc:
+        print(f"dbos-agent: error: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "worker %s started (session %s): %d workflow(s), queues: %s",
+        executor_id,
+        runtime.session_key,
+        len(workflow_names()),
+        ", ".join(q.name for q in registered_queues()) or "none",
+    )
+    last_cleanup = 0.0
+    while not stop.is_set():
+        report = RecoveryReport()
+        try:
+            claim_and_resume(runtime, orphans=True, report=report)
+            if time.monotonic() - last_cleanup > max(args.lease, 5.0):
+                last_cleanup = time.monotonic()
+                runtime.db.delete_dead_executors()
+        except Exception:
+            log.exception("taking over orphaned workflows failed; retrying")
+        if report.resumed or report.dead_lettered:
+            log.info(
+                "took over %d orphaned workflow(s), dead-lettered %d",
+                report.resumed,
+                report.dead_lettered,
+            )
+        stop.wait(args.poll)
+    running = len(runtime.active_ids())
+    log.info(
+        "stopping: %d workflow(s) running, waiting up to %.0fs for their steps", running, args.grace
+    )
+    runtime.shutdown(grace=args.grace)
+    log.info("worker %s stopped", executor_id)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""A coding agent that survives kill -9.
+
+The agent loop below is plain Python: ask the model, run the tools it asks for, append
+the results, loop until it stops asking. Two decorators make it durable: the loop is a
+``@durable_workflow`` and every model call and tool call is a step whose result is
+committed to Postgres before the loop moves on. Kill the process anywhere and run the same
+command again: the recorded steps are replayed from the database (no token paid twice, no
+side effect repeated) and the agent carries on from where it died.
+
+    python examples/coding_agent.py --crash-after-turn 2   # killed (SIGKILL) after turn 2
+    python examples/coding_agent.py                        # resumes: replays 0-2, finishes
+
+With ``ANTHROPIC_API_KEY`` set it uses Claude; without it, an offline scripted model (a
+local fake Messages API server shipped with dbos_agent) plays a short fix-the-bug session.
+The database is ``$DBOS_AGENT_DATABASE_URL``, or an embedded Postgres under ./.dbos_agent/.
+
+The tools, and what a crash in the middle of each one means:
+
+* ``read_file``: pure. Running it again is harmless.
+* ``write_file``: naturally idempotent. The same bytes make the same file.
+* ``run_bash``: not idempotent (``echo ... >> CHANGELOG.md`` twice is two lines). Its step
+  records an intent before the command runs; if a crash leaves the intent without a
+  result, the guard ``already_appended`` looks at the file before anything runs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+from anthropic.types import Message, MessageParam
+
+import dbos_agent as da
+from dbos_agent.agent import (
+    DEFAULT_MODEL,
+    Model,
+    NotDone,
+    ReplayReport,
+    ToolRegistry,
+    configure,
+    replay_report,
+    replaying,
+    tool,
+    track_replay,
+    usage_totals,
+)
+from dbos_agent.agent.scripted_server import ScriptedServer, coding_task_script, seed_coding_task
+
+TASK = (
+    "The Python project in {workdir} has a bug: its tests (test_calc.py) fail. Find and fix "
+    "the bug, run the tests to confirm the fix, then record it with one line appended to "
+    "CHANGELOG.md (use `echo '- ...' >> CHANGELOG.md`). Work only inside that directory."
+)
+
+# Process configuration, set by main(). Never workflow inputs: nothing here is recorded.
+WORKDIR = Path.cwd()
+
+
+class CrashPlan:
+    """Demo aid: kill this process with SIGKILL at a chosen point, only in a live run."""
+
+    def __init__(self) -> None:
+        self.after_turn: int | None = None  # after turn N is checkpointed
+        self.in_tool: int | None = None  # inside turn N's tool call, before its checkpoint
+        self.turn = 0
+
+    def check_after_turn(self, turn: int) -> None:
+        if self.after_turn == turn and not replaying():
+            self.die(f"after turn {turn}")
+
+    def check_in_tool(self) -> None:
+        if self.in_tool == self.turn:
+            self.die(f"inside the tool call of turn {self.turn}")
+
+    @staticmethod
+    def die(where: str) -> None:
+        print(f"\n💥 kill -9 {where}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+CRASH = CrashPlan()
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def resolve(path: str) -> Path:
+    """Paths are relative to the work directory."""
+    return (WORKDIR / path).resolve()
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a text file and return its contents.
+
+    Args:
+        path: File path, relative to the work directory or absolute.
+    """
+    return resolve(path).read_text(encoding="utf-8")
+
+
+@tool
+def write_file(path: str, content: str) -> str:
+    """Create or overwrite a text file.
+
+    Args:
+        path: File path, relative to the work directory or absolute.
+        content: The complete new contents of the file.
+    """
+    target = resolve(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content, encoding="utf-8")
+    return f"wrote {len(content)} characters to {path}"
+
+
+def bash_result(exit_code: int, output: str) -> str:
+    return f"exit code {exit_code}\n{output}"
+
+
+APPEND = re.compile(r"^(?:cd (?P<dir>'[^']*'|\S+) && )?echo (?P<text>.+) >> (?P<file>\S+)$")
+
+
+def already_appended(command: str) -> object:
+    """Guard of run_bash, asked after a crash left the command in doubt.
+
+    Check-then-act: for ``echo LINE >> FILE`` it looks whether FILE already has LINE and
+    then returns what the command returned the first time; anything else (e.g. running the
+    tests) is safe to run again, so it answers NotDone.
+    """
+    match = APPEND.match(command.strip())
+    if match is None:
+        return NotDone
+    line = " ".join(shlex.split(match["text"]))
+    base = Path(shlex.split(match["dir"])[0]) if match["dir"] else WORKDIR
+    target = base / shlex.split(match["file"])[0]
+    if target.exists() and line in target.read_text(encoding="utf-8").splitlines():
+        return bash_result(0, "")
+    return NotDone
+
+
+@tool(idempotent=False, guard=already_appended)
+def run_bash(command: str) -> str:
+    """Run a shell command in the work directory and return its exit code and output.
+
+    Args:
+        command: The command line, run with /bin/sh.
+    """
+    done = subprocess.run(
+        command, shell=True, cwd=WORKDIR, capture_output=True, text=True, timeout=300
+    )
+    CRASH.check_in_tool()  # the effect happened; its result is not recorded yet
+    return bash_result(done.returncode, done.stdout + done.stderr)
+
+
+TOOLS = ToolRegistry([read_file, write_file, run_bash])
+MODEL = Model(model=DEFAULT_MODEL, max_tokens=2048, tools=TOOLS)  # client: see configure()
+
+
+# --------------------------------------------------------------------------- the agent
+
+
+def show(text: str) -> None:
+    print(text, end="", flush=True)
+
+
+def print_replay(report: ReplayReport) -> None:
+    steps = ", ".join(f"#{seq} {name}" for seq, name in report.steps)
+    cost = report.cost_saved()
+    print(f"↺ resumed from the log: {report.summary()}")
+    print(f"  replayed steps: {steps}")
+    if cost is not None:
+        print(f"  that is about ${cost:.4f} not paid twice")
+    print(flush=True)
+
+
+@da.durable_workflow(name="coding_agent")
+def coding_agent(task: str, max_turns: int = 30) -> str:
+    """The agent loop. ``messages`` is derived state: rebuilt from step results on replay."""
+    track_replay(on_done=print_replay)
+    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    for turn in range(max_turns):
+        CRASH.turn = turn
+        reply: Message = MODEL.stream(messages, on_text=show)  # step: the model call
+        messages.append(reply.to_param())
+        if not replaying():
+            print()
+        if reply.stop_reason != "tool_use":
+            CRASH.check_after_turn(turn)
+            replay_report()  # a run that only replayed reports now (nothing ran live)
+            return "".join(block.text for block in reply.content if block.type == "text")
+        results = TOOLS.call_all(reply.content)  # one step per tool_use block
+        if not replaying():
+            for block, result in zip(
+                (b for b in reply.content if b.type == "tool_use"), results, strict=True
+            ):
+                first = str(result.get("content", "")).strip().splitlines()[:1]
+                mark = "✗" if result.get("is_error") else "→"
+                print(f"  ⚙ {block.name}({short(block.input)}) {mark} {first[0] if first else ''}")
+        messages.append({"role": "user", "content": results})
+        CRASH.check_after_turn(turn)
+    raise RuntimeError(f"no answer after {max_turns} turns")
+
+
+def short(value: object, limit: int = 70) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- running it
+
+
+@contextlib.contextmanager
+def model_client(args: argparse.Namespace) -> Iterator[anthropic.Anthropic]:
+    """Claude with an API key; else the offline scripted model (a real local HTTP server)."""
+    if args.base_url:
+        print(f"Using the Messages API at {args.base_url}")
+        key = os.environ.get("ANTHROPIC_API_KEY") or "scripted"
+        yield anthropic.Anthropic(base_url=args.base_url, api_key=key)
+    elif os.environ.get("ANTHROPIC_API_KEY") and not args.offline:
+        print(f"Using Claude ({MODEL.model}) through the Anthropic API")
+        yield anthropic.Anthropic()
+    else:
+        with ScriptedServer(coding_task_script(str(WORKDIR))) as server:
+            print(
+                "No ANTHROPIC_API_KEY: using the OFFLINE SCRIPTED MODEL, a local fake Messages "
+                f"API at {server.url} whose replies are scripted (not Claude)."
+            )
+            yield anthropic.Anthropic(base_url=server.url, api_key="offline-scripted")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--task-id", default="coding-task-demo",
+                        help="workflow id; run the same id again to resume after a crash")
+    parser.add_argument("--workdir", type=Path,
+                        help="project to work on (default: ./agent-work/<task-id>, seeded)")
+    parser.add_argument("--database-url", help="Postgres URL (default: env or embedded)")
+    parser.add_argument("--base-url", help="use this Messages API endpoint (e.g. a scripted "
+                        "server started separately)")
+    parser.add_argument("--offline", action="store_true",
+                        help="use the scripted model even if ANTHROPIC_API_KEY is set")
+    parser.add_argument("--max-turns", type=int, default=30)
+    parser.add_argument("--crash-after-turn", type=int, metavar="N",
+                        help="kill -9 this process once turn N is checkpointed")
+    parser.add_argument("--crash-in-tool", type=int, metavar="N",
+                        help="kill -9 inside turn N's tool call, after it acted, before its "
+                        "result is checkpointed")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global WORKDIR
+    args = parse_args(argv)
+    WORKDIR = (args.workdir or Path("agent-work") / args.task_id).resolve()
+    if not (WORKDIR / "calc.py").exists():
+        seed_coding_task(WORKDIR)
+    CRASH.after_turn, CRASH.in_tool = args.crash_after_turn, args.crash_in_tool
+
+    with model_client(args) as client:
+        configure(client=client)  # configuration, never a checkpointed input
+        runtime = da.launch(args.database_url, recover=False)  # we resume our own id below
+        try:
+            return run(args)
+        finally:
+            runtime.shutdown()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        status = da.retrieve(args.task_id).status()
+        print(f"Workflow {args.task_id!r} exists ({status}): continuing it from its log.")
+    except da.WorkflowNotFoundError:
+        print(f"Starting workflow {args.task_id!r} in {WORKDIR}")
+    print()
+    try:
+        with da.workflow_id(args.task_id):
+            answer = coding_agent(TASK.format(workdir=WORKDIR), args.max_turns)
+    except da.WorkflowIdConflictError as exc:
+        print(f"{exc}\nUse another --task-id for another task or work directory.")
+        return 2
+    totals = usage_totals(args.task_id)
+    cost = f", about ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""
+    print(f"\n=== final answer ===\n{answer}\n")
+    print(
+        f"Workflow {args.task_id!r}: {totals.model_calls} model calls, {totals.tool_calls} tool "
+        f"calls, {totals.input_tokens:,} input + {totals.output_tokens:,} output tokens{cost}."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""The dbos-agent CLI, run as users run it: a subprocess that has only the database URL.
+
+The workflows are created (and, after a resume or fork, run) by this test
+process, which has the functions; the CLI process never imports them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dbos_agent as da
+from dbos_agent.engine.recovery import recover_pending
+from dbos_agent.testing.plugin import fresh_database
+from tests.helpers import SimulatedCrash, new_id
+
+RUNS: Counter[str] = Counter()
+PAUSE: dict[str, threading.Event] = {}
+PAUSED: dict[str, threading.Event] = {}
+CRASH: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RUNS.clear()
+    PAUSE.clear()
+    PAUSED.clear()
+    CRASH.clear()
+
+
+def cli(url: str | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m dbos_agent ARGS`` with $DBOS_AGENT_DATABASE_URL set to ``url``."""
+    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
+    if url is not None:
+        env["DBOS_AGENT_DATABASE_URL"] = url
+    return subprocess.run(
+        [sys.executable, "-m", "dbos_agent", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+def refused(result: subprocess.CompletedProcess[str], status: int, message: str) -> None:
+    assert result.returncode == status, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("dbos-agent: error: "), result.stderr
+    assert message in result.stderr, result.stderr
+
+
+@da.step
+def ask(prompt: str) -> dict[str, Any]:
+    """Stands in for a model call: returns a recorded Anthropic Message."""
+    RUNS[f"ask:{prompt}"] += 1
+    return {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": f"reply to {prompt}"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1000, "output_tokens": 50},
+    }
+
+
+@da.step
+def act(key: str, i: int) -> int:
+    RUNS[f"{key}:{i}"] += 1
+    return i * 10
+
+
+@da.durable_workflow
+def chat(key: str, turns: int) -> list[int]:
+    ask(key)
+    done = []
+    for i in range(turns):
+        if (pause := PAUSE.get(f"{key}:{i}")) is not None:
+            PAUSED[f"{key}:{i}"].set()
+            assert pause.wait(10)
+        done.append(act(key, i))
+    return done
+
+
+@da.step(idempotent=False)
+def charge(key: str) -> str:
+    RUNS[f"charge:{key}"] += 1
+    if key in CRASH:
+        raise SimulatedCrash()  # after the effect, before the checkpoint
+    return f"charged {key}"
+
+
+@da.durable_workflow
+def billing(key: str) -> str:
+    return charge(key)
+
+
+@da.durable_workflow
+def approval(key: str) -> str:
+    return f"{key}: {da.recv('approval', timeout=20)}"
+
+
+def _rerun_pending(runtime: da.Runtime) -> None:
+    """What the next launch() (or a worker) does with the workflows the CLI made PENDING."""
+    report = recover_pending(runtime)
+    assert report.resumed >= 1
+
+
+def test_help_version_and_usage_errors(tmp_path: Path) -> None:
+    out = ok(cli(None, "--help", cwd=tmp_path))
+    for command in ("migrate", "workflows", "steps", "send", "worker", "exit status"):
+        assert command in out
+    assert "--from-step N" in ok(cli(None, "workflows", "fork", "--help", cwd=tmp_path))
+    assert ok(cli(None, "--version", cwd=tmp_path)).strip() == f"dbos-agent {da.__version__}"
+    assert "--app" in ok(cli(None, "worker", "--help", cwd=tmp_path))
+    refused(cli(None, cwd=tmp_path), 2, "the following arguments are required: COMMAND")
+    refused(cli(None, "workflows", "list", "--status", "DONE", cwd=tmp_path), 2, "argument")
+    refused(cli(None, "workflows", "list", "--since", "yesterday", cwd=tmp_path), 2, "argument")
+    refused(cli(None, "steps", "resolve", "wf", "0", cwd=tmp_path), 2, "one of the arguments")
+    refused(
+        cli(None, "steps", "resolve", "wf", "0", "--rerun", "--result", "1", cwd=tmp_path),
+        2,
+        "argument --result: not allowed with argument --rerun",
+    )
+    assert not (tmp_path / ".dbos_agent").exists(), "usage errors never touch a database"
+
+
+def test_list_show_and_steps(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    url, key = dbos_agent_database_url, new_id()
+    with da.workflow_id(key):
+        assert chat(key, 2) == [0, 10]
+    other = da.start(chat, f"{key}-b", 0, workflow_id=f"{key}-b")
+    other.result(timeout=10)
+    filters = ("--name", "chat", "--executor", runtime.executor_id)
+
+    table = ok(cli(url, "workflows", "list", *filters)).splitlines()
+    assert table[0].split() == [
+        "WORKFLOW", "ID", "NAME", "STATUS", "EXECUTOR", "CREATED", "(UTC)", "DURATION", "RECOVERIES"
+    ]  # fmt: skip
+    assert [line.split()[0] for line in table[1:]] == [f"{key}-b", key]
+    listed = json.loads(
+        ok(cli(url, "workflows", "list", *filters, "--status", "success", "--json"))
+    )
+    assert [w["workflow_id"] for w in listed] == [f"{key}-b", key]
+    assert listed[1]["inputs"] == {"key": key, "turns": 2} and listed[1]["status"] == "SUCCESS"
+    assert json.loads(ok(cli(url, "--json", "workflows", "list", *filters, "--until", "1h"))) == []
+
+    shown = ok(cli(url, "workflows", "show", key))
+    assert f"Workflow    {key}" in shown and "Status      SUCCESS" in shown
+    assert "Output      [0, 10]" in shown
+    assert "Tokens      1000 in, 50 out over 1 model call(s)" in shown
+    assert '[end_turn] "reply to' in shown and "Steps (3)" in shown
+    document = json.loads(ok(cli(url, "workflows", "show", key, "--json")))
+    assert document["output"] == [0, 10] and document["forked_from"] is None
+    assert document["usage"]["input_tokens"] == 1000 and document["usage"]["model_calls"] == 1
+    assert [s["name"] for s in document["steps"]] == ["ask", "act", "act"]
+
+    steps = json.loads(ok(cli(url, "workflows", "steps", key, "--json")))
+    assert [(s["seq"], s["status"], s["output"]) for s in steps][1:] == [
+        (1, "SUCCESS", 0),
+        (2, "SUCCESS", 10),
+    ]
+    assert steps[0]["tokens"] == {"input": 1000, "output": 50}
+    assert all(s["duration_ms"] >= 0 for s in steps)
+    lines = ok(cli(url, "workflows", "steps", key)).splitlines()
+    assert lines[0].split()[:3] == ["SEQ", "NAME", "STATUS"] and len(lines) == 4
+
+    refused(cli(url, "workflows", "show", "no-such-id"), 1, "no workflow with id 'no-such-id'")
+
+
+def test_cancel_and_resume_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    """The CLI's cancel reaches the running process by NOTIFY: no further step starts.
+    Its resume leaves the run to a process with the function (here: this one's recovery)."""
+    url, key = dbos_agent_database_url, new_id()
+    assert runtime.notifications.listening.wait(10)
+    PAUSE[f"{key}:1"], PAUSED[f"{key}:1"] = threading.Event(), threading.Event()
+    handle = da.start(chat, key, 3, workflow_id=key)
+    assert PAUSED[f"{key}:1"].wait(10)
+
+    assert "cancelled " + key + " (it was PENDING)" in ok(cli(url, "workflows", "cancel", key))
+    assert handle.status() == da.WorkflowStatus.CANCELLED
+    deadline = time.monotonic() + 10
+    while key not in runtime._cancelled and time.monotonic() < deadline:  # the NOTIFY arrives
+        time.sleep(0.01)
+    PAUSE[f"{key}:1"].set()
+    with pytest.raises(da.WorkflowCancelledError):
+        handle.result(timeout=10)
+    assert RUNS[f"{key}:1"] == 0, "the step after the cancel never started"
+    again = json.loads(ok(cli(url, "workflows", "cancel", key, "--json")))
+    assert again == {
+        "workflow_id": key, "status": "CANCELLED", "previous_status": "CANCELLED", "changed": False
+    }  # fmt: skip
+
+    resumed = json.loads(ok(cli(url, "workflows", "resume", key, "--json")))
+    assert resumed["previous_status"] == "CANCELLED"
+    assert resumed["executor_id"] == runtime.executor_id
+    assert handle.status() == da.WorkflowStatus.PENDING
+    _rerun_pending(runtime)
+    assert da.retrieve(key).result(timeout=10) == [0, 10, 20]
+    assert RUNS == Counter({f"ask:{key}": 1, f"{key}:0": 1, f"{key}:1": 1, f"{key}:2": 1})
+
+
+def test_fork_and_resolve_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    url, key = dbos_agent_database_url, new_id()
+    with da.workflow_id(key):
+        chat(key, 3)
+    fork_id = f"{key}-fork"
+    forked = json.loads(
+        ok(cli(url, "workflows", "fork", key, "--from-step", "2", "--id", fork_id, "--json"))
+    )
+    assert forked["workflow_id"] == fork_id and forked["copied_steps"] == 2
+    info = da.retrieve(fork_id).get_info()
+    assert (info.status, info.inputs, info.executor_id) == (
+        da.WorkflowStatus.PENDING,
+        {"key": key, "turns": 3},
+        runtime.executor_id,
+    )
+    assert [s.seq for s in da.list_steps(fork_id)] == [0, 1]
+    assert "Forked from  " + key + " at step 2" in ok(cli(url, "workflows", "show", fork_id))
+    _rerun_pending(runtime)
+    assert da.retrieve(fork_id).result(timeout=10) == [0, 10, 20]
+    assert RUNS == Counter({f"ask:{key}": 1, f"{key}:0": 1, f"{key}:1": 2, f"{key}:2": 2})
+    assert da.retrieve(key).status() == da.WorkflowStatus.SUCCESS
+
+    billed = new_id("bill")
+    CRASH.add(billed)
+    with pytest.raises(SimulatedCrash), da.workflow_id(billed):
+        billing(billed)
+    CRASH.clear()
+    with pytest.raises(da.StepInDoubtError) as in_doubt, da.workflow_id(billed):
+        billing(billed)
+    command = f"dbos-agent steps resolve {billed} 0 --result JSON"
+    assert command in str(in_doubt.value), "the error names the command that settles it"
+    shown = ok(cli(url, "workflows", "steps", billed))
+    assert "intent, no result (in doubt)" in shown
+    out = ok(cli(url, "steps", "resolve", billed, "0", "--result", '"charged by hand"'))
+    assert f"settled step 0 of {billed}" in out
+    assert da.retrieve(billed).status() == da.WorkflowStatus.PENDING
+    _rerun_pending(runtime)
+    assert da.retrieve(billed).result(timeout=10) == "charged by hand"
+    assert RUNS[f"charge:{billed}"] == 1
+
+
+def _snapshot(runtime: da.Runtime, prefix: str) -> list[tuple[Any, ...]]:
+    with runtime.db.connection() as conn:
+        return conn.execute(
+            "SELECT w.*, (SELECT count(*) FROM dbos_agent.steps AS s"
+            "             WHERE s.workflow_id = w.workflow_id) AS steps"
+            " FROM dbos_agent.workflows AS w WHERE w.workflow_id LIKE %s ORDER BY workflow_id",
+            (prefix + "%",),
+        ).fetchall()
+
+
+def test_refusals_change_nothing(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    url, key = dbos_agent_database_url, new_id()
+    with da.workflow_id(key):
+        chat(key, 1)
+    before = _snapshot(runtime, key)
+    refused(cli(url, "workflows", "cancel", key), 1, "already finished with status SUCCESS")
+    refused(cli(url, "workflows", "resume", key), 1, "cannot resume workflow")
+    refused(cli(url, "workflows", "fork", key, "--from-step", "3"), 1, "its log ends at step 2")
+    refused(cli(url, "workflows", "fork", key, "--from-step", "0", "--id", key), 1, "taken")
+    refused(cli(url, "steps", "resolve", key, "0", "--rerun"), 1, "no in-doubt step 0")
+    refused(cli(url, "steps", "resolve", key, "0", "--result", "{nope"), 2, "not valid JSON")
+    missing = f"{key}-missing"
+    for args in (
+        ["workflows", "cancel", missing],
+        ["workflows", "resume", missing],
+        ["workflows", "fork", missing, "--from-step", "0"],
+        ["workflows", "steps", missing],
+        ["send", missing, "hello"],
+    ):
+        refused(cli(url, *args), 1, f"no workflow with id '{missing}'")
+    assert _snapshot(runtime, key) == before
+
+
+def test_database_errors_are_clear_and_name_no_password(dbos_agent_postgres_url: str) -> None:
+    unreachable = "postgresql://alice:s3cret-pw@127.0.0.1:1/nowhere"
+    result = cli(unreachable, "workflows", "list")
+    refused(result, 1, "cannot connect to the dbos_agent database at postgresql://alice:***@")
+    assert "s3cret-pw" not in result.stderr
+    with fresh_database(dbos_agent_postgres_url) as empty:
+        refused(
+            cli(empty, "workflows", "list"), 1, "has no dbos_agent schema; run `dbos-agent migrate`"
+        )
+        assert "migrated from version 0 to" in ok(cli(empty, "migrate"))
+        assert json.loads(ok(cli(empty, "workflows", "list", "--json"))) == []
+
+
+def test_send_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    key = new_id()
+    handle = da.start(approval, key, workflow_id=key)
+    out = ok(cli(dbos_agent_database_url, "send", key, '{"approved": true}', "--topic", "approval"))
+    assert f"to {key} on topic 'approval'" in out
+    assert handle.result(timeout=20) == f"{key}: {{'approved': True}}"

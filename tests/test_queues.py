@@ -1,0 +1,128 @@
+"""Queues in one process: enqueue, dedup, priority, limits, rate limit, clients."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import psycopg
+import pytest
+
+import dbos_agent as da
+from dbos_agent.engine.queues import clear_queues
+from tests.helpers import new_id
+
+ORDER: list[str] = []
+RUNS: Counter[str] = Counter()
+IN_FLIGHT = {"now": 0, "max": 0}
+_lock = threading.Lock()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    ORDER.clear()
+    RUNS.clear()
+    IN_FLIGHT.update(now=0, max=0)
+
+
+@da.step
+def record(tag: str, seconds: float) -> str:
+    with _lock:
+        IN_FLIGHT["now"] += 1
+        IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
+        ORDER.append(tag)
+        RUNS[tag] += 1
+    time.sleep(seconds)
+    with _lock:
+        IN_FLIGHT["now"] -= 1
+    return tag
+
+
+@da.durable_workflow
+def queued(tag: str, seconds: float = 0.0) -> str:
+    return record(tag, seconds)
+
+
+@pytest.fixture
+def queue_runtime(dbos_agent_database_url: str, executor_id: str):  # type: ignore[no-untyped-def]
+    clear_queues()
+    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
+    yield rt
+    rt.shutdown(grace=5)
+    clear_queues()
+
+
+def test_enqueue_runs_and_dedups(queue_runtime: da.Runtime) -> None:
+    q = da.Queue(new_id("q"))
+    wid = new_id()
+    first = q.enqueue(queued, "a", workflow_id=wid)
+    again = q.enqueue(queued, "a", workflow_id=wid)
+    assert first.result(10) == again.result(10) == "a"
+    assert RUNS["a"] == 1
+    info = first.get_info()
+    assert info.status == da.WorkflowStatus.SUCCESS
+
+
+def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
+    q = da.Queue(new_id("q"), worker_concurrency=1)
+    gate = q.enqueue(queued, "first", 0.3)
+    time.sleep(0.1)  # "first" holds the only slot while the rest wait
+    handles = [q.enqueue(queued, f"p{p}", priority=p) for p in (5, 1, 3)]
+    for h in [gate, *handles]:
+        h.result(10)
+    assert ORDER == ["first", "p1", "p3", "p5"]
+    assert IN_FLIGHT["max"] == 1
+
+
+def test_global_concurrency_limit(queue_runtime: da.Runtime) -> None:
+    q = da.Queue(new_id("q"), concurrency=2)
+    handles = [q.enqueue(queued, f"c{i}", 0.1) for i in range(8)]
+    assert sorted(h.result(20) for h in handles) == sorted(f"c{i}" for i in range(8))
+    assert IN_FLIGHT["max"] == 2
+
+
+def test_rate_limit(queue_runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    name = new_id("q")
+    q = da.Queue(name, rate_limit=(3, 0.5))
+    handles = [q.enqueue(queued, f"r{i}") for i in range(7)]
+    for h in handles:
+        h.result(20)
+    with psycopg.connect(dbos_agent_database_url) as conn:
+        starts = [
+            r[0].timestamp()
+            for r in conn.execute(
+                "SELECT dequeued_at FROM dbos_agent.workflows WHERE queue_name = %s "
+                "ORDER BY dequeued_at",
+                (name,),
+            )
+        ]
+    assert len(starts) == 7
+    for i, t in enumerate(starts):
+        assert sum(1 for u in starts[i:] if u < t + 0.5) <= 3
+    assert starts[-1] - starts[0] >= 1.0  # 7 starts at 3 per 0.5 s need three windows
+
+
+def test_a_client_enqueues_without_the_function(
+    queue_runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    q = da.Queue(new_id("q"))
+    with da.Client(dbos_agent_database_url) as client:
+        handle = client.enqueue(q.name, "queued", "from-client", seconds=0.0)
+        assert handle.result(10) == "from-client"
+        assert client.retrieve(handle.workflow_id).status() == da.WorkflowStatus.SUCCESS
+        same = client.enqueue(q.name, "queued", "ignored", workflow_id=handle.workflow_id)
+        assert same.result(10) == "from-client"
+        with pytest.raises(da.WorkflowNotFoundError):
+            client.retrieve("nope")
+    assert RUNS["from-client"] == 1
+
+
+def test_enqueued_inputs_that_do_not_fit_fail_clearly(
+    queue_runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    q = da.Queue(new_id("q"))
+    with da.Client(dbos_agent_database_url) as client:
+        handle = client.enqueue(q.name, "queued", "a", "b", "c")
+        with pytest.raises(da.WorkflowInputsError, match="do not fit"):
+            handle.result(10)

@@ -1,0 +1,187 @@
+"""Durable time: sleep records its wake-up time; restarts and crashes keep it (and recv's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import dbos_agent as da
+from tests.helpers import SimulatedCrash, new_id
+from tests.test_messaging import APP, app_env
+
+CRASH: set[str] = set()
+
+
+@da.step
+def clock() -> float:
+    return time.time()
+
+
+@da.durable_workflow
+def nap(seconds: float) -> float:
+    """How long the workflow slept, by two recorded clock readings."""
+    start = clock()
+    da.sleep(seconds)
+    wid = da.current_workflow_id()
+    if wid in CRASH:
+        CRASH.discard(wid)
+        raise SimulatedCrash(wid)
+    return clock() - start
+
+
+@da.durable_workflow
+def wait_for_mail(timeout: float) -> list[Any]:
+    start = clock()
+    message = da.recv(timeout=timeout)
+    return [message, clock() - start]
+
+
+@da.durable_workflow
+async def async_nap(seconds: float) -> float:
+    start = clock()
+    await da.sleep_async(seconds)
+    return clock() - start
+
+
+def test_sleep_outside_a_workflow_is_a_plain_sleep() -> None:
+    started = time.monotonic()
+    da.sleep(0.1)
+    asyncio.run(da.sleep_async(0.1))
+    assert 0.2 <= time.monotonic() - started < 1.0
+    with pytest.raises(ValueError):
+        da.sleep(-1)
+
+
+def test_sleep_records_its_wake_up_time_on_the_database_clock(runtime: da.Runtime) -> None:
+    wid = new_id("nap")
+    before = runtime.db.database_time()
+    with da.workflow_id(wid):
+        assert 0.3 <= nap(0.3) < 1.5
+    after = runtime.db.database_time()
+    [_, sleep_step, _] = da.list_steps(wid)
+    assert sleep_step.name == "dbos_agent.sleep"
+    assert before + 0.3 <= sleep_step.output <= after
+
+
+def test_replay_after_the_wake_up_time_does_not_sleep_again(runtime: da.Runtime) -> None:
+    wid = new_id("nap")
+    CRASH.add(wid)
+    with pytest.raises(SimulatedCrash), da.workflow_id(wid):
+        nap(0.5)
+    started = time.monotonic()
+    with da.workflow_id(wid):
+        assert nap(0.5) >= 0.5
+    assert time.monotonic() - started < 0.4
+
+
+def test_async_workflows_sleep_on_the_event_loop(runtime: da.Runtime) -> None:
+    wid = new_id("async-nap")
+    with da.workflow_id(wid):
+        assert 0.3 <= asyncio.run(async_nap(0.3)) < 1.5
+    assert [s.name for s in da.list_steps(wid)] == [
+        "clock",
+        "dbos_agent.sleep",
+        "clock",
+    ]
+
+
+def _wait_for_step(wid: str, name: str) -> None:
+    deadline = time.monotonic() + 10
+    while not any(s.name == name for s in da.list_steps(wid)):
+        assert time.monotonic() < deadline, f"{wid} never reached {name}"
+        time.sleep(0.01)
+
+
+def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
+    dbos_agent_database_url: str, executor_id: str
+) -> None:
+    """A sleep and a recv timeout both end at the time set before the restart."""
+    sleeper, receiver = new_id("nap"), new_id("mail")
+    runtime = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=4)
+    try:
+        da.start(nap, 2.0, workflow_id=sleeper)
+        da.start(wait_for_mail, 2.0, workflow_id=receiver)
+        _wait_for_step(sleeper, "dbos_agent.sleep")
+        _wait_for_step(receiver, "dbos_agent.recv")  # the recv's deadline intent
+    finally:
+        stopping = time.monotonic()
+        runtime.shutdown(grace=5)
+    assert time.monotonic() - stopping < 1.5  # waits end at shutdown, not at their time
+    runtime = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=4)
+    try:
+        assert da.retrieve(sleeper).status() == da.WorkflowStatus.PENDING
+        assert 2.0 <= da.retrieve(sleeper).result(timeout=10) < 2.8
+        message, waited = da.retrieve(receiver).result(timeout=10)
+        assert message is None and 2.0 <= waited < 2.8
+    finally:
+        runtime.shutdown(grace=5)
+
+
+def _has_step(url: str, wid: str, name: str) -> bool:
+    with psycopg.connect(url) as conn:
+        try:
+            return bool(
+                conn.execute(
+                    "SELECT 1 FROM dbos_agent.steps WHERE workflow_id = %s AND name = %s",
+                    (wid, name),
+                ).fetchone()
+            )
+        except psycopg.errors.UndefinedTable:  # the app has not migrated the database yet
+            return False
+
+
+def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_path: Path) -> None:
+    """Sleep 3 s, SIGKILL after 1 s, restart: it wakes ~3 s after it fell asleep, not ~4+."""
+    url, wid, executor = dbos_agent_database_url, new_id("crash-nap"), new_id("executor")
+    env = app_env(url, tmp_path, executor)
+    app = subprocess.Popen(
+        [sys.executable, str(APP), "sleep", wid, "3"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _has_step(url, wid, "dbos_agent.sleep"):
+            assert app.poll() is None and time.monotonic() < deadline, app.communicate()
+            time.sleep(0.02)
+        time.sleep(1.0)  # a third of the way into the sleep
+        app.send_signal(signal.SIGKILL)
+        app.communicate(timeout=30)
+    finally:
+        app.kill()
+    assert app.returncode == -signal.SIGKILL
+    recovered = subprocess.run(
+        [sys.executable, str(APP), "recover", wid],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert recovered.returncode == 0, recovered.stderr
+    slept = json.loads(recovered.stdout)
+    assert 3.0 <= slept < 3.95, slept  # not sleep-after-restart: that is 1 + restart + 3
+
+
+def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
+    sleeper = da.start(nap, 30.0, workflow_id=new_id("nap"))
+    receiver = da.start(wait_for_mail, 30.0, workflow_id=new_id("mail"))
+    _wait_for_step(sleeper.workflow_id, "dbos_agent.sleep")
+    _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
+    started = time.monotonic()
+    for handle in (sleeper, receiver):
+        da.cancel(handle.workflow_id)
+        with pytest.raises(da.WorkflowCancelledError):
+            handle.result(timeout=10)
+        assert handle.status() == da.WorkflowStatus.CANCELLED
+    assert time.monotonic() - started < 5.0

@@ -1,0 +1,241 @@
+"""Worker daemons as real processes on one database: take-over after kill -9, SIGTERM,
+global queue limits across workers, application versions."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import dbos_agent as da
+from tests.helpers import new_id
+
+ROOT = Path(__file__).parent.parent
+
+
+def _worker(url: str, log: Path, *extra: str, step_seconds: float = 0.1) -> subprocess.Popen[str]:
+    env = dict(
+        os.environ,
+        DBOS_AGENT_DATABASE_URL=url,
+        WORKER_APP_LOG=str(log),
+        WORKER_APP_STEP_SECONDS=str(step_seconds),
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dbos_agent.worker",
+            "--app",
+            "tests.worker_app",
+            "--quiet",
+            "--poll",
+            "0.2",
+            *extra,
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _statuses(url: str, ids: list[str]) -> dict[str, str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT workflow_id, status FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def _wait_all(url: str, ids: list[str], timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        statuses = _statuses(url, ids)
+        if all(s == "SUCCESS" for s in statuses.values()) and len(statuses) == len(ids):
+            return statuses
+        time.sleep(0.1)
+    return _statuses(url, ids)
+
+
+def _executions(log: Path) -> list[tuple[int, str, int, float, float]]:
+    rows = []
+    for line in log.read_text().splitlines():
+        pid, wid, seq, start, end = line.split()
+        rows.append((int(pid), wid, int(seq), float(start), float(end)))
+    return rows
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def test_three_workers_one_killed_mid_way_all_workflows_finish_once(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    url, log = dbos_agent_database_url, tmp_path / "steps.log"
+    log.touch()
+    ids = [new_id("fleet") for _ in range(50)]
+    workers = [_worker(url, log, "--lease", "1.5", "--workers", "4") for _ in range(3)]
+    try:
+        with da.Client(url) as client:
+            for wid in ids:
+                client.enqueue("worker-tests", "job", 5, workflow_id=wid)
+        deadline = time.monotonic() + 30
+        victim = workers[0]
+        while time.monotonic() < deadline:  # wait until the victim is mid-way
+            mine = [r for r in _executions(log) if r[0] == victim.pid]
+            if len(mine) >= 6:
+                break
+            time.sleep(0.02)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.time()
+        statuses = _wait_all(url, ids, 60)
+    finally:
+        _stop(workers)
+    assert set(statuses.values()) == {"SUCCESS"}, statuses
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT workflow_id, count(*), array_agg(seq ORDER BY seq) FROM dbos_agent.steps "
+            "WHERE workflow_id = ANY(%s) GROUP BY workflow_id",
+            (ids,),
+        ).fetchall()
+        results = conn.execute(
+            "SELECT output FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)", (ids,)
+        ).fetchall()
+    assert all(count == 5 and seqs == [0, 1, 2, 3, 4] for _, count, seqs in rows)
+    assert len(rows) == 50 and {r[0] for r in results} == {10}
+
+    # At no moment did two executors run the same workflow: per workflow, the
+    # span each process worked on it (the killed one until its death) is disjoint.
+    spans: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    for pid, wid, _seq, start, end in _executions(log):
+        span = spans[wid].setdefault(pid, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    taken_over = 0
+    for wid, by_pid in spans.items():
+        if victim.pid in by_pid:
+            by_pid[victim.pid][1] = max(by_pid[victim.pid][1], killed_at)
+        ordered = sorted(by_pid.values())
+        taken_over += len(ordered) > 1
+        for (_, end_a), (start_b, _) in itertools.pairwise(ordered):
+            assert end_a <= start_b, f"{wid} ran in two processes at once: {by_pid}"
+    assert taken_over >= 1  # the victim's unfinished workflows were finished by others
+
+
+def test_sigterm_is_graceful_and_the_next_worker_takes_over_at_once(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    url, log = dbos_agent_database_url, tmp_path / "steps.log"
+    log.touch()
+    wid = new_id("graceful")
+    first = _worker(url, log, "--lease", "60", step_seconds=0.3)
+    try:
+        with da.Client(url) as client:
+            client.enqueue("worker-tests", "job", 10, workflow_id=wid)
+        deadline = time.monotonic() + 20
+        while len(_executions(log)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=20) == 0
+        assert _statuses(url, [wid])[wid] == "PENDING"
+        done_before = len(_executions(log))
+        # a 60 s lease, yet the next worker need not wait: the first one exited cleanly
+        second = _worker(url, log, "--lease", "60", step_seconds=0.05)
+        try:
+            started = time.monotonic()
+            assert _wait_all(url, [wid], 30)[wid] == "SUCCESS"
+            assert time.monotonic() - started < 15
+        finally:
+            _stop([second])
+    finally:
+        _stop([first])
+    seqs = [seq for _, w, seq, _, _ in _executions(log) if w == wid]
+    assert sorted(seqs) == list(range(10)), "each step ran exactly once"
+    assert done_before >= 2
+
+
+def test_an_executor_only_recovers_its_application_version(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    url, log = dbos_agent_database_url, tmp_path / "steps.log"
+    log.touch()
+    wid = new_id("versioned")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO dbos_agent.workflows (workflow_id, name, status, inputs, executor_id,"
+            " app_version, max_recovery_attempts) VALUES (%s, 'job', 'PENDING', '{\"steps\": 2}',"
+            " 'gone-executor', 'v1', 5)",
+            (wid,),
+        )
+    other = _worker(url, log, "--app-version", "v2", "--lease", "0.5")
+    try:
+        time.sleep(2.0)
+        assert _statuses(url, [wid])[wid] == "PENDING"
+    finally:
+        _stop([other])
+    same = _worker(url, log, "--app-version", "v1", "--lease", "0.5")
+    try:
+        assert _wait_all(url, [wid], 20)[wid] == "SUCCESS"
+    finally:
+        _stop([same])
+
+
+@pytest.mark.parametrize("spec", ["tests.no_such_module", "tests.worker_app:missing"])
+def test_a_bad_app_is_a_clear_error(dbos_agent_database_url: str, spec: str) -> None:
+    env = dict(os.environ, DBOS_AGENT_DATABASE_URL=dbos_agent_database_url, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "dbos_agent.worker", "--app", spec],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("dbos-agent: error:") and "Traceback" not in done.stderr
+
+
+def test_a_global_concurrency_limit_holds_across_workers(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    url, log = dbos_agent_database_url, tmp_path / "steps.log"
+    log.touch()
+    ids = [new_id("limited") for _ in range(10)]
+    workers = [_worker(url, log, "--workers", "4", step_seconds=0.1) for _ in range(3)]
+    try:
+        with da.Client(url) as client:
+            for wid in ids:
+                client.enqueue("worker-tests-limited", "job", 2, workflow_id=wid)
+        statuses = _wait_all(url, ids, 60)
+    finally:
+        _stop(workers)
+    assert set(statuses.values()) == {"SUCCESS"}
+    spans: dict[str, list[float]] = {}
+    for _pid, wid, _seq, start, end in _executions(log):
+        span = spans.setdefault(wid, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    events = sorted([(s, 1) for s, _ in spans.values()] + [(e, -1) for _, e in spans.values()])
+    in_flight = peak = 0
+    for _, delta in events:
+        in_flight += delta
+        peak = max(peak, in_flight)
+    assert peak == 2, f"at most 2 workflows of the queue may run at once, saw {peak}"
