@@ -35,7 +35,7 @@ from .context import current_context, in_step
 from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL, Io, Plan, run_plan, run_plan_async
 from .outcome import Outcome
 from .runtime import Runtime, current_runtime
-from .step import _adopt, checkpoint
+from .step import adopt_recorded, checkpoint
 from .timers import (
     builtin_step,
     cancel_key,
@@ -219,7 +219,7 @@ def _set_event_plan(key: str, value: Any) -> Plan[None]:
         )
     )
     if not write.written:
-        _adopt(ctx, _SET_EVENT, seq, write).unwrap()
+        adopt_recorded(ctx, _SET_EVENT, seq, write).unwrap()
 
 
 def set_event(key: str, value: Any) -> None:

@@ -103,6 +103,11 @@ def _settle(future: asyncio.Future[None]) -> None:
 class Notifications:
     """The runtime's listener thread and the waiters and subscribers it wakes."""
 
+    def recheck_interval(self) -> float:
+        """How long a waiter may sleep before looking again: short while LISTEN is
+        down, long while it is healthy (every reconnect re-checks all waiters)."""
+        return self.poll_interval * (10 if self.listening.is_set() else 1)
+
     def __init__(self, db: SystemDatabase, *, poll_interval: float = 1.0) -> None:
         self._db = db
         #: Seconds between database re-checks of a waiter when no NOTIFY comes.

@@ -33,7 +33,7 @@ from ..serialization import dumps_error
 from ..storage.database import StepRow, SystemDatabase, WorkflowRow
 from ..storage.session import ExecutorSession
 from .context import OwnershipLost, WorkflowContext, entered_workflow
-from .notifications import Notifications
+from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, workflow_outcome
 from .registry import WorkflowDefinition
 from .waiting import wait_for_stored_outcome
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dbos_agent")
 
 #: NOTIFY channel of cancels (sent by the cancel_workflow query); the payload is the id.
-CANCEL_CHANNEL = "dbos_agent_cancel"
 
 
 @dataclass(eq=False)

@@ -36,7 +36,9 @@ def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
     return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
 
 
-def _adopt(ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrite) -> Outcome:
+def adopt_recorded(
+    ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrite
+) -> Outcome:
     """Continue with what another run recorded at this position."""
     existing = write.existing
     if not write.owned:
@@ -93,7 +95,7 @@ def checkpoint(
         started_at=started_at,
         owner_key=ctx.runtime.session_key,
     )
-    return outcome if write.written else _adopt(ctx, step, seq, write)
+    return outcome if write.written else adopt_recorded(ctx, step, seq, write)
 
 
 def _settle_in_doubt(
@@ -139,7 +141,7 @@ def _position(
         inputs=step.inputs.dumps(args, kwargs),
         owner_key=ctx.runtime.session_key,
     )
-    return seq, None if write.written else _adopt(ctx, step, seq, write)
+    return seq, None if write.written else adopt_recorded(ctx, step, seq, write)
 
 
 def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

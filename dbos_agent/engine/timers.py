@@ -30,7 +30,7 @@ from .notifications import CANCEL_CHANNEL, Io, Plan, Wait, Waiter, run_plan, run
 from .outcome import Outcome, step_outcome
 from .registry import RetryPolicy, StepDefinition
 from .runtime import Runtime
-from .step import _adopt, checkpoint
+from .step import adopt_recorded, checkpoint
 
 SLEEP_STEP = "dbos_agent.sleep"
 
@@ -99,7 +99,7 @@ def wait_once(
     runtime: Runtime, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
 ) -> Plan[None]:
     """Wait up to ``seconds`` (at most one poll interval), then stop if interrupted."""
-    yield Wait(waiter, min(seconds, runtime.notifications.poll_interval))
+    yield Wait(waiter, min(seconds, runtime.notifications.recheck_interval()))
     if ctx is not None:
         stop_if_interrupted(ctx)
     elif runtime.stopping or runtime.notifications.closed:
@@ -172,7 +172,7 @@ def continue_or_adopt(
         return None
     if ours:  # our own intent, but the workflow was cancelled, finished or taken over
         write = dataclasses.replace(write, existing=None)
-    return _adopt(ctx, step, seq, write)
+    return adopt_recorded(ctx, step, seq, write)
 
 
 def durable_wait(
