@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -101,8 +103,9 @@ def agent_loop(turns: int) -> str:
         reply = model.create(messages)
         messages.append(reply.to_param())
         if reply.stop_reason != "tool_use":
-            if STATE.pop("kill_at_end", False):
-                raise Killed()
+            kill = STATE.pop("kill_at_end", None)
+            if kill is not None:
+                kill()
             return "".join(b.text for b in reply.content if b.type == "text")
         messages.append({"role": "user", "content": TOOLS.call_all(reply.content)})
 
@@ -144,9 +147,17 @@ def overhead(turns: int, repeat: int) -> dict[str, Any]:
     }
 
 
+def raise_killed() -> None:
+    raise Killed()
+
+
+def sigkill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def crashed_conversation(turns: int) -> str:
     wid = f"replay-{turns}-{uuid.uuid4().hex[:10]}"
-    STATE["kill_at_end"] = True
+    STATE["kill_at_end"] = raise_killed
     try:
         with da.workflow_id(wid):
             durable_agent(turns)
@@ -162,8 +173,11 @@ def replay_warm(wid: str, turns: int) -> dict[str, float]:
     total = time.perf_counter() - started
     report = last_replay_report(wid)
     assert report is not None and report.model_calls_replayed == turns + 1
-    return {"call_ms": total * 1000, "replay_phase_ms": report.elapsed_s * 1000,
-            "steps": report.steps_replayed}
+    return {
+        "call_ms": total * 1000,
+        "replay_phase_ms": report.elapsed_s * 1000,
+        "steps": report.steps_replayed,
+    }
 
 
 def replay(dsn: str, url: str, turns: int, repeat: int) -> dict[str, Any]:
@@ -171,11 +185,24 @@ def replay(dsn: str, url: str, turns: int, repeat: int) -> dict[str, Any]:
     cold: list[dict[str, float]] = []
     for _ in range(repeat):
         warm.append(replay_warm(crashed_conversation(turns), turns))
-        wid = crashed_conversation(turns)
+        # cold: a child runs the conversation and is kill -9'd; a fresh child resumes it
+        wid = f"replay-{turns}-{uuid.uuid4().hex[:10]}"
+        child = [
+            sys.executable,
+            __file__,
+            "--dsn",
+            dsn,
+            "--url",
+            url,
+            "--workflow-id",
+            wid,
+            "--replay-turns",
+            str(turns),
+        ]
+        crashed = subprocess.run([*child, "--role", "crash"], capture_output=True, text=True)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
         out = subprocess.run(
-            [sys.executable, __file__, "--role", "resume", "--dsn", dsn, "--url", url,
-             "--workflow-id", wid, "--replay-turns", str(turns)],
-            capture_output=True, text=True, check=True,
+            [*child, "--role", "resume"], capture_output=True, text=True, check=True
         )
         cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -199,8 +226,9 @@ def replay(dsn: str, url: str, turns: int, repeat: int) -> dict[str, Any]:
 
 def fresh_database(dsn: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(BENCH_DB)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
     return with_dbname(dsn, BENCH_DB)
 
@@ -210,11 +238,16 @@ def use_model(url: str) -> None:
     STATE["model"] = Model(client, model="claude-sonnet-4-5", max_tokens=256)
 
 
-def child_resume(args: argparse.Namespace) -> None:
+def child(args: argparse.Namespace) -> None:
     use_model(args.url)
     runtime = da.launch(args.dsn, executor_id=f"bench-{uuid.uuid4().hex[:8]}", recover=False)
     try:
-        print(json.dumps(replay_warm(args.workflow_id, args.replay_turns)))
+        if args.role == "crash":
+            STATE["kill_at_end"] = sigkill_self
+            with da.workflow_id(args.workflow_id):
+                durable_agent(args.replay_turns)
+        else:
+            print(json.dumps(replay_warm(args.workflow_id, args.replay_turns)))
     finally:
         runtime.shutdown()
 
@@ -230,8 +263,8 @@ def main() -> None:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workflow-id", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.role == "resume":
-        child_resume(args)
+    if args.role != "parent":
+        child(args)
         return
 
     dsn = fresh_database(args.dsn)
@@ -249,13 +282,17 @@ def main() -> None:
         print(json.dumps(row))
     ovh, rep = rows
     print()
-    print(f"per turn (model + 3 tools): plain {ovh['plain_ms_per_turn']:.2f} ms, durable "
-          f"{ovh['durable_ms_per_turn']:.2f} ms -> overhead {ovh['overhead_ms_per_turn']:.2f} ms "
-          f"(target < 5 ms)")
-    print(f"replay of {rep['turns']} turns ({rep['steps']} steps): warm "
-          f"{rep['warm_call_ms']:.1f} ms (replay phase {rep['warm_replay_phase_ms']:.1f} ms), "
-          f"cold process {rep['cold_call_ms']:.1f} ms (replay phase "
-          f"{rep['cold_replay_phase_ms']:.1f} ms) (target < 200 ms)")
+    print(
+        f"per turn (model + 3 tools): plain {ovh['plain_ms_per_turn']:.2f} ms, durable "
+        f"{ovh['durable_ms_per_turn']:.2f} ms -> overhead {ovh['overhead_ms_per_turn']:.2f} ms "
+        f"(target < 5 ms)"
+    )
+    print(
+        f"replay of {rep['turns']} turns ({rep['steps']} steps): warm "
+        f"{rep['warm_call_ms']:.1f} ms (replay phase {rep['warm_replay_phase_ms']:.1f} ms), "
+        f"cold process {rep['cold_call_ms']:.1f} ms (replay phase "
+        f"{rep['cold_replay_phase_ms']:.1f} ms) (target < 200 ms)"
+    )
 
 
 if __name__ == "__main__":

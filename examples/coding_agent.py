@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-from anthropic.types import Message, MessageParam
+from anthropic.types import Message, MessageParam, ToolResultBlockParam
 
 import dbos_agent as da
 from dbos_agent.agent import (
@@ -183,6 +183,26 @@ def print_replay(report: ReplayReport) -> None:
     print(flush=True)
 
 
+def show_tool_calls(reply: Message, results: list[ToolResultBlockParam]) -> None:
+    if replaying():  # a resumed run stays quiet about what it merely replays
+        return
+    print()
+    uses = [block for block in reply.content if block.type == "tool_use"]
+    for block, result in zip(uses, results, strict=True):
+        first_line = (str(result.get("content", "")).strip().splitlines() or [""])[0]
+        mark = "✗" if result.get("is_error") else "→"
+        print(f"  ⚙ {block.name}({short(block.input)}) {mark} {short(first_line)}")
+
+
+def short(value: object, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def text_of(reply: Message) -> str:
+    return "".join(block.text for block in reply.content if block.type == "text")
+
+
 @da.durable_workflow(name="coding_agent")
 def coding_agent(task: str, max_turns: int = 30) -> str:
     """The agent loop. ``messages`` is derived state: rebuilt from step results on replay."""
@@ -190,30 +210,17 @@ def coding_agent(task: str, max_turns: int = 30) -> str:
     messages: list[MessageParam] = [{"role": "user", "content": task}]
     for turn in range(max_turns):
         CRASH.turn = turn
-        reply: Message = MODEL.stream(messages, on_text=show)  # step: the model call
+        reply = MODEL.stream(messages, on_text=show)  # a step: the model call
         messages.append(reply.to_param())
-        if not replaying():
-            print()
         if reply.stop_reason != "tool_use":
             CRASH.check_after_turn(turn)
             replay_report()  # a run that only replayed reports now (nothing ran live)
-            return "".join(block.text for block in reply.content if block.type == "text")
-        results = TOOLS.call_all(reply.content)  # one step per tool_use block
-        if not replaying():
-            for block, result in zip(
-                (b for b in reply.content if b.type == "tool_use"), results, strict=True
-            ):
-                first = str(result.get("content", "")).strip().splitlines()[:1]
-                mark = "✗" if result.get("is_error") else "→"
-                print(f"  ⚙ {block.name}({short(block.input)}) {mark} {first[0] if first else ''}")
+            return text_of(reply)
+        results = TOOLS.call_all(reply.content)  # a step per tool_use block
         messages.append({"role": "user", "content": results})
+        show_tool_calls(reply, results)
         CRASH.check_after_turn(turn)
     raise RuntimeError(f"no answer after {max_turns} turns")
-
-
-def short(value: object, limit: int = 70) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- running it
@@ -240,21 +247,38 @@ def model_client(args: argparse.Namespace) -> Iterator[anthropic.Anthropic]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--task-id", default="coding-task-demo",
-                        help="workflow id; run the same id again to resume after a crash")
-    parser.add_argument("--workdir", type=Path,
-                        help="project to work on (default: ./agent-work/<task-id>, seeded)")
+    parser.add_argument(
+        "--task-id",
+        default="coding-task-demo",
+        help="workflow id; run the same id again to resume after a crash",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="project to work on (default: ./agent-work/<task-id>, seeded)"
+    )
     parser.add_argument("--database-url", help="Postgres URL (default: env or embedded)")
-    parser.add_argument("--base-url", help="use this Messages API endpoint (e.g. a scripted "
-                        "server started separately)")
-    parser.add_argument("--offline", action="store_true",
-                        help="use the scripted model even if ANTHROPIC_API_KEY is set")
+    parser.add_argument(
+        "--base-url",
+        help="use this Messages API endpoint (e.g. a scripted server started separately)",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="use the scripted model even if ANTHROPIC_API_KEY is set",
+    )
     parser.add_argument("--max-turns", type=int, default=30)
-    parser.add_argument("--crash-after-turn", type=int, metavar="N",
-                        help="kill -9 this process once turn N is checkpointed")
-    parser.add_argument("--crash-in-tool", type=int, metavar="N",
-                        help="kill -9 inside turn N's tool call, after it acted, before its "
-                        "result is checkpointed")
+    parser.add_argument(
+        "--crash-after-turn",
+        type=int,
+        metavar="N",
+        help="kill -9 this process once turn N is checkpointed",
+    )
+    parser.add_argument(
+        "--crash-in-tool",
+        type=int,
+        metavar="N",
+        help="kill -9 inside turn N's run_bash call, after it acted, before its result is "
+        "checkpointed",
+    )
     return parser.parse_args(argv)
 
 
@@ -290,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     totals = usage_totals(args.task_id)
     cost = f", about ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""
-    print(f"\n=== final answer ===\n{answer}\n")
+    print(f"\n\n=== final answer ===\n{answer}\n")
     print(
         f"Workflow {args.task_id!r}: {totals.model_calls} model calls, {totals.tool_calls} tool "
         f"calls, {totals.input_tokens:,} input + {totals.output_tokens:,} output tokens{cost}."

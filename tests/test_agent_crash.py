@@ -143,9 +143,20 @@ class Result:
 def start_server(case: Case, case_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port_file = case_dir / "port"
     cmd = [
-        sys.executable, "-m", "dbos_agent.agent.scripted_server", "--scenario", "coding_task",
-        "--workdir", str(case_dir / "work"), "--seed", "--port", "0",
-        "--port-file", str(port_file), "--log", str(case_dir / "requests.jsonl"),
+        sys.executable,
+        "-m",
+        "dbos_agent.agent.scripted_server",
+        "--scenario",
+        "coding_task",
+        "--workdir",
+        str(case_dir / "work"),
+        "--seed",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--log",
+        str(case_dir / "requests.jsonl"),
     ]
     if case.chunk_delay:
         cmd += ["--chunk-delay", str(case.chunk_delay)]
@@ -165,7 +176,7 @@ def slow_python_dir(case_dir: Path) -> Path:
     bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "python3"
     shim.write_text(
-        f"#!/bin/sh\ntouch {case_dir / 'tests-started'}\nsleep 2\nexec {sys.executable} \"$@\"\n"
+        f'#!/bin/sh\ntouch {case_dir / "tests-started"}\nsleep 2\nexec {sys.executable} "$@"\n'
     )
     shim.chmod(0o755)
     return bin_dir
@@ -179,8 +190,15 @@ def run_agent(result: Result, attempt: Attempt, url: str, db_url: str) -> Run:
     if attempt.slow_tests:
         env["PATH"] = f"{slow_python_dir(case_dir)}{os.pathsep}{env.get('PATH', '')}"
     cmd = [
-        sys.executable, str(EXAMPLE), "--task-id", result.task_id,
-        "--workdir", str(case_dir / "work"), "--base-url", url, *attempt.flags,
+        sys.executable,
+        str(EXAMPLE),
+        "--task-id",
+        result.task_id,
+        "--workdir",
+        str(case_dir / "work"),
+        "--base-url",
+        url,
+        *attempt.flags,
     ]
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -3,18 +3,26 @@ self-healing retries, and that no API key reaches the database."""
 
 from __future__ import annotations
 
+import email.utils
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx2
 import psycopg
 import pytest
 from anthropic.types import Message, MessageParam
 
 import dbos_agent as da
-from dbos_agent.agent import MODEL_STEP_NAME, Model
+from dbos_agent.agent import (
+    MODEL_STEP_NAME,
+    Model,
+    ModelRetryPolicy,
+    is_retryable,
+    retry_after_seconds,
+)
 from dbos_agent.agent.scripted_server import (
     Delay,
     Fail,
@@ -236,3 +244,48 @@ def test_no_api_key_ever_lands_in_the_database(
     assert any(ok in row for row in dumped) and any(failed in row for row in dumped)
     assert not any(secret in row for row in dumped)
     assert not any("SECRET" in row for row in dumped)
+
+
+def status_error(
+    cls: type[anthropic.APIStatusError],
+    status: int,
+    body: object = None,
+    headers: dict[str, str] | None = None,
+) -> anthropic.APIStatusError:
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/messages")
+    response = httpx2.Response(status, request=request, headers=headers or {})
+    return cls("scripted", response=response, body=body)
+
+
+def test_retry_classification() -> None:
+    overloaded_event = {"type": "error", "error": {"type": "overloaded_error"}}
+    invalid_event = {"type": "error", "error": {"type": "invalid_request_error"}}
+    assert is_retryable(status_error(anthropic.OverloadedError, 529))
+    assert is_retryable(status_error(anthropic.RateLimitError, 429))
+    assert is_retryable(status_error(anthropic.InternalServerError, 502))
+    assert is_retryable(status_error(anthropic.APIStatusError, 200, overloaded_event))
+    assert not is_retryable(status_error(anthropic.APIStatusError, 200, invalid_event))
+    assert not is_retryable(status_error(anthropic.BadRequestError, 400))
+    assert not is_retryable(status_error(anthropic.AuthenticationError, 401))
+    no = {"x-should-retry": "false"}
+    assert not is_retryable(status_error(anthropic.InternalServerError, 500, headers=no))
+    assert is_retryable(httpx2.ReadError("connection cut mid-stream"))
+    assert not is_retryable(ValueError("not an API error"))
+
+    def after(headers: dict[str, str]) -> float | None:
+        return retry_after_seconds(status_error(anthropic.RateLimitError, 429, headers=headers))
+
+    assert after({"retry-after": "3"}) == 3.0
+    assert after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    in_a_minute = email.utils.formatdate(time.time() + 60, usegmt=True)
+    assert 55 < (after({"retry-after": in_a_minute}) or 0) <= 60
+    assert after({}) is None
+
+    policy = ModelRetryPolicy(retries=3, interval=0.01, jitter=0.0, max_retry_after=5.0)
+    assert policy.delay_before_retry(1, status_error(anthropic.OverloadedError, 529)) == 0.01
+    assert policy.delay_before_retry(1, status_error(anthropic.BadRequestError, 400)) is None
+    rate_limited = status_error(anthropic.RateLimitError, 429, headers={"retry-after": "2"})
+    assert policy.delay_before_retry(1, rate_limited) == 2.0
+    too_long = status_error(anthropic.RateLimitError, 429, headers={"retry-after": "600"})
+    assert policy.delay_before_retry(1, too_long) is None  # give up rather than block
+    assert policy.delay_before_retry(4, rate_limited) is None  # retries used up

@@ -197,8 +197,8 @@ def test_parallel_tool_calls_take_positions_in_reply_order(runtime: da.Runtime) 
     assert [r["content"] for r in results] == ["0", "1", "2", "3"]
     steps = da.list_steps(wid)
     assert [(s.seq, s.output) for s in steps] == [(0, 0), (1, 1), (2, 2), (3, 3)]
-    finished = sorted(steps, key=lambda s: s.finished_at)
-    assert [s.seq for s in finished] == [3, 2, 1, 0]
+    finish_order = sorted((s.finished_at, s.seq) for s in steps if s.finished_at is not None)
+    assert [seq for _, seq in finish_order] == [3, 2, 1, 0]
 
 
 def test_crash_during_parallel_calls_replays_the_finished_ones_at_their_positions(

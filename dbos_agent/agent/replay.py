@@ -26,7 +26,13 @@ __all__ = ["ReplayReport", "last_replay_report", "replay_report", "replaying", "
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
-    """What replaying the log saved a resumed workflow."""
+    """What replaying the log saved a resumed workflow.
+
+    ``elapsed_s`` runs from the tracker's start (the top of the workflow body, with
+    :func:`track_replay`) to the first live step: replaying, rebuilding the conversation,
+    and first-use warm-up of the validators in a fresh process. Loading the log from the
+    database happens before the body starts and is not included.
+    """
 
     workflow_id: str
     steps_replayed: int

@@ -11,29 +11,59 @@ asked us to wait (``retry-after``), which takes precedence over our own backoff 
 from __future__ import annotations
 
 import email.utils
+import importlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import anthropic
 
 from ..engine.registry import RetryPolicy
 
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP library's transport errors: a stream cut mid-reply raises them unwrapped."""
+    for name in ("httpx2", "httpx"):  # the one this anthropic version is built on
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        error = getattr(module, "TransportError", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            return (error,)
+    return ()
+
+
+TRANSPORT_ERRORS = _transport_errors()
+
 #: Exception types that may be transient; :func:`is_retryable` decides on the status code.
 RETRYABLE_TYPES: tuple[type[BaseException], ...] = (
     anthropic.APIConnectionError,  # includes APITimeoutError
     anthropic.APIStatusError,
+    *TRANSPORT_ERRORS,
 )
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
+# Error types of an `error` event in the middle of a 200 stream that are worth a retry.
+_RETRYABLE_STREAM_ERRORS = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
+
+
+def _stream_error_type(body: object) -> str | None:
+    error = body.get("error") if isinstance(body, Mapping) else None
+    kind = error.get("type") if isinstance(error, Mapping) else None
+    return kind if isinstance(kind, str) else None
 
 
 def is_retryable(error: BaseException) -> bool:
     """True for 529/overloaded, 429, 408, 409, any 5xx, timeouts and connection errors.
 
-    Never for other 4xx (a 400 will fail the same way again). A server that says
-    ``x-should-retry: false`` is obeyed.
+    Also for an overloaded (or 5xx-like) ``error`` event in the middle of a stream, and for
+    a connection cut mid-stream. Never for other 4xx (a 400 will fail the same way again).
+    A server that says ``x-should-retry: false`` is obeyed.
     """
-    if isinstance(error, anthropic.APIConnectionError):
+    if isinstance(error, (anthropic.APIConnectionError, *TRANSPORT_ERRORS)):
         return True
     if not isinstance(error, anthropic.APIStatusError):
         return False
@@ -41,6 +71,8 @@ def is_retryable(error: BaseException) -> bool:
     if response is not None and response.headers.get("x-should-retry") == "false":
         return False
     status = error.status_code
+    if status < 400:  # an error event inside a successful (streamed) response
+        return _stream_error_type(error.body) in _RETRYABLE_STREAM_ERRORS
     return status in _RETRYABLE_STATUS or status >= 500
 
 
