@@ -22,6 +22,13 @@ The tools, and what a crash in the middle of each one means:
 * ``run_bash``: not idempotent (``echo ... >> CHANGELOG.md`` twice is two lines). Its step
   records an intent before the command runs; if a crash leaves the intent without a
   result, the guard ``already_appended`` looks at the file before anything runs again.
+
+With ``--require-approval`` the agent stops before a command that changes files through the
+shell and waits (for hours if need be, across restarts) for a human: approve or reject it
+from another terminal, with the command the agent prints::
+
+    dbos-agent send coding-task-demo '{"approved": true}' --topic approval
+    dbos-agent send coding-task-demo '{"approved": false, "reason": "not now"}' --topic approval
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from dbos_agent.agent import (
     ReplayReport,
     ToolRegistry,
     configure,
+    note_step,
     replay_report,
     replaying,
     tool,
@@ -199,12 +207,66 @@ def short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def needs_approval(reply: Message) -> list[str]:
+    """The shell commands of this reply that change files (appends, moves, deletions, pushes)."""
+    risky = re.compile(r">>|\brm\b|\bmv\b|git push")
+    return [
+        str(block.input.get("command", ""))
+        for block in reply.content
+        if block.type == "tool_use"
+        and block.name == "run_bash"
+        and isinstance(block.input, dict)
+        and risky.search(str(block.input.get("command", "")))
+    ]
+
+
+def ask_approval(commands: list[str]) -> str | None:
+    """Durably wait for a human's decision; None if approved, else the reason to refuse.
+
+    The question is published as an event and the answer arrives as a message: both are
+    steps, so a process killed while waiting resumes waiting, and the answer is taken once.
+    """
+    wid = da.current_workflow_id()
+    da.set_event("awaiting_approval", {"commands": commands})
+    if not replaying():
+        print("\n⏸  waiting for approval of:")
+        for command in commands:
+            print(f"     $ {command}")
+        print(
+            f"   approve: dbos-agent send {wid} '{{\"approved\": true}}' --topic approval\n"
+            f'   reject:  dbos-agent send {wid} \'{{"approved": false, "reason": "..."}}\''
+            " --topic approval",
+            flush=True,
+        )
+    note_step()  # the wait below is live work, not replay
+    decision = da.recv(topic="approval", timeout=None)
+    da.set_event("awaiting_approval", None)
+    if isinstance(decision, dict) and decision.get("approved") is True:
+        return None
+    reason = decision.get("reason") if isinstance(decision, dict) else None
+    return str(reason or "rejected by the operator")
+
+
+def refused(reply: Message, reason: str) -> list[ToolResultBlockParam]:
+    """Tool results telling the model a human refused this batch of calls."""
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": block.id,
+            "is_error": True,
+            "content": f"not run: a human refused this step ({reason})",
+        }
+        for block in reply.content
+        if block.type == "tool_use"
+    ]
+
+
 def text_of(reply: Message) -> str:
     return "".join(block.text for block in reply.content if block.type == "text")
 
 
 @da.durable_workflow(name="coding_agent")
-def coding_agent(task: str, max_turns: int = 30) -> str:
+def coding_agent(task: str, max_turns: int = 30, require_approval: bool = False) -> str:
     """The agent loop. ``messages`` is derived state: rebuilt from step results on replay."""
     track_replay(on_done=print_replay)
     messages: list[MessageParam] = [{"role": "user", "content": task}]
@@ -216,7 +278,10 @@ def coding_agent(task: str, max_turns: int = 30) -> str:
             CRASH.check_after_turn(turn)
             replay_report()  # a run that only replayed reports now (nothing ran live)
             return text_of(reply)
-        results = TOOLS.call_all(reply.content)  # a step per tool_use block
+        risky = needs_approval(reply) if require_approval else []
+        refusal = ask_approval(risky) if risky else None
+        # a step per tool_use block, unless a human refused them
+        results = refused(reply, refusal) if refusal else TOOLS.call_all(reply.content)
         messages.append({"role": "user", "content": results})
         show_tool_calls(reply, results)
         CRASH.check_after_turn(turn)
@@ -267,6 +332,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-turns", type=int, default=30)
     parser.add_argument(
+        "--require-approval",
+        action="store_true",
+        help="wait for a human's approval (dbos-agent send) before shell commands that change "
+        "files",
+    )
+    parser.add_argument(
         "--crash-after-turn",
         type=int,
         metavar="N",
@@ -308,7 +379,9 @@ def run(args: argparse.Namespace) -> int:
     print()
     try:
         with da.workflow_id(args.task_id):
-            answer = coding_agent(TASK.format(workdir=WORKDIR), args.max_turns)
+            answer = coding_agent(
+                TASK.format(workdir=WORKDIR), args.max_turns, args.require_approval
+            )
     except da.WorkflowIdConflictError as exc:
         print(f"{exc}\nUse another --task-id for another task or work directory.")
         return 2

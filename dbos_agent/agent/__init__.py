@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
     from .model import DEFAULT_MODEL, MODEL_STEP_NAME, Model, configure, default_client
-    from .replay import ReplayReport, last_replay_report, replay_report, replaying, track_replay
+    from .replay import (
+        ReplayReport,
+        last_replay_report,
+        note_step,
+        replay_report,
+        replaying,
+        track_replay,
+    )
     from .retrying import ModelRetryPolicy, is_retryable, retry_after_seconds
     from .tool_registry import ToolRegistry
     from .tools import ENGINE_HAS_INTENTS, NotDone, Tool, ToolInputError, tool
@@ -30,7 +37,15 @@ if TYPE_CHECKING:
 _MODULES = {
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
     "model": ("DEFAULT_MODEL", "MODEL_STEP_NAME", "Model", "configure", "default_client"),
-    "replay": ("ReplayReport", "last_replay_report", "replay_report", "replaying", "track_replay"),
+    "replay": (
+        "ReplayReport",
+        "last_replay_report",
+        "note_step",
+        "note_step",
+        "replay_report",
+        "replaying",
+        "track_replay",
+    ),
     "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
     "tool_registry": ("ToolRegistry",),
     "tools": ("ENGINE_HAS_INTENTS", "NotDone", "Tool", "ToolInputError", "tool"),
@@ -67,6 +82,7 @@ __all__ = [
     "default_client",
     "is_retryable",
     "last_replay_report",
+    "note_step",
     "replay_report",
     "replaying",
     "retry_after_seconds",

@@ -153,7 +153,11 @@ def track_replay(on_done: Callable[[ReplayReport], None] | None = None) -> None:
 
 
 def note_step() -> None:
-    """Called by model and tool steps before they take a position: ends replay if live."""
+    """Called before a step takes its position: ends the replay phase if the history is used up.
+
+    Model and tool steps call it; call it yourself before other live work (e.g. waiting
+    for a human) so that the replay report does not count that wait.
+    """
     ctx = current_context()
     if ctx is None:
         return

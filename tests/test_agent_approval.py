@@ -1,0 +1,122 @@
+"""Human in the loop: the coding agent waits, across a kill -9, for approval sent by the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dbos_agent.agent.scripted_server import CHANGELOG_LINE
+from tests.helpers import new_id
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "coding_agent.py"
+
+
+def _env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    env.update(DBOS_AGENT_DATABASE_URL=url, PYTHONPATH=str(ROOT))
+    return env
+
+
+def _agent(url: str, task: str, workdir: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--require-approval",
+            "--task-id",
+            task,
+            "--workdir",
+            str(workdir),
+        ],
+        env=_env(url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _waiting_for_approval(url: str, task: str) -> bool:
+    with psycopg.connect(url) as conn:
+        try:
+            row = conn.execute(
+                "SELECT value FROM dbos_agent.events WHERE workflow_id = %s "
+                "AND key = 'awaiting_approval'",
+                (task,),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:  # the agent has not applied the schema yet
+            return False
+    return row is not None and row[0] is not None
+
+
+def _wait(predicate: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dbos_agent", *args],
+        env=_env(url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_the_agent_waits_for_a_human_across_a_crash(
+    dbos_agent_database_url: str, tmp_path: Path, approved: bool
+) -> None:
+    url, task, workdir = dbos_agent_database_url, new_id("approval"), tmp_path / "work"
+    first = _agent(url, task, workdir)
+    try:
+        _wait(lambda: _waiting_for_approval(url, task))
+        first.send_signal(signal.SIGKILL)  # killed while it waits for the human
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert (
+        not (workdir / "CHANGELOG.md").exists()
+        or CHANGELOG_LINE not in (workdir / "CHANGELOG.md").read_text()
+    )
+
+    second = _agent(url, task, workdir)
+    try:
+        time.sleep(1.0)  # it resumes and waits again (nothing is re-run meanwhile)
+        decision = {"approved": True} if approved else {"approved": False, "reason": "no"}
+        sent = _cli(url, "send", task, json.dumps(decision), "--topic", "approval")
+        assert sent.returncode == 0, sent.stderr
+        out, _ = second.communicate(timeout=60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert second.returncode == 0, out
+    path = workdir / "CHANGELOG.md"
+    changelog = path.read_text() if path.exists() else ""
+    assert changelog.count(CHANGELOG_LINE) == (1 if approved else 0)
+    with psycopg.connect(url) as conn:
+        status = conn.execute(
+            "SELECT status FROM dbos_agent.workflows WHERE workflow_id = %s", (task,)
+        ).fetchone()
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM dbos_agent.steps WHERE workflow_id = %s ORDER BY seq", (task,)
+            )
+        ]
+    assert status == ("SUCCESS",)
+    assert names.count("dbos_agent.recv") == 1  # the decision was taken once
+    # the tests ran twice; the append ran only when approved
+    assert names.count("tool:run_bash") == (3 if approved else 2)
