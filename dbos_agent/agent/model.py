@@ -17,8 +17,7 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from ..engine.registry import step_definition
-from ..engine.step import make_step
+from ..engine.step import step as durable_step
 from .accounting import MODEL_STEP_NAMES
 from .replay import note_step
 from .retrying import RETRYABLE_TYPES, ModelRetryPolicy
@@ -101,7 +100,7 @@ class Model:
         def call_model(request: dict[str, Any], stream: bool) -> Message:
             return self._call(request, stream)
 
-        self._step = make_step(call_model, step_definition(call_model, step_name, policy))
+        self._step = durable_step(name=step_name, retry_policy=policy)(call_model)
 
     def client(self) -> anthropic.Anthropic:
         """The client used for calls: no client-side retries, this model's timeout."""

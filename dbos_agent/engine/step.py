@@ -232,6 +232,7 @@ def step(
     retry_on: tuple[type[BaseException], ...] = (Exception,),
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -248,6 +249,7 @@ def step(
     retry_on: tuple[type[BaseException], ...] = (Exception,),
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
 
@@ -263,8 +265,13 @@ def step(
     result, the step is *in doubt*: ``guard(*args, **kwargs)`` (a sync
     check-then-act) returns the earlier result or :data:`NotDone` (run it);
     without a guard the workflow stops in ``IN_DOUBT`` for an operator.
+
+    ``retry_policy`` replaces the retry arguments with a :class:`RetryPolicy`
+    (or a subclass deciding delays itself, e.g. from an error's retry-after).
     """
-    policy = RetryPolicy(retries, interval, backoff, max_interval, jitter, tuple(retry_on))
+    policy = retry_policy or RetryPolicy(
+        retries, interval, backoff, max_interval, jitter, tuple(retry_on)
+    )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
         definition = step_definition(func, name, policy, idempotent=idempotent, guard=guard)
