@@ -58,7 +58,7 @@ def test_enqueue_runs_and_dedups(queue_runtime: da.Runtime) -> None:
     wid = new_id()
     first = q.enqueue(queued, "a", workflow_id=wid)
     again = q.enqueue(queued, "a", workflow_id=wid)
-    assert first.result(10) == again.result(10) == "a"
+    assert first.result(30) == again.result(30) == "a"
     assert RUNS["a"] == 1
     info = first.get_info()
     assert info.status == da.WorkflowStatus.SUCCESS
@@ -70,7 +70,7 @@ def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
     time.sleep(0.1)  # "first" holds the only slot while the rest wait
     handles = [q.enqueue(queued, f"p{p}", priority=p) for p in (5, 1, 3)]
     for h in [gate, *handles]:
-        h.result(10)
+        h.result(30)
     assert ORDER == ["first", "p1", "p3", "p5"]
     assert IN_FLIGHT["max"] == 1
 
@@ -78,7 +78,7 @@ def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
 def test_global_concurrency_limit(queue_runtime: da.Runtime) -> None:
     q = da.Queue(new_id("q"), concurrency=2)
     handles = [q.enqueue(queued, f"c{i}", 0.1) for i in range(8)]
-    assert sorted(h.result(20) for h in handles) == sorted(f"c{i}" for i in range(8))
+    assert sorted(h.result(60) for h in handles) == sorted(f"c{i}" for i in range(8))
     assert IN_FLIGHT["max"] == 2
 
 
@@ -87,7 +87,7 @@ def test_rate_limit(queue_runtime: da.Runtime, dbos_agent_database_url: str) -> 
     q = da.Queue(name, rate_limit=(3, 0.5))
     handles = [q.enqueue(queued, f"r{i}") for i in range(7)]
     for h in handles:
-        h.result(20)
+        h.result(60)
     with psycopg.connect(dbos_agent_database_url) as conn:
         starts = [
             r[0].timestamp()
@@ -109,10 +109,10 @@ def test_a_client_enqueues_without_the_function(
     q = da.Queue(new_id("q"))
     with da.Client(dbos_agent_database_url) as client:
         handle = client.enqueue(q.name, "queued", "from-client", seconds=0.0)
-        assert handle.result(10) == "from-client"
+        assert handle.result(30) == "from-client"
         assert client.retrieve(handle.workflow_id).status() == da.WorkflowStatus.SUCCESS
         same = client.enqueue(q.name, "queued", "ignored", workflow_id=handle.workflow_id)
-        assert same.result(10) == "from-client"
+        assert same.result(30) == "from-client"
         with pytest.raises(da.WorkflowNotFoundError):
             client.retrieve("nope")
     assert RUNS["from-client"] == 1
@@ -125,4 +125,4 @@ def test_enqueued_inputs_that_do_not_fit_fail_clearly(
     with da.Client(dbos_agent_database_url) as client:
         handle = client.enqueue(q.name, "queued", "a", "b", "c")
         with pytest.raises(da.WorkflowInputsError, match="do not fit"):
-            handle.result(10)
+            handle.result(30)
