@@ -24,6 +24,20 @@ SELECT (SELECT count(*) FROM inserted) = 1 AS inserted,
 FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
 
+-- name: append_step
+-- The checkpoint in its common case and cheapest form: a plain insert,
+-- guarded on the workflow being PENDING and owned by the caller's session.
+-- No row back (the guard failed) or a unique violation (the position is
+-- taken) sends the caller to record_step, which says why and adopts.
+INSERT INTO dbos_agent.steps
+    (workflow_id, seq, name, status, output, error, attempts, started_at)
+SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(output)s::jsonb, %(error)s::jsonb,
+       %(attempts)s, %(started_at)s
+WHERE EXISTS (
+    SELECT 1 FROM dbos_agent.workflows
+    WHERE workflow_id = %(workflow_id)s AND status = 'PENDING' AND owner_key = %(owner_key)s)
+RETURNING seq;
+
 -- name: record_step
 -- Record step `seq`'s result: the checkpoint. Only while the workflow is
 -- PENDING and owned by the caller's session (else its status reads NOT_OWNER),
@@ -32,9 +46,7 @@ LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
 -- wrote, the workflow's status, and the row that was there before: the loser
 -- of a race adopts the recorded result.
 WITH workflow AS (
-    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
-                THEN 'NOT_OWNER' ELSE status END AS status
-    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, output, error, attempts, started_at)
@@ -59,9 +71,7 @@ LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %
 -- with these inputs". Returns whether the intent was written and whatever
 -- already held the position (a concurrent run's intent or result).
 WITH workflow AS (
-    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
-                THEN 'NOT_OWNER' ELSE status END AS status
-    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, attempts, started_at, finished_at)
@@ -468,9 +478,7 @@ SELECT EXISTS (SELECT 1 FROM destination) AS destination_exists,
 -- Returns whether a message was taken, the message, and the step row that
 -- held the position before.
 WITH workflow AS (
-    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
-                THEN 'NOT_OWNER' ELSE status END AS status
-    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), candidate AS (
     SELECT message_id, message
     FROM dbos_agent.messages
@@ -509,9 +517,7 @@ LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %
 -- overwrites a newer value). Same guard as record_step. The events_notify
 -- trigger NOTIFYs waiters.
 WITH workflow AS (
-    SELECT CASE WHEN owner_key IS DISTINCT FROM %(owner_key)s AND status = 'PENDING'
-                THEN 'NOT_OWNER' ELSE status END AS status
-    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, output, attempts, started_at)

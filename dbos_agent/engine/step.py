@@ -94,6 +94,7 @@ def checkpoint(
         attempts=attempts,
         started_at=started_at,
         owner_key=ctx.runtime.session_key,
+        fresh=step.idempotent,
     )
     return outcome if write.written else adopt_recorded(ctx, step, seq, write)
 

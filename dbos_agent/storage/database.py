@@ -368,23 +368,33 @@ class SystemDatabase:
         attempts: int,
         started_at: datetime,
         owner_key: int | None,
+        fresh: bool = False,
     ) -> StepWrite:
-        """Append one step to the log: the checkpoint. One round trip, one commit."""
+        """Append one step to the log: the checkpoint. One round trip, one commit.
+
+        ``fresh`` says no intent row can hold the position (an idempotent step),
+        which allows the cheap plain insert; every other case, and every
+        surprise, goes through the statement that explains and adopts.
+        """
+        params = {
+            "owner_key": owner_key,
+            "workflow_id": workflow_id,
+            "seq": seq,
+            "name": name,
+            "status": status,
+            "output": output,
+            "error": error,
+            "attempts": attempts,
+            "started_at": started_at,
+        }
         with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("record_step"),
-                {
-                    "owner_key": owner_key,
-                    "workflow_id": workflow_id,
-                    "seq": seq,
-                    "name": name,
-                    "status": status,
-                    "output": output,
-                    "error": error,
-                    "attempts": attempts,
-                    "started_at": started_at,
-                },
-            ).fetchone()
+            if fresh:
+                try:
+                    if conn.execute(_q("append_step"), params).fetchone() is not None:
+                        return StepWrite(True, WorkflowStatus.PENDING, None)
+                except psycopg.errors.UniqueViolation:
+                    pass  # a concurrent run recorded this position: adopt it below
+            row = conn.execute(_q("record_step"), params).fetchone()
         return self._step_write(seq, row)
 
     def record_step_intent(
