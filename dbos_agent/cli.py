@@ -515,11 +515,12 @@ def _cmd_list(args: argparse.Namespace, db: SystemDatabase) -> None:
             _ts(info.created_at),
             _duration(_wall_seconds(info)),
             str(info.recovery_attempts),
+            info.app_version or "-",
         ]
         for info in found
     ]
     headers = ["WORKFLOW ID", "NAME", "STATUS", "EXECUTOR", "CREATED (UTC)", "DURATION"]
-    print(_table([*headers, "RECOVERIES"], rows))
+    print(_table([*headers, "RECOVERIES", "APP VERSION"], rows))
 
 
 def _cmd_show(args: argparse.Namespace, db: SystemDatabase) -> None:

@@ -153,7 +153,8 @@ def test_list_show_and_steps(runtime: da.Runtime, dbos_agent_database_url: str) 
 
     table = ok(cli(url, "workflows", "list", *filters)).splitlines()
     assert table[0].split() == [
-        "WORKFLOW", "ID", "NAME", "STATUS", "EXECUTOR", "CREATED", "(UTC)", "DURATION", "RECOVERIES"
+        "WORKFLOW", "ID", "NAME", "STATUS", "EXECUTOR", "CREATED", "(UTC)", "DURATION",
+        "RECOVERIES", "APP", "VERSION",
     ]  # fmt: skip
     assert [line.split()[0] for line in table[1:]] == [f"{key}-b", key]
     listed = json.loads(
