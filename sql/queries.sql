@@ -357,7 +357,9 @@ FROM target;
 -- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents
 -- are all settled) PENDING again, so that it continues from its log. A dead
 -- letter gets its recovery attempts back. A NULL executor_id keeps its
--- executor. Returns whether it was resumed, the status before, the first
+-- executor. A queued workflow that never left its queue goes back to it
+-- (ENQUEUED, owned by nobody), so that the queue's limits still hold.
+-- Returns whether it was resumed, the status before and after, the first
 -- open intent (why an IN_DOUBT one was refused), and what a runner needs.
 WITH target AS (
     SELECT w.workflow_id, w.status,
@@ -368,18 +370,22 @@ WITH target AS (
     FOR UPDATE OF w
 ), resumed AS (
     UPDATE dbos_agent.workflows AS w
-    SET status = 'PENDING', output = NULL, error = NULL, finished_at = NULL, updated_at = now(),
+    SET status = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
+                      THEN 'ENQUEUED' ELSE 'PENDING' END,
+        output = NULL, error = NULL, finished_at = NULL, updated_at = now(),
         recovery_attempts = CASE WHEN target.status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'
                                  THEN 0 ELSE w.recovery_attempts END,
         executor_id = COALESCE(%(executor_id)s::text, w.executor_id),
-        owner_key = %(owner_key)s::integer
+        owner_key = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
+                         THEN NULL ELSE %(owner_key)s::integer END
     FROM target
     WHERE w.workflow_id = target.workflow_id
       AND (target.status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
            OR (target.status = 'IN_DOUBT' AND target.open_intent IS NULL))
-    RETURNING w.workflow_id
+    RETURNING w.workflow_id, w.status
 )
-SELECT (SELECT count(*) FROM resumed) = 1 AS resumed, target.status, target.open_intent,
+SELECT (SELECT count(*) FROM resumed) = 1 AS resumed, target.status,
+       (SELECT status FROM resumed) AS status_now, target.open_intent,
        w.name, w.inputs::text, COALESCE(%(executor_id)s::text, w.executor_id) AS executor_id
 FROM target
 JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;

@@ -126,3 +126,17 @@ def test_enqueued_inputs_that_do_not_fit_fail_clearly(
         handle = client.enqueue(q.name, "queued", "a", "b", "c")
         with pytest.raises(da.WorkflowInputsError, match="do not fit"):
             handle.result(30)
+
+
+def test_a_cancelled_queued_workflow_resumes_into_its_queue(queue_runtime: da.Runtime) -> None:
+    q = da.Queue(new_id("q"), worker_concurrency=1)
+    blocker = q.enqueue(queued, "blocker", 0.5)
+    time.sleep(0.1)  # the blocker holds the only slot
+    waiting = q.enqueue(queued, "waiting")
+    da.cancel(waiting.workflow_id)
+    assert waiting.status() == da.WorkflowStatus.CANCELLED
+    resumed = da.resume(waiting.workflow_id)
+    assert resumed.status() == da.WorkflowStatus.ENQUEUED  # its queue's limit still holds
+    assert blocker.result(30) == "blocker"
+    assert resumed.result(30) == "waiting"
+    assert IN_FLIGHT["max"] == 1 and RUNS["waiting"] == 1

@@ -281,8 +281,10 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
         owner_key=runtime.session_key if here else None,
     )
     future = None
-    if definition is not None:
+    if definition is not None and result.now is WorkflowStatus.PENDING:
         future = _run_here(runtime, definition, workflow_id, result.inputs)
+    else:  # back in its queue: a dispatcher with room takes it
+        runtime.wake_dispatcher()
     return WorkflowHandle(runtime, workflow_id, future)
 
 

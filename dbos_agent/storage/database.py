@@ -96,6 +96,8 @@ class ResumeResult:
 
     resumed: bool
     previous: WorkflowStatus
+    #: PENDING, or ENQUEUED for a queued workflow that had not left its queue (None: refused).
+    now: WorkflowStatus | None
     #: The first step whose intent has no result (why an IN_DOUBT workflow was refused).
     open_intent: int | None
     name: str
@@ -708,9 +710,15 @@ class SystemDatabase:
             ).fetchone()
         if row is None:
             return None
-        resumed, previous, open_intent, name, inputs, executor = row
+        resumed, previous, now, open_intent, name, inputs, executor = row
         return ResumeResult(
-            bool(resumed), WorkflowStatus(previous), open_intent, name, inputs, executor
+            bool(resumed),
+            WorkflowStatus(previous),
+            None if now is None else WorkflowStatus(now),
+            open_intent,
+            name,
+            inputs,
+            executor,
         )
 
     def fork_workflow(
