@@ -1,0 +1,59 @@
+"""The scripted offline Anthropic Messages API server, one job per module.
+
+* :mod:`.script`: script items (:class:`Reply`, :class:`Fail`, :class:`Delay`) and their JSON
+  form.
+* :mod:`.protocol`: request checks and response rendering (messages, SSE events, errors).
+* :mod:`.server`: the request log and :class:`ScriptedServer`.
+* :mod:`.demo_task`: the demo coding task.
+* :mod:`.cli`: the command line (``python -m dbos_agent.agent.scripted_server``).
+
+The public entry point is :mod:`dbos_agent.agent.scripted_server`, which re-exports these.
+"""
+
+from __future__ import annotations
+
+from .cli import main
+from .demo_task import CHANGELOG_LINE, CODING_TASK_TOOLS, coding_task_script, seed_coding_task
+from .protocol import validate_request
+from .script import (
+    ContentBlock,
+    Delay,
+    Fail,
+    Reply,
+    ScriptFn,
+    ScriptItem,
+    TextContent,
+    ToolUseContent,
+    dump_script,
+    item_from_json,
+    item_to_json,
+    load_script,
+    text,
+    tool_use,
+)
+from .server import RequestRecord, ScriptedServer
+
+__all__ = [
+    "CHANGELOG_LINE",
+    "CODING_TASK_TOOLS",
+    "ContentBlock",
+    "Delay",
+    "Fail",
+    "Reply",
+    "RequestRecord",
+    "ScriptFn",
+    "ScriptItem",
+    "ScriptedServer",
+    "TextContent",
+    "ToolUseContent",
+    "coding_task_script",
+    "dump_script",
+    "item_from_json",
+    "item_to_json",
+    "load_script",
+    "main",
+    "seed_coding_task",
+    "text",
+    "tool_use",
+    "validate_request",
+]

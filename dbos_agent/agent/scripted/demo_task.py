@@ -1,0 +1,212 @@
+"""The demo scenario: a small buggy project and the scripted coding task that fixes it."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .protocol import _content_blocks
+from .script import JSONDict, Reply, ScriptFn, ScriptItem, text, tool_use
+
+if TYPE_CHECKING:
+    from anthropic.types import ToolParam
+
+__all__ = ["CHANGELOG_LINE", "CODING_TASK_TOOLS", "coding_task_script", "seed_coding_task"]
+
+# --------------------------------------------------------------------------- demo scenario
+
+CODING_TASK_TOOLS: list[ToolParam] = [
+    {
+        "name": "read_file",
+        "description": "Read a text file and return its contents.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "write_file",
+        "description": "Create or overwrite a text file.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+    {
+        "name": "run_bash",
+        "description": "Run a shell command and return its exit code and output.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+]
+"""Tool definitions matching :func:`coding_task_script`, to pass as ``tools=``."""
+
+_BUGGY_CALC = '''"""A tiny calculator, the subject of the dbos_agent demo task."""
+
+
+def add(a: float, b: float) -> float:
+    return a + b
+
+
+def average(values: list[float]) -> float:
+    """Arithmetic mean of ``values``."""
+    return sum(values) / (len(values) - 1)
+'''
+
+_FIXED_CALC = '''"""A tiny calculator, the subject of the dbos_agent demo task."""
+
+
+def add(a: float, b: float) -> float:
+    return a + b
+
+
+def average(values: list[float]) -> float:
+    """Arithmetic mean of ``values``."""
+    if not values:
+        raise ValueError("average() of an empty list")
+    return sum(values) / len(values)
+'''
+
+_TEST_CALC = '''"""Tests for calc.py; run with `python test_calc.py` (or pytest)."""
+
+from calc import add, average
+
+
+def test_add() -> None:
+    assert add(2, 3) == 5
+
+
+def test_average() -> None:
+    assert average([1, 2, 3, 4]) == 2.5
+
+
+def test_average_single() -> None:
+    assert average([7]) == 7
+
+
+if __name__ == "__main__":
+    failed = 0
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
+    for name, fn in tests:
+        try:
+            fn()
+        except Exception as exc:
+            failed += 1
+            print(f"FAIL {name}: {exc!r}")
+        else:
+            print(f"PASS {name}")
+    print(f"{len(tests) - failed} passed, {failed} failed")
+    raise SystemExit(1 if failed else 0)
+'''
+
+CHANGELOG_LINE = "- Fixed off-by-one in calc.average() (divided by len - 1)"
+
+
+def seed_coding_task(workdir: Path) -> None:
+    """Write the buggy ``calc.py``, its ``test_calc.py`` and an empty ``CHANGELOG.md``."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "calc.py").write_text(_BUGGY_CALC, encoding="utf-8")
+    (workdir / "test_calc.py").write_text(_TEST_CALC, encoding="utf-8")
+    (workdir / "CHANGELOG.md").write_text("# Changelog\n\n", encoding="utf-8")
+
+
+def _tool_results(messages: Sequence[Any]) -> list[str]:
+    """Text of every tool_result in the conversation, in order."""
+    out: list[str] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or message.get("role") != "user":
+            continue
+        for block in _content_blocks(message):
+            if block.get("type") != "tool_result":
+                continue
+            content = block.get("content", "")
+            if isinstance(content, list):
+                content = "".join(str(c.get("text", "")) for c in content if isinstance(c, Mapping))
+            out.append(str(content))
+    return out
+
+
+def coding_task_script(workdir: str, python: str = "python3") -> ScriptFn:
+    """A believable 6-turn coding task: read, test, fix, re-test, log to CHANGELOG, summarise.
+
+    The turn is the number of assistant messages in the request, not a server-side counter, so
+    a client that resumes a conversation after a crash gets the correct next reply. Turn 4 is
+    the non-idempotent side effect (``echo ... >> CHANGELOG.md``) that crash tests look for.
+    """
+    root = Path(workdir)
+    calc = str(root / "calc.py")
+    cd = f"cd {shlex.quote(str(root))} && "
+    run_tests = cd + f"{python} test_calc.py"
+
+    def script(body: JSONDict) -> ScriptItem:
+        messages = body.get("messages", [])
+        turn = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant")
+        results = _tool_results(messages)
+        if turn == 0:
+            return Reply(
+                [text("I'll start by reading calc.py."), tool_use("read_file", {"path": calc})]
+            )
+        if turn == 1:
+            return Reply(
+                [
+                    text("Let me run the test suite to see what fails."),
+                    tool_use("run_bash", {"command": run_tests}),
+                ]
+            )
+        if turn == 2:
+            return Reply(
+                [
+                    text(
+                        "`average` divides by `len(values) - 1`, so the mean is wrong and a "
+                        "single value divides by zero. Fixing it to divide by `len(values)`."
+                    ),
+                    tool_use("write_file", {"path": calc, "content": _FIXED_CALC}),
+                ]
+            )
+        if turn == 3:
+            return Reply(
+                [text("Re-running the tests."), tool_use("run_bash", {"command": run_tests})]
+            )
+        if turn == 4:
+            command = cd + f"echo {shlex.quote(CHANGELOG_LINE)} >> CHANGELOG.md"
+            return Reply(
+                [
+                    text("Recording the fix in CHANGELOG.md."),
+                    tool_use("run_bash", {"command": command}),
+                ]
+            )
+        second_run = results[3] if len(results) > 3 else ""
+        verdict = (
+            "all tests pass now"
+            if "0 failed" in second_run
+            else f"but the tests still report problems:\n{second_run.strip()}"
+        )
+        return Reply(
+            [
+                text(
+                    "Done. `calc.average` divided by `len(values) - 1`; it now divides by "
+                    f"`len(values)` and rejects empty input, {verdict}. "
+                    "I added a CHANGELOG.md entry for the fix."
+                )
+            ]
+        )
+
+    return script
+
+
+def _echo_script(body: JSONDict) -> ScriptItem:
+    """Answer with the last user text: a never-ending script for smoke tests."""
+    messages = body.get("messages", [])
+    last = messages[-1] if messages else {}
+    content = last.get("content", "") if isinstance(last, Mapping) else ""
+    if isinstance(content, list):
+        content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+    return Reply([text(f"echo: {content}")])
