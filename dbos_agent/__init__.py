@@ -27,6 +27,7 @@ from .engine.step import step
 from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
+    CheckpointError,
     DatabaseUnavailableError,
     DbosAgentError,
     MaxRecoveryAttemptsExceededError,
@@ -48,6 +49,7 @@ from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
     "Client",
     "ClientHandle",
     "DatabaseUnavailableError",

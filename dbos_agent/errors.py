@@ -15,6 +15,14 @@ class DatabaseUnavailableError(DbosAgentError):
     """The system database cannot be reached (the URL in the message has no password)."""
 
 
+class CheckpointError(DbosAgentError):
+    """The step log could not be written or read (the database failed, not the step).
+
+    The workflow stops without recording an outcome and is recovered later;
+    agent tools never hand this to the model as a tool error.
+    """
+
+
 class SchemaVersionError(DbosAgentError):
     """The database holds a dbos_agent schema newer than this library knows."""
 

@@ -445,3 +445,47 @@ def test_recovery_runs_on_a_bounded_pool(dbos_agent_database_url: str, executor_
     finally:
         rt.shutdown()
     assert 1 <= peak <= 4
+
+
+BROKEN_ONCE: list[str] = []
+
+
+@da.step
+def breaks_the_log(url: str) -> int:
+    if not BROKEN_ONCE:  # the database fails under the step, the first time only
+        BROKEN_ONCE.append(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE dbos_agent.steps RENAME TO steps_gone")
+    return 1
+
+
+@da.durable_workflow
+def checkpoint_fails(url: str) -> int:
+    try:
+        return breaks_the_log(url)
+    except Exception:  # user code may catch everything; the workflow must not end anyway
+        return -1
+
+
+def test_a_failed_checkpoint_leaves_the_workflow_pending_not_failed(
+    dbos_agent_postgres_url: str, executor_id: str
+) -> None:
+    from dbos_agent.testing import fresh_database
+
+    with fresh_database(dbos_agent_postgres_url) as url:
+        wid = new_id()
+        rt = da.launch(url, executor_id=executor_id, workers=2)
+        try:
+            with pytest.raises(da.CheckpointError, match="step 0") as err, da.workflow_id(wid):
+                checkpoint_fails(url)
+            assert "steps" in str(err.value.__cause__)
+            assert da.retrieve(wid).status() == da.WorkflowStatus.PENDING
+        finally:
+            rt.shutdown()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE dbos_agent.steps_gone RENAME TO steps")
+        rt = da.launch(url, executor_id=executor_id, workers=2)  # recovery finishes it
+        try:
+            assert da.retrieve(wid).result(timeout=30) == 1  # the step ran again, recorded
+        finally:
+            rt.shutdown()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import (
+    CheckpointError,
     DbosAgentError,
     StepInDoubtError,
     WorkflowCancelledError,
@@ -53,10 +54,22 @@ class WorkflowContext:
     recorded: dict[int, StepRow]
     diverged: WorkflowDivergedError | None = None
     in_doubt: StepInDoubtError | None = None
+    #: The log could not be written: the run stops unfinished, for recovery.
+    checkpoint_error: CheckpointError | None = None
     #: Set once this run learns the workflow was cancelled: no step starts after that.
     cancelled: WorkflowCancelledError | None = None
     _next_seq: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def noting_checkpoint_errors(self) -> Iterator[None]:
+        """Remember a failed log write, so the run ends PENDING even if user code
+        catches the error and carries on."""
+        try:
+            yield
+        except CheckpointError as exc:
+            self.checkpoint_error = exc
+            raise
 
     def next_position(self) -> int:
         """Hand out the next step position (thread-safe: positions are call order)."""

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    CheckpointError,
     DbosAgentError,
     NotLaunchedError,
     SerializationError,
@@ -323,6 +324,13 @@ class Runtime:
         """Record the workflow's outcome (guarded: a run finished elsewhere wins)."""
         if ctx.cancelled is not None and ctx.diverged is None and ctx.in_doubt is None:
             return self._stop_cancelled(run)
+        failed_write = ctx.checkpoint_error or (
+            outcome.error if isinstance(outcome.error, CheckpointError) else None
+        )
+        if failed_write is not None:
+            # the database failed, not the workflow: leave it PENDING for recovery
+            self._abandon(run, failed_write)
+            return Outcome(error=failed_write)
         # Divergence and doubt stop the workflow even if user code swallowed them.
         if ctx.diverged is not None:
             outcome = Outcome(error=ctx.diverged)

@@ -84,18 +84,19 @@ def checkpoint(
         status, output, error = StepStatus.SUCCESS, step.result.dumps(outcome.value, where), None
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
-    write = ctx.runtime.db.record_step(
-        workflow_id=ctx.workflow_id,
-        seq=seq,
-        name=step.name,
-        status=status,
-        output=output,
-        error=error,
-        attempts=attempts,
-        started_at=started_at,
-        owner_key=ctx.runtime.session_key,
-        fresh=step.idempotent,
-    )
+    with ctx.noting_checkpoint_errors():
+        write = ctx.runtime.db.record_step(
+            workflow_id=ctx.workflow_id,
+            seq=seq,
+            name=step.name,
+            status=status,
+            output=output,
+            error=error,
+            attempts=attempts,
+            started_at=started_at,
+            owner_key=ctx.runtime.session_key,
+            fresh=step.idempotent,
+        )
     return outcome if write.written else adopt_recorded(ctx, step, seq, write)
 
 
@@ -135,13 +136,15 @@ def _position(
         return seq, _settle_in_doubt(ctx, step, seq, args, kwargs)
     if step.inputs is None:  # idempotent: nothing to write before running
         return seq, None
-    write = ctx.runtime.db.record_step_intent(
-        workflow_id=ctx.workflow_id,
-        seq=seq,
-        name=step.name,
-        inputs=step.inputs.dumps(args, kwargs),
-        owner_key=ctx.runtime.session_key,
-    )
+    inputs = step.inputs.dumps(args, kwargs)
+    with ctx.noting_checkpoint_errors():
+        write = ctx.runtime.db.record_step_intent(
+            workflow_id=ctx.workflow_id,
+            seq=seq,
+            name=step.name,
+            inputs=inputs,
+            owner_key=ctx.runtime.session_key,
+        )
     return seq, None if write.written else adopt_recorded(ctx, step, seq, write)
 
 

@@ -17,9 +17,9 @@ from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import DatabaseUnavailableError, SchemaVersionError
+from ..errors import CheckpointError, DatabaseUnavailableError, SchemaVersionError
 from ..records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 from .dsn import redact_url
 from .sql_files import migrations, queries
@@ -389,7 +389,7 @@ class SystemDatabase:
             "attempts": attempts,
             "started_at": started_at,
         }
-        with self._pool.connection() as conn:
+        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
             if fresh:
                 try:
                     if conn.execute(_q("append_step"), params).fetchone() is not None:
@@ -399,11 +399,23 @@ class SystemDatabase:
             row = conn.execute(_q("record_step"), params).fetchone()
         return self._step_write(seq, row)
 
+    @contextmanager
+    def _checkpoint_errors(self, workflow_id: str, seq: int) -> Iterator[None]:
+        """Database failures while writing the log become CheckpointError, so that no
+        caller mistakes them for the step's own error."""
+        try:
+            yield
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise CheckpointError(
+                f"could not write step {seq} of workflow {workflow_id!r} to the log at "
+                f"{self.redacted_url}: {type(exc).__name__}: {str(exc).strip()}"
+            ) from exc
+
     def record_step_intent(
         self, *, workflow_id: str, seq: int, name: str, inputs: str, owner_key: int | None
     ) -> StepWrite:
         """Durably note that a non-idempotent step is about to run (one round trip)."""
-        with self._pool.connection() as conn:
+        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
             row = conn.execute(
                 _q("record_step_intent"),
                 {
