@@ -620,7 +620,7 @@ class SystemDatabase:
 
         Returns the write (``written`` when a message was taken) and the message's JSON.
         """
-        with self._pool.connection() as conn:
+        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
             row = conn.execute(
                 _q("receive_message"),
                 {
@@ -649,7 +649,7 @@ class SystemDatabase:
         owner_key: int | None,
     ) -> StepWrite:
         """Record step ``seq`` and set the event in one statement (neither without the other)."""
-        with self._pool.connection() as conn:
+        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
             row = conn.execute(
                 _q("set_event"),
                 {
