@@ -19,56 +19,9 @@ Run it as its own process (for kill -9 tests) with
 
 from __future__ import annotations
 
-from .scripted import (
-    CHANGELOG_LINE,
-    CODING_TASK_TOOLS,
-    ContentBlock,
-    Delay,
-    Fail,
-    Reply,
-    RequestRecord,
-    ScriptedServer,
-    ScriptFn,
-    ScriptItem,
-    TextContent,
-    ToolUseContent,
-    coding_task_script,
-    dump_script,
-    item_from_json,
-    item_to_json,
-    load_script,
-    main,
-    seed_coding_task,
-    text,
-    tool_use,
-    validate_request,
-)
-
-__all__ = [
-    "CHANGELOG_LINE",
-    "CODING_TASK_TOOLS",
-    "ContentBlock",
-    "Delay",
-    "Fail",
-    "Reply",
-    "RequestRecord",
-    "ScriptFn",
-    "ScriptItem",
-    "ScriptedServer",
-    "TextContent",
-    "ToolUseContent",
-    "coding_task_script",
-    "dump_script",
-    "item_from_json",
-    "item_to_json",
-    "load_script",
-    "main",
-    "seed_coding_task",
-    "text",
-    "tool_use",
-    "validate_request",
-]
-
+from .scripted import *  # noqa: F403 - this module is the package's stable public facade
+from .scripted import __all__ as __all__
+from .scripted import main
 
 if __name__ == "__main__":
     raise SystemExit(main())
