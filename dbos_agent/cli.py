@@ -31,7 +31,7 @@ from .errors import DbosAgentError, WorkflowNotFoundError
 from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 from .serialization import codec_for
 from .storage.database import SystemDatabase
-from .storage.dsn import redact_url
+from .storage.dsn import scrub
 from .storage.sql_files import migrations
 
 PROG = "dbos-agent"
@@ -775,20 +775,6 @@ def _run_worker(argv: list[str]) -> int:
     return status if isinstance(status, int) else 0
 
 
-def _scrub(text: str, url: str | None) -> str:
-    """Remove the password of ``url`` (and ``url`` itself) from a message."""
-    if not url:
-        return text
-    text = text.replace(url, redact_url(url))
-    try:
-        password = psycopg.conninfo.conninfo_to_dict(url).get("password")
-    except psycopg.Error:
-        password = None
-    if password:
-        text = text.replace(str(password), "***")
-    return text
-
-
 def _fail(message: str) -> None:
     """One line on stderr (libpq's multi-line hints included), easy to grep and log."""
     sys.stderr.write(f"{PROG}: error: {' '.join(message.split())}\n")
@@ -814,10 +800,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(args, db)
         sys.stdout.flush()
     except (CliError, DbosAgentError) as exc:
-        _fail(_scrub(str(exc), url))
+        _fail(scrub(str(exc), url))
         return 1
     except psycopg.Error as exc:
-        _fail(_scrub(f"database error: {str(exc).strip()}", url))
+        _fail(scrub(f"database error: {str(exc).strip()}", url))
         return 1
     except KeyboardInterrupt:
         return 130

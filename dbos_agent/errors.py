@@ -12,14 +12,29 @@ class NotLaunchedError(DbosAgentError):
 
 
 class DatabaseUnavailableError(DbosAgentError):
-    """The system database cannot be reached (the URL in the message has no password)."""
+    """The system database could not be reached, also after retrying for the outage bound.
+
+    Library calls ride out outages (connection refused or closed, an admin shutdown, a
+    read-only server during failover) by retrying with backoff; this is raised only
+    once the bound (``launch(outage_timeout=...)``) has passed. A workflow whose run
+    stops with it stays PENDING and continues when the database is back: a database
+    outage is never recorded as a workflow's error. The message never holds a password.
+
+    ``retryable`` is False when the database answered but failed in a way waiting will
+    not fix (e.g. a dropped table): the workflow then waits for an operator and the
+    next process instead of being retried here.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
-class CheckpointError(DbosAgentError):
-    """The step log could not be written or read (the database failed, not the step).
+class CheckpointError(DatabaseUnavailableError):
+    """The step log could not be written (the database failed, not the step).
 
-    The workflow stops without recording an outcome and is recovered later;
-    agent tools never hand this to the model as a tool error.
+    The workflow stops without recording an outcome and stays PENDING, even if user
+    code catches this; agent tools never hand it to the model as a tool error.
     """
 
 
@@ -28,7 +43,32 @@ class SchemaVersionError(DbosAgentError):
 
 
 class SerializationError(DbosAgentError, TypeError):
-    """A value cannot be stored as JSON (or read back as the annotated type)."""
+    """A value cannot be stored as JSON (or read back as the annotated type).
+
+    Also raised when Postgres refuses a value (e.g. a number out of its range): that
+    is the value's fault, never a database outage, so it is the caller's error.
+    """
+
+
+class CheckpointTooLargeError(SerializationError):
+    """A value is larger than ``launch(max_checkpoint_bytes=...)`` allows; nothing was written.
+
+    ``size`` and ``limit`` are in bytes of JSON text; the message names the workflow and
+    the step (or the input, output, message or event) the value belonged to.
+    """
+
+    def __init__(self, where: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{where}: the value is {size:,} bytes of JSON, over the checkpoint limit of "
+            f"{limit:,} bytes (launch(max_checkpoint_bytes=...)); nothing was written. Store "
+            f"large data elsewhere (a file, object storage) and checkpoint a reference to it."
+        )
+        self.size = size
+        self.limit = limit
+
+
+class InvalidIdentifierError(DbosAgentError, ValueError):
+    """A workflow id, topic, key or name is empty, too long, or holds a NUL character."""
 
 
 class WorkflowNotFoundError(DbosAgentError, LookupError):

@@ -20,7 +20,7 @@ WITH inserted AS (
 )
 SELECT (SELECT count(*) FROM inserted) = 1 AS inserted,
        w.name, w.status, w.inputs::text, w.output::text, w.error::text, w.owner_key,
-       w.owner_key IS NOT NULL AND dbos_agent.session_is_live(w.owner_key) AS owner_live
+       NOT dbos_agent.session_is_dead(w.owner_key) AS owner_live
 FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
 
@@ -69,7 +69,8 @@ LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %
 -- name: record_step_intent
 -- Before a non-idempotent step runs: durably say "about to run step `seq`
 -- with these inputs". Returns whether the intent was written and whatever
--- already held the position (a concurrent run's intent or result).
+-- already held the position (a concurrent run's intent or result). The same
+-- intent again (a retry whose first reply was lost) counts as written.
 WITH workflow AS (
     SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
@@ -77,7 +78,9 @@ WITH workflow AS (
         (workflow_id, seq, name, status, inputs, attempts, started_at, finished_at)
     SELECT %(workflow_id)s, %(seq)s, %(name)s, 'PENDING', %(inputs)s::jsonb, 1, now(), NULL
     WHERE (SELECT status FROM workflow) = 'PENDING'
-    ON CONFLICT (workflow_id, seq) DO NOTHING
+    ON CONFLICT (workflow_id, seq) DO UPDATE SET inputs = EXCLUDED.inputs
+        WHERE steps.status = 'PENDING' AND steps.name = EXCLUDED.name
+          AND steps.inputs = EXCLUDED.inputs
     RETURNING seq
 )
 SELECT (SELECT count(*) FROM written) = 1 AS written,
@@ -170,29 +173,33 @@ WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;
 
 -- name: claim_workflows
--- Take over the next page of PENDING workflows whose session is gone, for the
--- caller's session, counting one recovery attempt on each; a workflow that has
--- used up its attempts is dead-lettered here instead, in the same statement.
--- The caller's own executor id takes its workflows at once when their session
--- is not certainly alive (a restart after kill -9 does not wait); with
--- `orphans`, workflows of other executors are taken once their lease has
--- expired. SKIP LOCKED: two claimers never take the same row.
-WITH page AS (
+-- Take over the next page of PENDING workflows whose session is dead (see
+-- migration 006 for when a session counts as dead), for the caller's session,
+-- counting one recovery attempt on each; a workflow that has used up its
+-- attempts is dead-lettered here instead, in the same statement. Sessions seen
+-- without their lock for the first time are stamped (lock_lost_at): their grace
+-- starts now, and a later claim may take their workflows if they do not come
+-- back. Without `orphans` only the caller's own executor id is looked at (a
+-- restart recovering what its previous process left). SKIP LOCKED: two
+-- claimers never take the same row.
+WITH locked AS (
+    SELECT dbos_agent.locked_sessions() AS session_key
+), stamped AS (
+    UPDATE dbos_agent.executors AS e
+    SET lock_lost_at = now()
+    WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
+    RETURNING e.session_key
+), page AS (
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
     WHERE w.status = 'PENDING'
+      AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
+      AND w.owner_key IS DISTINCT FROM %(owner_key)s
+      AND (%(orphans)s OR w.executor_id = %(executor_id)s)
       AND w.name = ANY(%(names)s)
       AND NOT (w.workflow_id = ANY(%(skip_ids)s))
-      AND w.owner_key IS DISTINCT FROM %(owner_key)s
       AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
       AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
-      AND CASE
-            WHEN w.executor_id = %(executor_id)s
-              THEN w.owner_key IS NULL OR NOT dbos_agent.session_is_live(w.owner_key)
-            WHEN %(orphans)s
-              THEN w.owner_key IS NULL OR dbos_agent.session_lease_expired(w.owner_key)
-            ELSE false
-          END
     ORDER BY w.created_at, w.workflow_id
     LIMIT %(limit)s
     FOR UPDATE OF w SKIP LOCKED
@@ -219,6 +226,34 @@ WHERE w.workflow_id = page.workflow_id
 RETURNING w.workflow_id, w.name, w.status, w.inputs::text, w.created_at,
           w.recovery_attempts, w.max_recovery_attempts;
 
+-- name: count_claimable_soon
+-- PENDING workflows of this executor id (other than the caller's) whose session
+-- lost its lock but is still within its grace: a restart waits for them a little.
+SELECT count(*)
+FROM dbos_agent.workflows AS w
+JOIN dbos_agent.executors AS e ON e.session_key = w.owner_key
+WHERE w.status = 'PENDING' AND w.executor_id = %(executor_id)s
+  AND w.owner_key <> %(owner_key)s
+  AND w.name = ANY(%(names)s)
+  AND e.lock_lost_at IS NOT NULL
+  AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions())
+  AND e.session_key NOT IN (SELECT dbos_agent.dead_sessions());
+
+-- name: list_owned_idle
+-- PENDING workflows this session owns but does not run (a run cut off by an
+-- outage, a claim whose reply was lost): it takes them back.
+SELECT workflow_id, name, inputs::text
+FROM dbos_agent.workflows
+WHERE status = 'PENDING' AND owner_key = %(owner_key)s
+  AND NOT (workflow_id = ANY(%(skip_ids)s))
+ORDER BY created_at, workflow_id
+LIMIT %(limit)s;
+
+-- name: get_workflow_owner
+-- Who may run a workflow now: a run checks this before its next live step
+-- whenever its session's fence lapsed (see storage/session.py).
+SELECT status, owner_key FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s;
+
 -- name: take_over_workflow
 -- A direct call of a PENDING workflow whose session is not certainly alive:
 -- the caller's session takes it over (compare-and-set on the old owner).
@@ -227,7 +262,7 @@ SET owner_key = %(owner_key)s, executor_id = %(executor_id)s,
     recovery_attempts = recovery_attempts + 1, updated_at = now()
 WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
   AND owner_key IS NOT DISTINCT FROM %(old_owner_key)s
-  AND (owner_key IS NULL OR NOT dbos_agent.session_is_live(owner_key))
+  AND dbos_agent.session_is_dead(owner_key)
 RETURNING workflow_id;
 
 -- name: count_unrecoverable_pending
@@ -237,37 +272,96 @@ SELECT name, count(*) AS pending
 FROM dbos_agent.workflows
 WHERE status = 'PENDING'
   AND executor_id = %(executor_id)s
-  AND (owner_key IS NULL OR NOT dbos_agent.session_is_live(owner_key))
+  AND dbos_agent.session_is_dead(owner_key)
   AND NOT (name = ANY(%(names)s))
 GROUP BY name
 ORDER BY name;
 
 -- == executors ==
 
+-- name: next_session_key
+SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
+
 -- name: register_executor
+-- A new session, or its own key taken back after a reconnect (the lock is held
+-- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
-    (session_key, executor_id, app_version, hostname, pid, lease_seconds)
+    (session_key, executor_id, app_version, hostname, pid, process_key, lease_seconds,
+     grace_seconds)
 VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(hostname)s, %(pid)s,
-        %(lease_seconds)s)
+        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s)
 ON CONFLICT (session_key) DO UPDATE
     SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
-        hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
-        lease_seconds = EXCLUDED.lease_seconds, started_at = now(), heartbeat_at = now();
+        hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
+        lease_seconds = EXCLUDED.lease_seconds, grace_seconds = EXCLUDED.grace_seconds,
+        heartbeat_at = now(), lock_lost_at = NULL;
 
 -- name: heartbeat_executor
-UPDATE dbos_agent.executors SET heartbeat_at = now()
-WHERE session_key = %(session_key)s
+-- Renew the lease (on the connection that holds the lock). Returns whether the
+-- session could have been declared dead before this renewal: then its
+-- workflows may have been taken over, and each run must check before going on.
+-- No row: the session was forgotten (it looked dead) and must register again.
+WITH before AS (
+    SELECT session_key,
+           heartbeat_at < now() - make_interval(secs => lease_seconds)
+           OR (lock_lost_at < now() - make_interval(secs => grace_seconds)
+               AND heartbeat_at < now() - make_interval(secs => grace_seconds)) AS was_dead
+    FROM dbos_agent.executors
+    WHERE session_key = %(session_key)s
+    FOR UPDATE
+)
+UPDATE dbos_agent.executors AS e
+SET heartbeat_at = now(), lock_lost_at = NULL
+FROM before
+WHERE e.session_key = before.session_key
+RETURNING before.was_dead;
+
+-- name: forget_idle_executor
+-- A clean exit that owns nothing: the row goes.
+DELETE FROM dbos_agent.executors AS e
+WHERE e.session_key = %(session_key)s
+  AND NOT EXISTS (SELECT 1 FROM dbos_agent.workflows AS w
+                  WHERE w.status = 'PENDING' AND w.owner_key = e.session_key);
+
+-- name: end_executor
+-- A clean exit that leaves PENDING workflows: the session is dead at once, so
+-- they are claimable without waiting for its lease.
+UPDATE dbos_agent.executors SET heartbeat_at = '-infinity'
+WHERE session_key = %(session_key)s;
+
+-- name: list_unlocked_sessions
+-- Sessions without their lock and not yet known dead, with what tells whether
+-- their process still runs (when it ran on the caller's host).
+SELECT session_key, pid, process_key
+FROM dbos_agent.executors
+WHERE heartbeat_at > '-infinity'
+  AND session_key NOT IN (SELECT dbos_agent.locked_sessions());
+
+-- name: end_dead_session
+-- The caller saw that a session's process is gone (same host, pid not running):
+-- the session is dead at once. Guarded on the lock still being free.
+UPDATE dbos_agent.executors SET heartbeat_at = '-infinity'
+WHERE session_key = %(session_key)s AND process_key = %(process_key)s
+  AND session_key NOT IN (SELECT dbos_agent.locked_sessions())
 RETURNING session_key;
 
--- name: deregister_executor
--- A clean exit: the session's PENDING workflows become claimable at once.
-DELETE FROM dbos_agent.executors WHERE session_key = %(session_key)s;
-
 -- name: delete_dead_executors
--- Forget sessions that are gone for good (lock released and lease expired).
+-- Forget dead sessions that own nothing any more. A PENDING workflow whose
+-- owner has no row at all (deleted by hand) gets a dead one back, so that it
+-- can be claimed.
+WITH restored AS (
+    INSERT INTO dbos_agent.executors
+        (session_key, executor_id, hostname, pid, lease_seconds, heartbeat_at)
+    SELECT DISTINCT ON (w.owner_key) w.owner_key, w.executor_id, 'unknown', 0, 1, '-infinity'
+    FROM dbos_agent.workflows AS w
+    WHERE w.status = 'PENDING' AND w.owner_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM dbos_agent.executors AS e
+                      WHERE e.session_key = w.owner_key)
+    ON CONFLICT (session_key) DO NOTHING
+    RETURNING session_key
+)
 DELETE FROM dbos_agent.executors AS e
-WHERE e.heartbeat_at < now() - make_interval(secs => e.lease_seconds)
-  AND NOT dbos_agent.session_is_live(e.session_key)
+WHERE e.session_key IN (SELECT dbos_agent.dead_sessions())
   AND NOT EXISTS (SELECT 1 FROM dbos_agent.workflows AS w
                   WHERE w.status = 'PENDING' AND w.owner_key = e.session_key);
 
@@ -445,11 +539,11 @@ WHERE workflow_id = %(workflow_id)s;
 
 -- name: has_schema
 -- Whether `migrate` ever ran on this database.
-SELECT to_regclass('dbos_agent.schema_migrations') IS NOT NULL;
+SELECT to_regclass('dbos_agent.schema_migrations') IS NOT NULL AS present;
 
 -- name: get_schema_version
 -- The newest applied migration (only after has_schema).
-SELECT coalesce(max(version), 0) FROM dbos_agent.schema_migrations;
+SELECT coalesce(max(version), 0) AS version FROM dbos_agent.schema_migrations;
 
 -- == messages, events and timers ==
 

@@ -229,7 +229,7 @@ def _hung_owner_scenario(url: str, executor_id: str) -> None:
         deadline = time.monotonic() + 5
         while RUNS[f"{wid}:1"] == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        hung._stopped.set()  # the heartbeat stops: the process looks hung
+        hung.session._stop.set()  # the heartbeat stops: the process looks hung
         time.sleep(0.6)
         del GATES[wid]
         other = _second_runtime(url, new_id("other"))

@@ -14,9 +14,11 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import WorkflowNotFoundError
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
+from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .waiting import wait_for_stored_outcome
 
 
@@ -50,15 +52,31 @@ class ClientHandle:
 class Client:
     """Connects to the system database without running workflows."""
 
-    def __init__(self, database_url: str | None = None, *, pool_size: int = 4) -> None:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        pool_size: int = 4,
+        outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+    ) -> None:
         url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
         if not url:
             from ..storage.embedded import embedded_database_url
 
             url = embedded_database_url()
-        self.db = SystemDatabase(url, pool_size=pool_size)
+        self.db = SystemDatabase(
+            url,
+            pool_size=pool_size,
+            outage_timeout=outage_timeout,
+            max_checkpoint_bytes=max_checkpoint_bytes,
+        )
         self.db.open()
-        self.db.migrate()
+        try:
+            self.db.migrate()
+        except BaseException:
+            self.db.close()
+            raise
 
     def enqueue(
         self,
@@ -72,7 +90,18 @@ class Client:
         max_recovery_attempts: int = 50,
         **kwargs: Any,
     ) -> ClientHandle:
-        """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept."""
+        """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept.
+
+        The id, queue and name are checked (an empty id is refused, not replaced);
+        arguments over the checkpoint limit raise CheckpointTooLargeError.
+        """
+        check_identifier(queue, "queue name")
+        check_identifier(workflow_name, "workflow name")
+        wid = (
+            str(uuid.uuid4())
+            if workflow_id is None
+            else check_identifier(workflow_id, "workflow id")
+        )
         codec = codec_for(Any)
         inputs = json.dumps(
             {
@@ -80,7 +109,6 @@ class Client:
                 "$kwargs": codec.to_jsonable(kwargs, f"enqueue of {workflow_name!r}"),
             }
         )
-        wid = workflow_id or str(uuid.uuid4())
         self.db.insert_workflow(
             workflow_id=wid,
             name=workflow_name,
@@ -95,7 +123,7 @@ class Client:
         return ClientHandle(self.db, wid)
 
     def retrieve(self, workflow_id: str) -> ClientHandle:
-        handle = ClientHandle(self.db, workflow_id)
+        handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))
         handle.get_info()
         return handle
 

@@ -12,15 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from ..errors import (
-    CheckpointError,
+    DatabaseUnavailableError,
     DbosAgentError,
-    StepInDoubtError,
-    WorkflowCancelledError,
     WorkflowDivergedError,
 )
+from ..limits import check_identifier, derived_identifier
 from ..storage.database import StepRow
 
 if TYPE_CHECKING:
@@ -36,13 +36,35 @@ class RuntimeStopping(BaseException):
 
 
 class OwnershipLost(BaseException):
-    """Another executor session took this workflow over; this run stops quietly.
+    """This session no longer runs the workflow (taken over, or finished elsewhere).
 
-    The new owner runs it from the log; nothing is recorded by the old one.
+    The run stops quietly and records nothing: the owner, or the stored outcome, counts.
     """
 
-    def __init__(self, workflow_id: str) -> None:
-        super().__init__(f"workflow {workflow_id!r} was taken over by another executor session")
+    def __init__(
+        self, workflow_id: str, detail: str = "was taken over by another executor session"
+    ) -> None:
+        super().__init__(f"workflow {workflow_id!r} {detail}")
+
+
+class StopReason(IntEnum):
+    """Why a run ends before its workflow function returns, strongest first.
+
+    Once set, no further step starts (user code cannot swallow it), and
+    :meth:`Runtime.finish` acts on the strongest reason seen.
+    """
+
+    #: The code no longer fits the log: the workflow ends ERROR with the divergence.
+    DIVERGED = 1
+    #: A non-idempotent step may or may not have happened: the workflow ends IN_DOUBT.
+    IN_DOUBT = 2
+    #: An operator cancelled it: the cancel recorded the outcome; the run records nothing.
+    CANCELLED = 3
+    #: Another session owns it now, or it finished elsewhere: the run records nothing.
+    NOT_OWNER = 4
+    #: The database failed under the log: nothing is recorded, the workflow stays
+    #: PENDING and this process takes it back once the database answers.
+    DATABASE = 5
 
 
 @dataclass(eq=False)
@@ -52,23 +74,29 @@ class WorkflowContext:
     workflow_id: str
     runtime: Runtime
     recorded: dict[int, StepRow]
-    diverged: WorkflowDivergedError | None = None
-    in_doubt: StepInDoubtError | None = None
-    #: The log could not be written: the run stops unfinished, for recovery.
-    checkpoint_error: CheckpointError | None = None
-    #: Set once this run learns the workflow was cancelled: no step starts after that.
-    cancelled: WorkflowCancelledError | None = None
+    #: The session streak in which this run last knew it owned the workflow (see
+    #: ownership.py); -1 until it has checked.
+    owned_streak: int = -1
+    stop_reason: StopReason | None = None
+    stop_error: BaseException | None = None
     _next_seq: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def halt(self, reason: StopReason, error: BaseException) -> BaseException:
+        """Note why the run must end (the strongest reason wins); returns what to raise."""
+        with self._lock:
+            if self.stop_reason is None or reason < self.stop_reason:
+                self.stop_reason, self.stop_error = reason, error
+        return error
+
     @contextmanager
-    def noting_checkpoint_errors(self) -> Iterator[None]:
-        """Remember a failed log write, so the run ends PENDING even if user code
-        catches the error and carries on."""
+    def noting_database_failures(self) -> Iterator[None]:
+        """A failed log write or an outage past its bound ends the run unfinished (for
+        recovery), even if user code catches the error and carries on."""
         try:
             yield
-        except CheckpointError as exc:
-            self.checkpoint_error = exc
+        except DatabaseUnavailableError as exc:
+            self.halt(StopReason.DATABASE, exc)
             raise
 
     def next_position(self) -> int:
@@ -78,24 +106,31 @@ class WorkflowContext:
             self._next_seq += 1
         return seq
 
-    def begin_step(self, name: str) -> tuple[int, StepRow | None]:
-        """Take a position for step ``name``; return its recorded row when replaying."""
+    def check_not_stopped(self) -> None:
+        """Raise if the run must end: shutdown, a stop noted earlier, or a cancel."""
         if self.runtime.stopping:
             raise RuntimeStopping()
-        if self.cancelled is None:
-            self.cancelled = self.runtime.cancellation(self.workflow_id)
-        if self.cancelled is not None:
-            raise self.cancelled
+        if self.stop_error is not None:
+            raise self.stop_error
+        cancelled = self.runtime.cancellation(self.workflow_id)
+        if cancelled is not None:
+            raise self.halt(StopReason.CANCELLED, cancelled)
+
+    def begin_step(self, name: str) -> tuple[int, StepRow | None]:
+        """Take a position for step ``name``; return its recorded row when replaying."""
+        self.check_not_stopped()
         seq = self.next_position()
         recorded = self.recorded.pop(seq, None)
         if recorded is not None and recorded.name != name:
-            self.diverged = WorkflowDivergedError(self.workflow_id, seq, recorded.name, name)
-            raise self.diverged
+            raise self.halt(
+                StopReason.DIVERGED,
+                WorkflowDivergedError(self.workflow_id, seq, recorded.name, name),
+            )
         return seq, recorded
 
     def child_workflow_id(self) -> str:
         """A deterministic id for a workflow started from this one (same on replay)."""
-        return f"{self.workflow_id}-{self.next_position()}"
+        return derived_identifier(self.workflow_id, f"-{self.next_position()}")
 
 
 _current_workflow: ContextVar[WorkflowContext | None] = ContextVar(
@@ -164,8 +199,7 @@ def workflow_id(value: str) -> Iterator[None]:
 
     A second call with the same id returns the recorded result and runs nothing.
     """
-    if not isinstance(value, str) or not value:
-        raise ValueError("a workflow id must be a non-empty string")
+    check_identifier(value, "workflow id")
     token = _assigned_workflow_id.set(value)
     try:
         yield
@@ -174,5 +208,10 @@ def workflow_id(value: str) -> Iterator[None]:
 
 
 def take_workflow_id(explicit: str | None = None) -> str:
-    """The id for a new top-level workflow: explicit, assigned by the block, or fresh."""
-    return explicit or _assigned_workflow_id.get() or str(uuid.uuid4())
+    """The id for a new top-level workflow: explicit, assigned by the block, or fresh.
+
+    An explicit id is checked (an empty one is refused, never replaced by a fresh one).
+    """
+    if explicit is not None:
+        return check_identifier(explicit, "workflow id")
+    return _assigned_workflow_id.get() or str(uuid.uuid4())

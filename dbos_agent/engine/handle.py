@@ -8,6 +8,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
 from ..errors import WorkflowInterruptedError, WorkflowNotFoundError
+from ..limits import check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .context import OwnershipLost
 from .outcome import Outcome
@@ -74,6 +75,7 @@ class WorkflowHandle(Generic[R]):
 
 def retrieve(workflow_id: str) -> WorkflowHandle[Any]:
     """A handle on an existing workflow; raises WorkflowNotFoundError for an unknown id."""
+    check_identifier(workflow_id, "workflow id")
     runtime = current_runtime()
     handle: WorkflowHandle[Any] = WorkflowHandle(
         runtime, workflow_id, runtime.active_future(workflow_id)

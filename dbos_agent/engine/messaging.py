@@ -24,16 +24,19 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar, overload
 
 from ..errors import WorkflowNotFoundError
+from ..limits import check_identifier, check_optional_identifier
 from ..records import StepStatus
 from ..serialization import Codec, codec_for
 from .context import current_context, in_step
 from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL, Io, Plan, run_plan, run_plan_async
 from .outcome import Outcome
+from .ownership import ensure_owned, owns_now
 from .runtime import Runtime, current_runtime
 from .step import adopt_recorded, checkpoint
 from .timers import (
@@ -82,13 +85,16 @@ def _insert(
 def _send_plan(
     destination_id: str, message: Any, topic: str | None, idempotency_key: str | None
 ) -> Plan[None]:
+    check_identifier(destination_id, "destination workflow id")
+    check_optional_identifier(topic, "message topic")
+    check_optional_identifier(idempotency_key, "idempotency key")
     ctx = current_context()
     payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
     if ctx is None or in_step():
         runtime = current_runtime() if ctx is None else ctx.runtime
-        sent: Outcome = yield Io(
-            partial(_insert, runtime, destination_id, payload, topic, idempotency_key)
-        )
+        # A key of its own, so that a send retried through an outage is delivered once.
+        key = idempotency_key or f"send:{uuid.uuid4()}"
+        sent: Outcome = yield Io(partial(_insert, runtime, destination_id, payload, topic, key))
         sent.unwrap()
         return
     seq, row = ctx.begin_step(SEND_STEP)
@@ -97,6 +103,8 @@ def _send_plan(
         return
     started_at = datetime.now(UTC)
     key = idempotency_key or f"{ctx.workflow_id}:{seq}"
+    if not owns_now(ctx):  # the message is a side effect: only while the workflow is ours
+        yield Io(partial(ensure_owned, ctx))
     sent = yield Io(partial(_insert, ctx.runtime, destination_id, payload, topic, key))
     done: Outcome = yield Io(partial(checkpoint, ctx, _SEND, seq, sent, 1, started_at))
     done.unwrap()
@@ -135,6 +143,7 @@ async def send_async(
 
 
 def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[Any]:
+    check_optional_identifier(topic, "recv topic")
     timeout = _timeout(timeout)
     ctx = workflow_only("recv()")
     seq, row = ctx.begin_step(RECV_STEP)
@@ -199,6 +208,7 @@ async def recv_async(
 
 
 def _set_event_plan(key: str, value: Any) -> Plan[None]:
+    check_identifier(key, "event key")
     ctx = workflow_only("set_event()")
     payload = _ANY.dumps(value, f"workflow {ctx.workflow_id!r} event {key!r}")
     seq, row = ctx.begin_step(SET_EVENT_STEP)
@@ -255,6 +265,8 @@ def _poll_event(
 
 
 def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Codec) -> Plan[Any]:
+    check_identifier(workflow_id, "workflow id")
+    check_identifier(key, "event key")
     timeout = _timeout(timeout)
     ctx = current_context()
     if ctx is None or in_step():

@@ -30,7 +30,10 @@ from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 
+from ..errors import DatabaseUnavailableError
 from ..storage.database import SystemDatabase
+from ..storage.outages import describe, is_transient
+from .context import StopReason, current_context, in_step
 
 log = logging.getLogger("dbos_agent.notifications")
 
@@ -44,7 +47,7 @@ EVENTS_CHANNEL = "dbos_agent_events"
 CANCEL_CHANNEL = "dbos_agent_cancel"
 
 _RECONNECT_MIN_S = 0.1
-_RECONNECT_MAX_S = 5.0
+_RECONNECT_MAX_S = 1.0
 _IDLE_SELECT_S = 30.0
 
 
@@ -229,26 +232,19 @@ class Notifications:
 
     def _run(self) -> None:
         delay = _RECONNECT_MIN_S
-        failing = False
         while not self._closed.is_set():
             try:
-                with self._db.connect_listener() as conn:
-                    if failing:
-                        log.info("the notification listener reconnected")
-                    failing = False
+                with self._db.connect_dedicated("dbos_agent_listener") as conn:
+                    self._db.monitor.succeeded()
                     delay = _RECONNECT_MIN_S
                     self._serve(conn)
             except Exception as exc:
                 if self._closed.is_set():
                     break
-                if not failing:
-                    log.warning(
-                        "the notification listener lost its connection (%s); waiters poll "
-                        "every %.1fs until it is back",
-                        str(exc).strip() or type(exc).__name__,
-                        self.poll_interval,
-                    )
-                failing = True
+                if is_transient(exc):
+                    self._db.monitor.failed(exc)
+                else:
+                    log.warning("the notification listener failed: %s", describe(exc))
             finally:
                 self.listening.clear()
             self._closed.wait(delay)
@@ -299,6 +295,16 @@ class Wait:
 Plan: TypeAlias = Generator[Io | Wait, Any, T]
 
 
+def _noted(exc: BaseException) -> BaseException:
+    """A database failure under a workflow's own wait or message ends its run unfinished,
+    even if user code catches it (see WorkflowContext.noting_database_failures)."""
+    if isinstance(exc, DatabaseUnavailableError):
+        ctx = current_context()
+        if ctx is not None and not in_step():
+            return ctx.halt(StopReason.DATABASE, exc)
+    return exc
+
+
 def run_plan(plan: Plan[T]) -> T:
     """Drive a plan in this thread: calls are made here, waits block here."""
     reply: Any = None
@@ -318,7 +324,7 @@ def run_plan(plan: Plan[T]) -> T:
                 else:
                     request.waiter.wait(request.seconds)
             except BaseException as exc:  # handed to the plan, which may clean up
-                failure = exc
+                failure = _noted(exc)
     finally:
         plan.close()
 
@@ -342,6 +348,6 @@ async def run_plan_async(plan: Plan[T]) -> T:
                 else:
                     await request.waiter.wait_async(request.seconds)
             except BaseException as exc:  # handed to the plan, which may clean up
-                failure = exc
+                failure = _noted(exc)
     finally:
         plan.close()

@@ -25,6 +25,7 @@ from ..errors import (
     WorkflowNotFoundError,
     WorkflowStatusError,
 )
+from ..limits import check_identifier
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import codec_for, dumps_error
 from ..storage.database import ForkResult, ResumeResult, SystemDatabase
@@ -62,7 +63,7 @@ def cancel_workflow(db: SystemDatabase, workflow_id: str) -> WorkflowStatus:
     scripts can retry. A finished one (SUCCESS, ERROR) raises
     :class:`WorkflowStatusError`: its outcome is recorded and stays.
     """
-    result = db.cancel_workflow(workflow_id)
+    result = db.cancel_workflow(check_identifier(workflow_id, "workflow id"))
     if result is None:
         raise WorkflowNotFoundError(workflow_id)
     if not result.cancelled and result.previous is not WorkflowStatus.CANCELLED:
@@ -87,6 +88,7 @@ def resume_workflow(
     ``owner_key`` None leaves it to whichever process claims it;
     ``executor_id`` None keeps its executor.
     """
+    check_identifier(workflow_id, "workflow id")
     result = db.resume_workflow(workflow_id, executor_id=executor_id, owner_key=owner_key)
     if result is None:
         raise WorkflowNotFoundError(workflow_id)
@@ -127,9 +129,12 @@ def fork_workflow(
     """
     if from_step < 0:
         raise ValueError(f"from_step must be >= 0, got {from_step}")
-    new_id = str(uuid.uuid4()) if new_workflow_id is None else new_workflow_id
-    if not new_id:
-        raise ValueError("a workflow id must be a non-empty string")
+    check_identifier(workflow_id, "workflow id")
+    new_id = (
+        str(uuid.uuid4())
+        if new_workflow_id is None
+        else check_identifier(new_workflow_id, "new workflow id")
+    )
     result = db.fork_workflow(
         workflow_id,
         new_workflow_id=new_id,
@@ -172,7 +177,7 @@ def settle_in_doubt_step(
 
     The IN_DOUBT workflow becomes PENDING. Returns its ``(name, inputs)``.
     """
-    info = db.get_workflow(workflow_id)
+    info = db.get_workflow(check_identifier(workflow_id, "workflow id"))
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
     step = next((s for s in db.list_steps(workflow_id) if s.seq == seq), None)
@@ -203,7 +208,7 @@ def settle_in_doubt_step(
 
 def _definition_of(runtime: Runtime, workflow_id: str) -> WorkflowDefinition | None:
     """The registered function of a stored workflow (a workflow's name never changes)."""
-    info = runtime.db.get_workflow(workflow_id)
+    info = runtime.db.get_workflow(check_identifier(workflow_id, "workflow id"))
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
     return find_workflow(info.name)

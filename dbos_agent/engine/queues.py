@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DbosAgentError
+from ..limits import check_identifier
 from .handle import WorkflowHandle
 from .recovery import run_claimed
 from .registry import find_workflow, workflow_names
@@ -35,8 +36,7 @@ class Queue:
         worker_concurrency: int | None = None,
         rate_limit: tuple[int, float] | None = None,
     ) -> None:
-        if not name:
-            raise ValueError("a queue needs a name")
+        check_identifier(name, "queue name")
         for label, value in (
             ("concurrency", concurrency),
             ("worker_concurrency", worker_concurrency),
@@ -101,12 +101,19 @@ def find_queue(name: str) -> Queue | None:
 
 
 def dispatch_once(runtime: Runtime) -> int:
-    """Dequeue what the limits and this worker's free slots allow; return how many."""
+    """Dequeue what the limits and this worker's free slots allow; return how many.
+
+    Nothing is dequeued while this session's fence does not hold (a process back
+    from a pause, a session reconnecting): it might no longer be alive to others.
+    """
     started = 0
     names = workflow_names()
     for queue in registered_queues():
         free = runtime.pool.size - len(runtime.active_ids())
         if free <= 0:
+            break
+        streak = runtime.ownership_mark()
+        if streak < 0:
             break
         assert runtime.session_key is not None
         for workflow_id, name, inputs in runtime.db.dequeue_workflows(
@@ -123,7 +130,7 @@ def dispatch_once(runtime: Runtime) -> int:
             definition = find_workflow(name)
             if definition is None:  # filtered by name in the query; defensive
                 raise DbosAgentError(f"dequeued unknown workflow {name!r}")
-            run_claimed(runtime, definition, workflow_id, inputs, recorded={})
+            run_claimed(runtime, definition, workflow_id, inputs, {}, streak)
             started += 1
     return started
 
@@ -133,10 +140,10 @@ def run_dispatcher(runtime: Runtime, poll_seconds: float = 0.5) -> None:
     while not runtime.stopping:
         try:
             started = dispatch_once(runtime) if registered_queues() else 0
-        except Exception:
+        except Exception as exc:
             if runtime.stopping:
                 return
-            log.exception("queue dispatch failed; retrying")
+            log.error("queue dispatch failed (%s); retrying", exc)
             started = 0
         if not started:
             runtime.wait_for_dispatch(poll_seconds)

@@ -1,12 +1,17 @@
-"""Recovery: resume PENDING workflows whose executor session is gone.
+"""Recovery: resume PENDING workflows whose executor session is dead.
 
-At launch, an executor takes back its own workflows whose session is not
-alive (a restart after kill -9 does not wait for a lease); the worker daemon
-also takes over orphans of other executors once their lease has expired.
+At launch, an executor takes back its own executor id's workflows whose session
+is dead; the worker daemon also takes over orphans of any executor. When a
+session counts as dead is written in migration 006: a lease run out, a lock
+free past its grace, or (seen from the same host) a pid that no longer runs,
+which makes a restart after kill -9 take its workflows back at once.
 Workflows are claimed a page at a time (each claim counts one recovery
 attempt and dead-letters those over their limit, in one statement), their
 logs are loaded with one query per page, and they run on the bounded worker
 pool: memory stays flat however many are pending.
+
+A process also takes back what is still its own but no longer runs: a run cut
+off by an outage past its bound, a claim whose reply was lost.
 """
 
 from __future__ import annotations
@@ -15,17 +20,20 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ..errors import WorkflowInputsError
+from ..errors import DatabaseUnavailableError, WorkflowInputsError
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import StepRow
+from ..storage.session import end_dead_local_sessions
 from .registry import WorkflowDefinition, find_workflow, workflow_names
 from .runtime import Runtime
 
-log = logging.getLogger("dbos_agent.recovery")
+log = logging.getLogger(__name__)
 
 PAGE_SIZE = 200
 _PROGRESS_EVERY_S = 5.0
+#: How often a process looks for workflows it owns but does not run, without a reason to.
+_TAKE_BACK_EVERY_S = 30.0
 
 
 @dataclass
@@ -40,15 +48,28 @@ class RecoveryReport:
 
 
 def recover_pending(runtime: Runtime) -> RecoveryReport:
-    """Resume this executor's recoverable PENDING workflows (run once at launch)."""
+    """Resume this executor's recoverable PENDING workflows (run once at launch).
+
+    Workflows of a session that lost its lock on another host are waited for
+    during that session's grace (it may be alive and reconnecting), then taken.
+    """
     report = RecoveryReport()
     started = time.perf_counter()
     try:
         _warn_unknown(runtime, report)
-        claim_and_resume(runtime, orphans=False, report=report)
-    except Exception:
+        give_up_at = time.monotonic() + 2 * runtime.session.grace_seconds + 1
+        while not runtime.stopping:
+            claim_and_resume(runtime, orphans=False, report=report)
+            assert runtime.session_key is not None
+            waiting = runtime.db.count_claimable_soon(
+                runtime.executor_id, runtime.session_key, workflow_names()
+            )
+            if not waiting or time.monotonic() > give_up_at:
+                break
+            time.sleep(0.2)
+    except Exception as exc:
         if not runtime.stopping:
-            log.exception("recovery of pending workflows failed")
+            log.error("recovery of pending workflows failed: %s", exc)
     finally:
         report.seconds = time.perf_counter() - started
         runtime.last_recovery = report
@@ -82,12 +103,16 @@ def run_claimed(
     definition: WorkflowDefinition,
     workflow_id: str,
     inputs: str,
-    recorded: dict[int, StepRow],
+    recorded: dict[int, StepRow] | None,
+    owned_streak: int = -1,
 ) -> bool:
     """Run a workflow this session just claimed; False (and ERROR recorded) when its
-    recorded inputs no longer fit the function: its siblings go on regardless."""
+    recorded inputs no longer fit the function: its siblings go on regardless.
+
+    ``owned_streak`` is the ownership mark taken before the claim (-1: check first).
+    """
     try:
-        runtime.resume(definition, workflow_id, inputs, recorded)
+        runtime.resume(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
     except WorkflowInputsError as exc:
         log.error("cannot run workflow %s: %s", workflow_id, exc)
         runtime.db.finish_workflow(
@@ -104,7 +129,11 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
     names = workflow_names()
     after = None
     last_progress = time.monotonic()
+    end_dead_local_sessions(db)
     while not runtime.stopping:
+        streak = runtime.ownership_mark()
+        if streak < 0:  # not sure this session is alive to others: claim nothing yet
+            return
         claims = db.claim_workflows(
             executor_id=runtime.executor_id,
             owner_key=runtime.session_key,
@@ -135,7 +164,12 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
             if definition is None:  # unregistered between the claim and now
                 continue
             if run_claimed(
-                runtime, definition, claim.workflow_id, claim.inputs, logs[claim.workflow_id]
+                runtime,
+                definition,
+                claim.workflow_id,
+                claim.inputs,
+                logs[claim.workflow_id],
+                streak,
             ):
                 report.resumed += 1
             else:
@@ -143,3 +177,41 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
             log.info("recovery in progress: %d resumed so far", report.resumed)
+
+
+def take_back_idle(runtime: Runtime) -> int:
+    """Resume the PENDING workflows this session owns but no longer runs; how many."""
+    assert runtime.session_key is not None
+    taken = 0
+    while not runtime.stopping:
+        skip = runtime.active_ids() + runtime.parked_ids()
+        streak = runtime.ownership_mark()
+        idle = runtime.db.list_owned_idle(runtime.session_key, skip, PAGE_SIZE)
+        for workflow_id, name, inputs in idle:
+            definition = find_workflow(name)
+            if definition is None:
+                continue
+            taken += run_claimed(runtime, definition, workflow_id, inputs, None, streak)
+        if len(idle) < PAGE_SIZE:
+            break
+    if taken:
+        log.info("took back %d workflow(s) this process owns but had stopped running", taken)
+    return taken
+
+
+def keep_taking_back(runtime: Runtime) -> None:
+    """The take-back thread: after an outage (or now and then) resume what is ours."""
+    while not runtime.stopping:
+        woken = runtime.take_back_wanted.wait(_TAKE_BACK_EVERY_S)
+        runtime.take_back_wanted.clear()
+        if runtime.stopping:
+            return
+        if woken:
+            time.sleep(0.2)  # let a burst of stopped runs settle first
+        try:
+            take_back_idle(runtime)
+        except DatabaseUnavailableError:
+            runtime.take_back_wanted.set()  # still down: try again after the next wait
+            time.sleep(1.0)
+        except Exception as exc:
+            log.error("taking back this process's workflows failed: %s", exc)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DbosAgentError
+from ..limits import check_identifier
 from ..serialization import Codec, InputsCodec, result_codec
 
 
@@ -93,7 +94,7 @@ def step_definition(
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
 ) -> StepDefinition:
-    step_name = name or fn.__qualname__
+    step_name = check_identifier(name or fn.__qualname__, "step name")
     if guard is not None and idempotent:
         raise ValueError(f"step {step_name!r}: a guard only makes sense with idempotent=False")
     return StepDefinition(
@@ -131,7 +132,7 @@ def register_workflow(
     """Create and register the definition; two different functions may not share a name."""
     if max_recovery_attempts < 0:
         raise ValueError(f"max_recovery_attempts must be >= 0, got {max_recovery_attempts}")
-    wf_name = name or fn.__qualname__
+    wf_name = check_identifier(name or fn.__qualname__, "workflow name")
     origin = f"{fn.__module__}.{fn.__qualname__}"
     definition = WorkflowDefinition(
         name=wf_name,

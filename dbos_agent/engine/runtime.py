@@ -1,8 +1,9 @@
 """The runtime: one per process, created by :func:`launch`.
 
-It owns the system database, the worker pool and the table of workflows this
-process is running, and it is where a workflow call is admitted (idempotent
-start), executed and finished. Recovery lives in ``recovery.py``.
+It owns the system database, the executor session, the worker pool and the
+table of workflows this process is running, and it is where a workflow call is
+admitted (idempotent start), executed and finished. Recovery lives in
+``recovery.py``, the ownership check before a live step in ``ownership.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    CheckpointError,
+    DatabaseUnavailableError,
     DbosAgentError,
     NotLaunchedError,
     SerializationError,
@@ -29,11 +30,13 @@ from ..errors import (
     WorkflowIdConflictError,
     WorkflowInterruptedError,
 )
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import StepRow, SystemDatabase, WorkflowRow
-from ..storage.session import ExecutorSession
-from .context import OwnershipLost, WorkflowContext, entered_workflow
+from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
+from ..storage.session import ExecutorSession, end_dead_local_sessions
+from .context import OwnershipLost, StopReason, WorkflowContext, entered_workflow
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, workflow_outcome
 from .registry import WorkflowDefinition
@@ -43,9 +46,11 @@ from .workers import WorkerPool
 if TYPE_CHECKING:
     from .recovery import RecoveryReport
 
-log = logging.getLogger("dbos_agent")
+log = logging.getLogger(__name__)
 
-#: NOTIFY channel of cancels (sent by the cancel_workflow query); the payload is the id.
+#: A direct call of a workflow another session runs looks again this often whether
+#: that session died (and the caller should take the workflow over).
+_READMIT_EVERY_S = 1.0
 
 
 @dataclass(eq=False)
@@ -58,6 +63,8 @@ class WorkflowRun:
     kwargs: dict[str, Any]
     recorded: dict[int, StepRow]
     future: Future[Outcome] = field(default_factory=Future)
+    #: The session streak in which this process became the owner (-1: check first).
+    owned_streak: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +112,14 @@ class Runtime:
         app_version: str | None = None,
         workers: int = 16,
         lease_seconds: float = 30.0,
+        session_grace: float = 3.0,
     ) -> None:
         self.db = db
-        self.executor_id = executor_id
+        self.executor_id = check_identifier(executor_id, "executor id")
         self.app_version = app_version
-        self.session = ExecutorSession(db, executor_id, app_version, lease_seconds)
+        self.session = ExecutorSession(
+            db, executor_id, app_version, lease_seconds, grace_seconds=session_grace
+        )
         self.session_key: int | None = None
         self.pool = WorkerPool(workers)
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
@@ -123,14 +133,23 @@ class Runtime:
         self._cancelled: set[str] = set()
         self.notifications.subscribe(CANCEL_CHANNEL, self.note_cancelled)
         self._background: list[threading.Thread] = []
-        self._stopped = threading.Event()
         self._dispatch_wanted = threading.Event()
+        #: Woken when this process may own workflows it does not run (after an outage).
+        self.take_back_wanted = threading.Event()
+        #: Workflows this process stopped for a failure that retrying will not fix (a
+        #: broken schema): left PENDING for the next process, not taken back here.
+        self._parked: set[str] = set()
 
     def open(self) -> Runtime:
-        """Register this process's executor session and start its heartbeat."""
+        """Register this process's executor session (it heartbeats from now on)."""
         self.session_key = self.session.open()
-        self.run_in_background(self._heartbeat, "dbos-agent-heartbeat")
         return self
+
+    def ownership_mark(self) -> int:
+        """Call right before a statement that makes this session a workflow's owner: the
+        streak a run started from it may rely on (-1 when the fence does not hold)."""
+        fence = self.session.state
+        return fence.streak if fence.holds() else -1
 
     def wake_dispatcher(self) -> None:
         """Tell the queue dispatcher there may be work or room (an enqueue, a finish)."""
@@ -140,17 +159,6 @@ class Runtime:
         """Sleep in the dispatcher until woken or ``timeout`` passes."""
         self._dispatch_wanted.wait(timeout)
         self._dispatch_wanted.clear()
-
-    def _heartbeat(self) -> None:
-        interval = max(0.05, self.session.lease_seconds / 3)
-        while not self._stopped.wait(interval):
-            if not self.session.heartbeat():
-                log.error(
-                    "executor session %s of %r lost its heartbeat; its workflows may be taken "
-                    "over by other executors",
-                    self.session_key,
-                    self.executor_id,
-                )
 
     # -- admission: idempotent start ---------------------------------------------------
 
@@ -175,6 +183,7 @@ class Runtime:
         """
         if self.stopping:
             raise NotLaunchedError("the dbos_agent runtime is shutting down")
+        check_identifier(workflow_id, "workflow id")
         inputs = definition.inputs.dumps(args, kwargs)
         run = WorkflowRun(definition, workflow_id, args, kwargs, {})
         with self._lock:
@@ -185,6 +194,7 @@ class Runtime:
             self._check_same(workflow_id, definition.name, inputs, active.name, active.inputs)
             return Admission(attached=active.future)
         try:
+            run.owned_streak = self.ownership_mark()
             inserted, row = self.db.insert_workflow(
                 workflow_id=workflow_id,
                 name=definition.name,
@@ -205,9 +215,14 @@ class Runtime:
                 self._resolve(run, outcome)
                 return Admission(finished=outcome)
             mine = row.status is WorkflowStatus.PENDING and row.owner_key == self.session_key
+            if not mine:
+                run.owned_streak = self.ownership_mark()
+            owner_dead = not row.owner_live or (
+                row.status is WorkflowStatus.PENDING and end_dead_local_sessions(self.db) > 0
+            )
             if mine or (
                 row.status is WorkflowStatus.PENDING
-                and not row.owner_live
+                and owner_dead
                 and self.session_key is not None
                 and self.db.take_over_workflow(
                     workflow_id, row.owner_key, self.session_key, self.executor_id
@@ -264,16 +279,22 @@ class Runtime:
         workflow_id: str,
         inputs: str,
         recorded: dict[int, StepRow] | None = None,
+        *,
+        owned_streak: int = -1,
     ) -> Future[Outcome]:
-        """Run a PENDING workflow from its log on the worker pool.
+        """Run a PENDING workflow this session owns, from its log, on the worker pool.
 
-        Raises WorkflowInputsError when the recorded inputs no longer fit the
-        function. If this process already runs it, returns that run's future.
+        ``owned_streak`` is the :meth:`ownership_mark` taken before the statement that
+        made this session the owner. Raises WorkflowInputsError when the recorded
+        inputs no longer fit the function. If this process already runs it, returns
+        that run's future.
         """
         args, kwargs = definition.inputs.loads(inputs, workflow_id)
         if recorded is None:
             recorded = self.db.load_steps(workflow_id)
-        run = WorkflowRun(definition, workflow_id, args, kwargs, recorded)
+        run = WorkflowRun(
+            definition, workflow_id, args, kwargs, recorded, owned_streak=owned_streak
+        )
         if not self.adopt(run):
             return self.active_future(workflow_id) or run.future
         self.pool.wait_for_room(backlog=self.pool.size * 2)
@@ -294,7 +315,7 @@ class Runtime:
 
     def execute(self, run: WorkflowRun) -> Outcome:
         """Run a sync workflow's body in this thread and record its outcome."""
-        ctx = WorkflowContext(run.workflow_id, self, run.recorded)
+        ctx = WorkflowContext(run.workflow_id, self, run.recorded, run.owned_streak)
         try:
             with entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
@@ -308,7 +329,7 @@ class Runtime:
 
     async def execute_async(self, run: WorkflowRun) -> Outcome:
         """Run an async workflow's body on this event loop and record its outcome."""
-        ctx = WorkflowContext(run.workflow_id, self, run.recorded)
+        ctx = WorkflowContext(run.workflow_id, self, run.recorded, run.owned_streak)
         try:
             with entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
@@ -321,41 +342,52 @@ class Runtime:
             raise
 
     def finish(self, run: WorkflowRun, ctx: WorkflowContext, outcome: Outcome) -> Outcome:
-        """Record the workflow's outcome (guarded: a run finished elsewhere wins)."""
-        if ctx.cancelled is not None and ctx.diverged is None and ctx.in_doubt is None:
-            return self._stop_cancelled(run)
-        failed_write = ctx.checkpoint_error or (
-            outcome.error if isinstance(outcome.error, CheckpointError) else None
-        )
-        if failed_write is not None:
-            # the database failed, not the workflow: leave it PENDING for recovery
-            self._abandon(run, failed_write)
-            return Outcome(error=failed_write)
-        # Divergence and doubt stop the workflow even if user code swallowed them.
-        if ctx.diverged is not None:
-            outcome = Outcome(error=ctx.diverged)
-        elif ctx.in_doubt is not None:
-            outcome = Outcome(error=ctx.in_doubt)
-        output = error = None
-        if outcome.error is None:
+        """Record the workflow's outcome, or stop without one (see StopReason)."""
+        if ctx.stop_reason is None and isinstance(outcome.error, DatabaseUnavailableError):
+            ctx.halt(StopReason.DATABASE, outcome.error)
+        reason, stop_error = ctx.stop_reason, ctx.stop_error
+        try:
+            if reason is StopReason.CANCELLED:
+                return self._stop_cancelled(run)
+            if reason in (StopReason.NOT_OWNER, StopReason.DATABASE):
+                assert stop_error is not None
+                return self._stop_unfinished(run, stop_error)
+            status = WorkflowStatus.SUCCESS
+            if reason is not None:  # divergence and doubt stop it even if user code swallowed them
+                outcome = Outcome(error=stop_error)
+                status = WorkflowStatus.IN_DOUBT if reason is StopReason.IN_DOUBT else status
+            return self._record_outcome(run, outcome, status)
+        except DatabaseUnavailableError as exc:
+            return self._stop_unfinished(run, exc)
+
+    def _record_outcome(
+        self, run: WorkflowRun, outcome: Outcome, status: WorkflowStatus
+    ) -> Outcome:
+        """Write a finished run's outcome (guarded: a run finished elsewhere wins)."""
+        where = f"workflow {run.workflow_id!r} ({run.definition.name}) result"
+        while True:
+            output = error = None
+            if outcome.error is None:
+                try:
+                    output = run.definition.result.dumps(outcome.value, where)
+                except SerializationError as exc:
+                    outcome = Outcome(error=exc)
+            if outcome.error is not None:
+                error = dumps_error(outcome.error)
+                if status is WorkflowStatus.SUCCESS:
+                    status = WorkflowStatus.ERROR
             try:
-                output = run.definition.result.dumps(
-                    outcome.value, f"workflow {run.workflow_id!r} ({run.definition.name}) result"
+                updated, stored_status, stored_output, stored_error = self.db.finish_workflow(
+                    run.workflow_id, status, output, error, self.session_key
                 )
-            except SerializationError as exc:
+                break
+            except SerializationError as exc:  # too large, or refused: the user's error
+                if outcome.error is not None:
+                    raise
                 outcome = Outcome(error=exc)
-        if outcome.error is not None:
-            error = dumps_error(outcome.error)
-        status = WorkflowStatus.SUCCESS if outcome.error is None else WorkflowStatus.ERROR
-        if ctx.in_doubt is not None and ctx.diverged is None:
-            status = WorkflowStatus.IN_DOUBT
-        updated, stored_status, stored_output, stored_error = self.db.finish_workflow(
-            run.workflow_id, status, output, error, self.session_key
-        )
         if not updated and stored_status is WorkflowStatus.PENDING:
             # another session took the workflow over: its outcome is theirs to record
-            self._abandon(run, OwnershipLost(run.workflow_id))
-            return Outcome(error=OwnershipLost(run.workflow_id))
+            return self._stop_unfinished(run, OwnershipLost(run.workflow_id))
         if not updated:
             outcome = self._stored_outcome(
                 WorkflowRow(
@@ -370,6 +402,24 @@ class Runtime:
             )
         self._resolve(run, outcome)
         return outcome
+
+    def _stop_unfinished(self, run: WorkflowRun, why: BaseException) -> Outcome:
+        """This run ends without an outcome; the workflow stays PENDING. After a database
+        failure this process takes it back once the database answers (unless retrying
+        cannot help: then it waits for the next process)."""
+        if isinstance(why, DatabaseUnavailableError):
+            if why.retryable:
+                self.take_back_wanted.set()
+            else:
+                with self._lock:
+                    self._parked.add(run.workflow_id)
+        self._abandon(run, why)
+        return Outcome(error=why)
+
+    def parked_ids(self) -> list[str]:
+        """Workflows this process will not take back by itself (see ``_parked``)."""
+        with self._lock:
+            return list(self._parked)
 
     def _stop_cancelled(self, run: WorkflowRun) -> Outcome:
         """A run that saw its workflow cancelled records nothing: the cancel did.
@@ -449,7 +499,7 @@ class Runtime:
                     self.execute(run)
             except BaseException as exc:  # already resolved by _abandon
                 if not self.stopping:
-                    log.error("workflow %s was interrupted: %r", run.workflow_id, exc)
+                    log.error("workflow %s was interrupted: %s", run.workflow_id, exc)
 
         self.pool.submit(job)
         return run.future
@@ -463,11 +513,17 @@ class Runtime:
     ) -> Any:
         """A direct call of a sync workflow: run it here, now, durably."""
         admission = self.admit(definition, workflow_id, args, kwargs)
+        while admission.remote:  # another session runs it: wait, or take it once it died
+            try:
+                return self.wait_for_outcome(workflow_id, _READMIT_EVERY_S).unwrap()
+            except TimeoutError:
+                admission = self.admit(definition, workflow_id, args, kwargs)
         if admission.run is not None:
             outcome = self.execute(admission.run)
         else:
             future = admission.future()
-            outcome = future.result() if future else self.wait_for_outcome(workflow_id)
+            assert future is not None
+            outcome = future.result()
         if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
             outcome = self.wait_for_outcome(workflow_id)
         return outcome.unwrap()
@@ -481,13 +537,22 @@ class Runtime:
     ) -> Any:
         """A direct call of an async workflow: run it on this event loop, durably."""
         admission = await asyncio.to_thread(self.admit, definition, workflow_id, args, kwargs)
+        while admission.remote:  # another session runs it: wait, or take it once it died
+            try:
+                found = await asyncio.to_thread(
+                    self.wait_for_outcome, workflow_id, _READMIT_EVERY_S
+                )
+                return found.unwrap()
+            except TimeoutError:
+                admission = await asyncio.to_thread(
+                    self.admit, definition, workflow_id, args, kwargs
+                )
         future = admission.future()
         if admission.run is not None:
             outcome = await self.execute_async(admission.run)
-        elif future is not None:
-            outcome = await asyncio.wrap_future(future)
         else:
-            outcome = await asyncio.to_thread(self.wait_for_outcome, workflow_id)
+            assert future is not None
+            outcome = await asyncio.wrap_future(future)
         if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
             outcome = await asyncio.to_thread(self.wait_for_outcome, workflow_id)
         return outcome.unwrap()
@@ -523,9 +588,9 @@ class Runtime:
         """
         global _runtime
         self.stopping = True
-        self._stopped.set()
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
+        self.take_back_wanted.set()
         for thread in self._background:
             thread.join(grace)
         with self._lock:
@@ -573,6 +638,9 @@ def launch(
     workers: int = 16,
     pool_size: int | None = None,
     lease_seconds: float = 30.0,
+    session_grace: float = 3.0,
+    outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
+    max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     run_queues: bool = True,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
@@ -582,15 +650,26 @@ def launch(
     executor's PENDING workflows runs in the background: ``launch`` returns
     at once. ``workers`` bounds the threads that run background and recovered
     workflows; ``pool_size`` the database connections (default: workers + 4).
-    ``lease_seconds`` is how long this process's heartbeat lease lasts: other
-    executors take its workflows over only after it ran out (a restart under
-    the same ``executor_id`` does not wait when Postgres saw the process die).
+
+    Taking over: other executors take this process's workflows over only once
+    its session is dead: its heartbeat lease (``lease_seconds``) ran out (a hung
+    or partitioned process), or its advisory lock has been free for longer than
+    ``session_grace`` seconds (a dead process; a live one whose connection
+    dropped re-opens it within moments and keeps its workflows). A process on
+    the same host that sees the pid gone does not wait at all.
+
+    Outages: every database call is retried through an outage for up to
+    ``outage_timeout`` seconds before raising DatabaseUnavailableError; a
+    workflow cut off by one stays PENDING and this process takes it back when
+    the database answers. ``max_checkpoint_bytes`` bounds one stored JSON value
+    (a step output, a workflow's inputs or output, a message, an event).
+
     With ``run_queues`` this process also runs the workflows of the queues it
     defines, as its free worker slots and the queues' limits allow.
     """
     global _runtime
     from .queues import run_dispatcher
-    from .recovery import recover_pending
+    from .recovery import keep_taking_back, recover_pending
 
     with _runtime_lock:
         if _runtime is not None:
@@ -598,26 +677,29 @@ def launch(
                 "dbos_agent is already launched in this process; "
                 "call shutdown() on the runtime first"
             )
+        check_identifier(executor_id, "executor id")
         url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
         if not url:
             from ..storage.embedded import embedded_database_url
 
             url = embedded_database_url()
-        db = SystemDatabase(url, pool_size=pool_size or workers + 4)
+        db = SystemDatabase(
+            url,
+            pool_size=pool_size or workers + 4,
+            outage_timeout=outage_timeout,
+            max_checkpoint_bytes=max_checkpoint_bytes,
+        )
         db.open()
         try:
             db.migrate()
-        except BaseException:
-            db.close()
-            raise
-        runtime = Runtime(
-            db,
-            executor_id=executor_id,
-            app_version=app_version,
-            workers=workers,
-            lease_seconds=lease_seconds,
-        )
-        try:
+            runtime = Runtime(
+                db,
+                executor_id=executor_id,
+                app_version=app_version,
+                workers=workers,
+                lease_seconds=lease_seconds,
+                session_grace=session_grace,
+            )
             runtime.open()
         except BaseException:
             db.close()
@@ -628,6 +710,7 @@ def launch(
         runtime.run_in_background(lambda: recover_pending(runtime), "dbos-agent-recovery")
     else:
         runtime.recovery_done.set()
+    runtime.run_in_background(lambda: keep_taking_back(runtime), "dbos-agent-take-back")
     if run_queues:
         runtime.run_in_background(lambda: run_dispatcher(runtime), "dbos-agent-dispatcher")
     return runtime

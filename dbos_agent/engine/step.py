@@ -15,17 +15,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ..errors import (
-    StepInDoubtError,
-    WorkflowCancelledError,
-    WorkflowDivergedError,
-    WorkflowNotFoundError,
-)
+from ..errors import DatabaseUnavailableError, StepInDoubtError, WorkflowDivergedError
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import StepWrite
-from .context import OwnershipLost, WorkflowContext, current_context, entered_step, in_step
+from .context import (
+    OwnershipLost,
+    StopReason,
+    WorkflowContext,
+    current_context,
+    entered_step,
+    in_step,
+)
 from .outcome import Outcome, capture, capture_async, step_outcome
+from .ownership import ensure_owned, owns_now, stop_for
 from .registry import NotDone, RetryPolicy, StepDefinition, step_definition
 
 P = ParamSpec("P")
@@ -39,26 +42,30 @@ def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
 def adopt_recorded(
     ctx: WorkflowContext, step: StepDefinition, seq: int, write: StepWrite
 ) -> Outcome:
-    """Continue with what another run recorded at this position."""
-    existing = write.existing
+    """After a log write that did not happen: continue with what the position holds, or stop.
+
+    Only a PENDING workflow that this session still owns is continued; then the
+    row at ``seq`` is this run's own earlier write (a retry whose first reply was
+    lost), since no other session could write while this one owned it. Any other
+    status stops the run before it does anything more: it never goes on from a
+    log that another run has moved past.
+    """
+    if write.workflow_status is None:
+        raise ctx.halt(StopReason.NOT_OWNER, OwnershipLost(ctx.workflow_id, "no longer exists"))
+    if write.workflow_status is not WorkflowStatus.PENDING:
+        raise stop_for(ctx, write.workflow_status)
     if not write.owned:
-        raise OwnershipLost(ctx.workflow_id)
-    if existing is None:
-        if write.workflow_status is None:
-            raise WorkflowNotFoundError(ctx.workflow_id)
-        if write.workflow_status is WorkflowStatus.CANCELLED:
-            ctx.cancelled = WorkflowCancelledError(f"workflow {ctx.workflow_id!r} was cancelled")
-        else:
-            ctx.cancelled = WorkflowCancelledError(
-                f"workflow {ctx.workflow_id!r} is {write.workflow_status} elsewhere; this run stops"
-            )
-        raise ctx.cancelled
+        raise stop_for(ctx, WorkflowStatus.PENDING)
+    existing = write.existing
+    if existing is None:  # the guard refused, yet the workflow is ours: look again
+        raise ctx.halt(StopReason.NOT_OWNER, OwnershipLost(ctx.workflow_id))
     if existing.name != step.name:
-        ctx.diverged = WorkflowDivergedError(ctx.workflow_id, seq, existing.name, step.name)
-        raise ctx.diverged
-    if existing.status is StepStatus.PENDING:  # another run's intent: it may have happened
-        ctx.in_doubt = StepInDoubtError(ctx.workflow_id, seq, step.name)
-        raise ctx.in_doubt
+        raise ctx.halt(
+            StopReason.DIVERGED,
+            WorkflowDivergedError(ctx.workflow_id, seq, existing.name, step.name),
+        )
+    if existing.status is StepStatus.PENDING:  # an intent without a result: it may have happened
+        raise ctx.halt(StopReason.IN_DOUBT, StepInDoubtError(ctx.workflow_id, seq, step.name))
     return step_outcome(
         existing.status, existing.output, existing.error, step.result, _where(ctx, seq, step)
     )
@@ -75,16 +82,17 @@ def checkpoint(
     """Commit a live step's outcome to the log; the one place a step is checkpointed.
 
     Returns the outcome the workflow must continue with: its own, or, when a
-    concurrent run of the same workflow recorded this position first, the
-    recorded one (the log is append-only; the loser adopts, never overwrites).
-    A value that cannot be stored raises SerializationError and writes nothing.
+    retried write finds its first attempt recorded, that record. A value that
+    cannot be stored (not JSON, over the size limit, refused by Postgres) raises
+    SerializationError and writes nothing; a database failure stops the run
+    unfinished (PENDING).
     """
     where = _where(ctx, seq, step)
     if outcome.error is None:
         status, output, error = StepStatus.SUCCESS, step.result.dumps(outcome.value, where), None
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
-    with ctx.noting_checkpoint_errors():
+    with ctx.noting_database_failures():
         write = ctx.runtime.db.record_step(
             workflow_id=ctx.workflow_id,
             seq=seq,
@@ -109,8 +117,8 @@ def _settle_in_doubt(
 ) -> Outcome | None:
     """An intent without a result: the guard decides, or the workflow stops IN_DOUBT."""
     if step.guard is None:
-        ctx.in_doubt = StepInDoubtError(ctx.workflow_id, seq, step.name)
-        raise ctx.in_doubt
+        raise ctx.halt(StopReason.IN_DOUBT, StepInDoubtError(ctx.workflow_id, seq, step.name))
+    ensure_owned(ctx)
     started_at = datetime.now(UTC)
     with entered_step(seq):
         earlier = step.guard(*args, **kwargs)
@@ -137,7 +145,7 @@ def _position(
     if step.inputs is None:  # idempotent: nothing to write before running
         return seq, None
     inputs = step.inputs.dumps(args, kwargs)
-    with ctx.noting_checkpoint_errors():
+    with ctx.noting_database_failures():
         write = ctx.runtime.db.record_step_intent(
             workflow_id=ctx.workflow_id,
             seq=seq,
@@ -146,6 +154,14 @@ def _position(
             owner_key=ctx.runtime.session_key,
         )
     return seq, None if write.written else adopt_recorded(ctx, step, seq, write)
+
+
+def _not_an_outage(ctx: WorkflowContext, outcome: Outcome) -> Outcome:
+    """A step that failed because the database did (a library call inside it) records
+    nothing: the run stops unfinished, as when its own checkpoint fails."""
+    if isinstance(outcome.error, DatabaseUnavailableError):
+        raise ctx.halt(StopReason.DATABASE, outcome.error)
+    return outcome
 
 
 def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -159,6 +175,7 @@ def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any
     attempt = 0
     with entered_step(seq):
         while True:
+            ensure_owned(ctx)
             attempt += 1
             outcome = capture(step.fn, *args, **kwargs)
             delay = (
@@ -169,6 +186,7 @@ def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any
             if delay is None:
                 break
             time.sleep(delay)
+    outcome = _not_an_outage(ctx, outcome)
     return checkpoint(ctx, step, seq, outcome, attempt, started_at).unwrap()
 
 
@@ -186,6 +204,8 @@ async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[s
     attempt = 0
     with entered_step(seq):
         while True:
+            if not owns_now(ctx):
+                await asyncio.to_thread(ensure_owned, ctx)
             attempt += 1
             outcome = await capture_async(step.fn(*args, **kwargs))
             delay = (
@@ -196,6 +216,7 @@ async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[s
             if delay is None:
                 break
             await asyncio.sleep(delay)
+    outcome = _not_an_outage(ctx, outcome)
     done = await asyncio.to_thread(checkpoint, ctx, step, seq, outcome, attempt, started_at)
     return done.unwrap()
 

@@ -85,14 +85,11 @@ def check_seconds(seconds: float, what: str) -> float:
 
 def stop_if_interrupted(ctx: WorkflowContext) -> None:
     """End a wait in a workflow that is shutting down here (it stays PENDING and resumes
-    later) or that was cancelled (the same check as at a step boundary)."""
-    runtime = ctx.runtime
-    if runtime.stopping or runtime.notifications.closed:
+    later), that was cancelled, or that must stop for another reason (as at a step
+    boundary)."""
+    if ctx.runtime.notifications.closed:
         raise RuntimeStopping()
-    if ctx.cancelled is None:
-        ctx.cancelled = runtime.cancellation(ctx.workflow_id)
-    if ctx.cancelled is not None:
-        raise ctx.cancelled
+    ctx.check_not_stopped()
 
 
 def wait_once(

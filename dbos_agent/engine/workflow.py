@@ -20,8 +20,8 @@ R = TypeVar("R")
 
 def _workflow_id_for_call(explicit: str | None = None) -> str:
     """Explicit, or derived from the parent workflow (same on replay), or assigned/fresh."""
-    if explicit:
-        return explicit
+    if explicit is not None:
+        return take_workflow_id(explicit)
     ctx = current_context()
     if ctx is not None and not in_step():
         return ctx.child_workflow_id()

@@ -1,35 +1,64 @@
 """The system database: the only module that talks to Postgres.
 
-Every statement comes from ``sql/queries.sql`` by name. Each method is one
-round trip on an autocommit connection from a pool, so a checkpoint is
-durable when the method returns.
+Every statement comes from ``sql/queries.sql`` by name and its rows are read by
+column name. Each method is one round trip on an autocommit connection from a
+pool (or one short transaction), so a checkpoint is durable when the method
+returns. Every method rides out an outage (see ``outages.py``): a call is
+retried with backoff until the outage bound, and a statement is re-sent only
+where the query makes a second run harmless (a guarded insert, a claim whose
+workflows the owner takes back later).
+
+What goes in is checked here, once for every caller: the size of each JSON value
+against the checkpoint limit, NUL characters made storable (``jsonb.py``), and a
+value Postgres still refuses reported as the caller's :class:`SerializationError`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
-from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool
 
-from ..errors import CheckpointError, DatabaseUnavailableError, SchemaVersionError
+from ..errors import (
+    CheckpointError,
+    CheckpointTooLargeError,
+    DatabaseUnavailableError,
+    SchemaVersionError,
+    SerializationError,
+)
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
+from . import jsonb
 from .dsn import redact_url
+from .outages import (
+    DEFAULT_OUTAGE_TIMEOUT_S,
+    OutageMonitor,
+    Retrier,
+    describe,
+    is_transient,
+    is_value_error,
+)
 from .sql_files import migrations, queries
 
-log = logging.getLogger("dbos_agent.storage")
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Row = dict[str, Any]
 
 # pg_advisory_xact_lock key for schema migrations: hashtext('dbos_agent.migrate').
 _MIGRATION_LOCK_KEY = 0x0DB05A6E
 _CONNECT_TIMEOUT_S = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_WEED_EVERY_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +89,13 @@ class StepRow:
 
 @dataclass(frozen=True, slots=True)
 class StepWrite:
-    """The outcome of :meth:`SystemDatabase.record_step` or ``record_step_intent``."""
+    """The outcome of a log write: whether it wrote, and what the workflow and the
+    position held instead when it did not."""
 
     written: bool
     workflow_status: WorkflowStatus | None
     existing: StepRow | None
-    #: False when another session owns the workflow now (it was taken over).
+    #: False when the workflow is PENDING under another session (it was taken over).
     owned: bool = True
 
 
@@ -118,61 +148,119 @@ class ForkResult:
     #: The first in-doubt step below ``from_step`` (why a fork was refused).
     open_intent: int | None
 
+
+@dataclass(frozen=True, slots=True)
+class UnlockedSession:
+    """An executor session whose lock is free and which is not yet known dead."""
+
+    session_key: int
+    pid: int
+    process_key: str | None
+
+
+class _OutcomeUnknown(Exception):
+    """A statement that must not run twice lost its connection after it was sent."""
+
+
 def _q(name: str) -> LiteralString:
     # The named queries are static text shipped with the package, never user input.
     query: LiteralString = queries()[name]
     return query
 
 
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _text(value: Any) -> str | None:
+    """A JSON column read as text, as the caller stored it."""
+    return jsonb.from_db(value)
 
 
-def _workflow_info(row: Sequence[Any]) -> WorkflowInfo:
+def _workflow_info(row: Row) -> WorkflowInfo:
     return WorkflowInfo(
-        workflow_id=row[0],
-        name=row[1],
-        status=WorkflowStatus(row[2]),
-        inputs=_json(row[3]),
-        output=_json(row[4]),
-        error=_json(row[5]),
-        executor_id=row[6],
-        app_version=row[7],
-        recovery_attempts=row[8],
-        max_recovery_attempts=row[9],
-        created_at=row[10],
-        updated_at=row[11],
-        finished_at=row[12],
+        workflow_id=row["workflow_id"],
+        name=row["name"],
+        status=WorkflowStatus(row["status"]),
+        inputs=jsonb.parse(row["inputs"]),
+        output=jsonb.parse(row["output"]),
+        error=jsonb.parse(row["error"]),
+        executor_id=row["executor_id"],
+        app_version=row["app_version"],
+        recovery_attempts=row["recovery_attempts"],
+        max_recovery_attempts=row["max_recovery_attempts"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
     )
 
 
-def _step_row(row: Sequence[Any]) -> StepRow:
-    return StepRow(row[1], row[2], StepStatus(row[3]), row[4], row[5], row[6])
+def _step_row(row: Row, seq: int | None = None) -> StepRow:
+    return StepRow(
+        row["seq"] if seq is None else seq,
+        row["name"],
+        StepStatus(row["status"]),
+        _text(row["output"]),
+        _text(row["error"]),
+        row["attempts"],
+    )
+
+
+def _step_write(seq: int, row: Row | None) -> StepWrite:
+    assert row is not None
+    existing = None if row["name"] is None else _step_row(row, seq)
+    status = row["workflow_status"]
+    if status == "NOT_OWNER":
+        return StepWrite(bool(row["written"]), WorkflowStatus.PENDING, existing, owned=False)
+    return StepWrite(
+        bool(row["written"]), None if status is None else WorkflowStatus(status), existing
+    )
 
 
 class SystemDatabase:
-    """A connection pool on the system database plus the named queries on it."""
+    """A connection pool on the system database plus the named queries on it.
 
-    def __init__(self, url: str, *, pool_size: int = 20) -> None:
+    ``outage_timeout`` bounds how long each call retries through an outage;
+    ``max_checkpoint_bytes`` is the largest JSON value one write may carry.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 20,
+        outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+    ) -> None:
+        if max_checkpoint_bytes < 1:
+            raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes}")
         self.url = url
         self.redacted_url = redact_url(url)
-        self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
+        self.max_checkpoint_bytes = max_checkpoint_bytes
+        self.monitor = OutageMonitor(self.redacted_url)
+        self.retrier = Retrier(self.monitor, outage_timeout)
+        self._weeded_at = 0.0
+        self._weed_lock = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
             url,
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={
                 "autocommit": True,
-                "connect_timeout": _CONNECT_TIMEOUT_S,
-                "application_name": "dbos_agent",
-                # Notice a dead server or a partition instead of hanging forever.
-                "keepalives": 1,
-                "keepalives_idle": 30,
-                "keepalives_interval": 10,
-                "keepalives_count": 3,
+                "row_factory": dict_row,
+                **self._connection_options("dbos_agent"),
             },
             open=False,
             name="dbos_agent",
         )
+
+    @staticmethod
+    def _connection_options(application_name: str, keepalives_idle: int = 30) -> dict[str, Any]:
+        """The options of every connection: bounded connect, and dead peers noticed."""
+        return {
+            "connect_timeout": _CONNECT_TIMEOUT_S,
+            "application_name": application_name,
+            "keepalives": 1,
+            "keepalives_idle": keepalives_idle,
+            "keepalives_interval": max(1, keepalives_idle // 3),
+            "keepalives_count": 3,
+        }
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -182,12 +270,8 @@ class SystemDatabase:
             with psycopg.connect(self.url, connect_timeout=_CONNECT_TIMEOUT_S):
                 pass
         except psycopg.Error as exc:
-            reason = str(exc).strip()
-            password = psycopg.conninfo.conninfo_to_dict(self.url).get("password")
-            if password:
-                reason = reason.replace(str(password), "***")
             raise DatabaseUnavailableError(
-                f"cannot connect to the dbos_agent database at {self.redacted_url}: {reason}"
+                f"cannot connect to the dbos_agent database at {self.redacted_url}: {describe(exc)}"
             ) from None
         self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
 
@@ -196,10 +280,126 @@ class SystemDatabase:
         self._pool.close()
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[TupleRow]]:
-        """A pooled autocommit connection (for the few callers outside this class)."""
+    def connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """A pooled autocommit connection, rows as dicts (for tests and tools)."""
         with self._pool.connection() as conn:
             yield conn
+
+    def connect_dedicated(
+        self, application_name: str, *, keepalives_idle: int = 30
+    ) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection of its own (not pooled, autocommit): the session's, the listener's."""
+        return psycopg.connect(
+            self.url,
+            autocommit=True,
+            **self._connection_options(application_name, keepalives_idle),
+        )
+
+    # -- the one way statements run --------------------------------------------------
+
+    def _weed(self, exc: BaseException) -> None:
+        """After a connection failure, drop every dead idle connection in one go, so that
+        the retry does not walk through them one by one."""
+        now = time.monotonic()
+        with self._weed_lock:
+            if now - self._weeded_at < _WEED_EVERY_S:
+                return
+            self._weeded_at = now
+        with suppress(Exception):  # the pool refills itself once the server is back
+            self._pool.check()
+
+    def _attempt_wait(self) -> float:
+        """How long one attempt waits for a pooled connection."""
+        return max(0.1, min(5.0, self.retrier.timeout))
+
+    def run(
+        self,
+        what: str,
+        body: Callable[[psycopg.Connection[DictRow]], T],
+        *,
+        where: str | None = None,
+        resend: bool = True,
+        transaction: bool = False,
+    ) -> T:
+        """``body(conn)`` on a pooled connection, through outages.
+
+        ``what`` completes "could not ..." in errors. ``where`` names the value being
+        written: a value Postgres refuses then raises SerializationError naming it.
+        With ``resend=False`` the statement is not sent again once it may have run.
+        """
+
+        def attempt() -> T:
+            with self._pool.connection(timeout=self._attempt_wait()) as conn:
+                if resend:
+                    if transaction:
+                        with conn.transaction():
+                            return body(conn)
+                    return body(conn)
+                conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
+                try:
+                    if transaction:
+                        with conn.transaction():
+                            return body(conn)
+                    return body(conn)
+                except psycopg.Error as exc:
+                    if is_transient(exc):
+                        raise _OutcomeUnknown(describe(exc)) from exc
+                    raise
+
+        try:
+            return self.retrier.call(attempt, what, on_failure=self._weed)
+        except _OutcomeUnknown as exc:
+            raise DatabaseUnavailableError(
+                f"could not {what}: the connection to the database was lost while it ran "
+                f"({exc}); check whether it took effect before trying again"
+            ) from None
+        except psycopg.Error as exc:
+            if where is not None and is_value_error(exc):
+                raise SerializationError(
+                    f"{where}: Postgres refused the value ({describe(exc)})"
+                ) from None
+            raise
+
+    def one(self, query: str, what: str, *, where: str | None = None, **params: Any) -> Row | None:
+        """The first row of a named query (None when it returns none)."""
+        return self.run(what, lambda c: c.execute(_q(query), params).fetchone(), where=where)
+
+    def all(self, query: str, what: str, **params: Any) -> list[Row]:
+        """Every row of a named query."""
+        return self.run(what, lambda c: c.execute(_q(query), params).fetchall())
+
+    def _json_in(self, text: str, where: str) -> str:
+        """A JSON value ready to be written: within the size limit, NUL characters storable."""
+        limit = self.max_checkpoint_bytes
+        if len(text) * 4 > limit:  # only then can it be over the limit: count the bytes
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise CheckpointTooLargeError(where, size, limit)
+        return jsonb.to_db(text)
+
+    def _json_in_optional(self, text: str | None, where: str) -> str | None:
+        return None if text is None else self._json_in(text, where)
+
+    @contextmanager
+    def _log_write(self, workflow_id: str, seq: int) -> Iterator[None]:
+        """Failures while writing the log are CheckpointError, so that no caller mistakes
+        them for the step's own error. A refused value stays a SerializationError."""
+        try:
+            yield
+        except (SerializationError, CheckpointError):
+            raise
+        except DatabaseUnavailableError as exc:
+            raise CheckpointError(
+                f"could not write step {seq} of workflow {workflow_id!r}: {exc}"
+            ) from None
+        except psycopg.Error as exc:
+            raise CheckpointError(
+                f"could not write step {seq} of workflow {workflow_id!r} to the log at "
+                f"{self.redacted_url}: {describe(exc)}",
+                retryable=False,
+            ) from exc
+
+    # -- schema ----------------------------------------------------------------------
 
     def migrate(self) -> int:
         """Apply the numbered migrations in ``sql/migrations`` that are missing.
@@ -210,7 +410,8 @@ class SystemDatabase:
         """
         known = migrations()
         newest_known = known[-1][0] if known else 0
-        with self._pool.connection() as conn, conn.transaction():
+
+        def body(conn: psycopg.Connection[DictRow]) -> None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
             conn.execute("CREATE SCHEMA IF NOT EXISTS dbos_agent")
             conn.execute(
@@ -218,9 +419,8 @@ class SystemDatabase:
                 " version integer PRIMARY KEY, name text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            applied = {
-                row[0] for row in conn.execute("SELECT version FROM dbos_agent.schema_migrations")
-            }
+            rows = conn.execute("SELECT version FROM dbos_agent.schema_migrations").fetchall()
+            applied = {row["version"] for row in rows}
             newest_applied = max(applied, default=0)
             if newest_applied > newest_known:
                 raise SchemaVersionError(
@@ -238,7 +438,21 @@ class SystemDatabase:
                     "INSERT INTO dbos_agent.schema_migrations (version, name) VALUES (%s, %s)",
                     (version, name),
                 )
+
+        self.run("apply the dbos_agent schema", body, transaction=True)
         return newest_known
+
+    def schema_version(self) -> int:
+        """The newest migration applied to this database (0 before the first ``migrate``)."""
+
+        def body(conn: psycopg.Connection[DictRow]) -> int:
+            present = conn.execute(_q("has_schema")).fetchone()
+            if present is None or not present["present"]:
+                return 0
+            row = conn.execute(_q("get_schema_version")).fetchone()
+            return 0 if row is None else int(row["version"])
+
+        return self.run("read the schema version", body)
 
     # -- workflows -------------------------------------------------------------------
 
@@ -260,46 +474,58 @@ class SystemDatabase:
         It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given.
         """
         status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("insert_workflow"),
-                {
-                    "workflow_id": workflow_id,
-                    "name": name,
-                    "status": status,
-                    "inputs": inputs,
-                    "executor_id": executor_id,
-                    "app_version": app_version,
-                    "max_recovery_attempts": max_recovery_attempts,
-                    "owner_key": None if queue_name is not None else owner_key,
-                    "queue_name": queue_name,
-                    "priority": priority,
-                },
-            ).fetchone()
+        where = f"the inputs of workflow {workflow_id!r} ({name})"
+        row = self.one(
+            "insert_workflow",
+            f"record workflow {workflow_id!r}",
+            where=where,
+            workflow_id=workflow_id,
+            name=name,
+            status=status,
+            inputs=self._json_in(inputs, where),
+            executor_id=executor_id,
+            app_version=app_version,
+            max_recovery_attempts=max_recovery_attempts,
+            owner_key=None if queue_name is not None else owner_key,
+            queue_name=queue_name,
+            priority=priority,
+        )
         assert row is not None
-        inserted, wf_name, stored_status, stored_inputs, output, error, owner, live = row
-        if inserted:  # the statement's snapshot cannot see its own insert
+        if row["inserted"]:  # the statement's snapshot cannot see its own insert
             return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
         return False, WorkflowRow(
-            workflow_id, wf_name, WorkflowStatus(stored_status), stored_inputs, output, error,
-            owner, bool(live),
+            workflow_id,
+            row["name"],
+            WorkflowStatus(row["status"]),
+            _text(row["inputs"]) or "{}",
+            _text(row["output"]),
+            _text(row["error"]),
+            row["owner_key"],
+            bool(row["owner_live"]),
         )
 
     def take_over_workflow(
         self, workflow_id: str, old_owner_key: int | None, owner_key: int, executor_id: str
     ) -> bool:
-        """Compare-and-set the owner of a PENDING workflow whose session is not alive."""
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("take_over_workflow"),
-                {
-                    "workflow_id": workflow_id,
-                    "old_owner_key": old_owner_key,
-                    "owner_key": owner_key,
-                    "executor_id": executor_id,
-                },
-            ).fetchone()
+        """Compare-and-set the owner of a PENDING workflow whose session is dead."""
+        row = self.one(
+            "take_over_workflow",
+            f"take over workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            old_owner_key=old_owner_key,
+            owner_key=owner_key,
+            executor_id=executor_id,
+        )
         return row is not None
+
+    def workflow_owner(self, workflow_id: str) -> tuple[WorkflowStatus, int | None] | None:
+        """``(status, owning session)`` of a workflow, or None when there is no such one."""
+        row = self.one(
+            "get_workflow_owner",
+            f"read the owner of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+        )
+        return None if row is None else (WorkflowStatus(row["status"]), row["owner_key"])
 
     def finish_workflow(
         self,
@@ -309,26 +535,33 @@ class SystemDatabase:
         error: str | None,
         owner_key: int | None,
     ) -> tuple[bool, WorkflowStatus, str | None, str | None]:
-        """Record a PENDING workflow's outcome; if it was finished already, return that one."""
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("finish_workflow"),
-                {
-                    "workflow_id": workflow_id,
-                    "status": status,
-                    "output": output,
-                    "error": error,
-                    "owner_key": owner_key,
-                },
-            ).fetchone()
+        """Record a PENDING workflow's outcome; if it was finished already, return that one.
+
+        Raises CheckpointTooLargeError (writing nothing) for an output over the limit.
+        """
+        where = f"the output of workflow {workflow_id!r}"
+        row = self.one(
+            "finish_workflow",
+            f"record the outcome of workflow {workflow_id!r}",
+            where=where,
+            workflow_id=workflow_id,
+            status=status,
+            output=self._json_in_optional(output, where),
+            error=self._json_in_optional(error, f"the error of workflow {workflow_id!r}"),
+            owner_key=owner_key,
+        )
         if row is None:
             raise LookupError(workflow_id)
-        return row[0], WorkflowStatus(row[1]), row[2], row[3]
+        return (
+            bool(row["updated"]),
+            WorkflowStatus(row["status"]),
+            _text(row["output"]),
+            _text(row["error"]),
+        )
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
         """The stored workflow, or None."""
-        with self._pool.connection() as conn:
-            row = conn.execute(_q("get_workflow"), {"workflow_id": workflow_id}).fetchone()
+        row = self.one("get_workflow", f"read workflow {workflow_id!r}", workflow_id=workflow_id)
         return None if row is None else _workflow_info(row)
 
     def list_workflows(
@@ -342,18 +575,16 @@ class SystemDatabase:
         limit: int = 100,
     ) -> list[WorkflowInfo]:
         """Workflows matching every given filter, newest first."""
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                _q("list_workflows"),
-                {
-                    "status": status,
-                    "name": name,
-                    "executor_id": executor_id,
-                    "created_after": created_after,
-                    "created_before": created_before,
-                    "limit": limit,
-                },
-            ).fetchall()
+        rows = self.all(
+            "list_workflows",
+            "list workflows",
+            status=status,
+            name=name,
+            executor_id=executor_id,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+        )
         return [_workflow_info(row) for row in rows]
 
     # -- steps -----------------------------------------------------------------------
@@ -378,70 +609,48 @@ class SystemDatabase:
         which allows the cheap plain insert; every other case, and every
         surprise, goes through the statement that explains and adopts.
         """
-        params = {
-            "owner_key": owner_key,
-            "workflow_id": workflow_id,
-            "seq": seq,
-            "name": name,
-            "status": status,
-            "output": output,
-            "error": error,
-            "attempts": attempts,
-            "started_at": started_at,
-        }
-        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
-            if fresh:
-                try:
-                    if conn.execute(_q("append_step"), params).fetchone() is not None:
-                        return StepWrite(True, WorkflowStatus.PENDING, None)
-                except psycopg.errors.UniqueViolation:
-                    pass  # a concurrent run recorded this position: adopt it below
-            row = conn.execute(_q("record_step"), params).fetchone()
-        return self._step_write(seq, row)
+        where = f"workflow {workflow_id!r} step {seq} ({name}) output"
+        with self._log_write(workflow_id, seq):
+            params = {
+                "owner_key": owner_key,
+                "workflow_id": workflow_id,
+                "seq": seq,
+                "name": name,
+                "status": status,
+                "output": self._json_in_optional(output, where),
+                "error": self._json_in_optional(error, f"workflow {workflow_id!r} step {seq}"),
+                "attempts": attempts,
+                "started_at": started_at,
+            }
 
-    @contextmanager
-    def _checkpoint_errors(self, workflow_id: str, seq: int) -> Iterator[None]:
-        """Database failures while writing the log become CheckpointError, so that no
-        caller mistakes them for the step's own error."""
-        try:
-            yield
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise CheckpointError(
-                f"could not write step {seq} of workflow {workflow_id!r} to the log at "
-                f"{self.redacted_url}: {type(exc).__name__}: {str(exc).strip()}"
-            ) from exc
+            def body(conn: psycopg.Connection[DictRow]) -> StepWrite:
+                if fresh:
+                    try:
+                        if conn.execute(_q("append_step"), params).fetchone() is not None:
+                            return StepWrite(True, WorkflowStatus.PENDING, None)
+                    except psycopg.errors.UniqueViolation:
+                        pass  # the position is taken (a retry, a race): explain and adopt below
+                return _step_write(seq, conn.execute(_q("record_step"), params).fetchone())
+
+            return self.run(f"write step {seq} of workflow {workflow_id!r}", body, where=where)
 
     def record_step_intent(
         self, *, workflow_id: str, seq: int, name: str, inputs: str, owner_key: int | None
     ) -> StepWrite:
         """Durably note that a non-idempotent step is about to run (one round trip)."""
-        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
-            row = conn.execute(
-                _q("record_step_intent"),
-                {
-                    "workflow_id": workflow_id,
-                    "seq": seq,
-                    "name": name,
-                    "inputs": inputs,
-                    "owner_key": owner_key,
-                },
-            ).fetchone()
-        return self._step_write(seq, row)
-
-    @staticmethod
-    def _step_write(seq: int, row: Sequence[Any] | None) -> StepWrite:
-        assert row is not None
-        written, wf_status, s_name, s_status, s_output, s_error, s_attempts = row
-        existing = (
-            None
-            if s_name is None
-            else StepRow(seq, s_name, StepStatus(s_status), s_output, s_error, s_attempts)
-        )
-        if wf_status == "NOT_OWNER":
-            return StepWrite(written, WorkflowStatus.PENDING, existing, owned=False)
-        return StepWrite(
-            written, None if wf_status is None else WorkflowStatus(wf_status), existing
-        )
+        where = f"workflow {workflow_id!r} step {seq} ({name}) inputs"
+        with self._log_write(workflow_id, seq):
+            row = self.one(
+                "record_step_intent",
+                f"write the intent of step {seq} of workflow {workflow_id!r}",
+                where=where,
+                workflow_id=workflow_id,
+                seq=seq,
+                name=name,
+                inputs=self._json_in(inputs, where),
+                owner_key=owner_key,
+            )
+        return _step_write(seq, row)
 
     def settle_in_doubt_step(
         self, workflow_id: str, seq: int, output: str | None, owner_key: int | None
@@ -451,51 +660,77 @@ class SystemDatabase:
 
         Returns the workflow's ``(name, inputs)``, or None if there was nothing to settle.
         """
-        params = {"workflow_id": workflow_id, "seq": seq, "output": output, "owner_key": owner_key}
+        where = f"workflow {workflow_id!r} step {seq} result"
+        params = {
+            "workflow_id": workflow_id,
+            "seq": seq,
+            "output": self._json_in_optional(output, where),
+            "owner_key": owner_key,
+        }
         query = _q("delete_step_intent" if output is None else "resolve_step_intent")
-        with self._pool.connection() as conn, conn.transaction():
+
+        def body(conn: psycopg.Connection[DictRow]) -> tuple[str, str] | None:
             step = conn.execute(query, params).fetchone()
             reopened = conn.execute(_q("reopen_in_doubt_workflow"), params).fetchone()
             if step is None or reopened is None:
                 raise psycopg.Rollback()
-            return reopened[0], reopened[1]
-        return None
+            return reopened["name"], _text(reopened["inputs"]) or "{}"
+
+        result: tuple[str, str] | None = self.run(
+            f"settle step {seq} of workflow {workflow_id!r}",
+            body,
+            where=where,
+            resend=False,
+            transaction=True,
+        )
+        return result
 
     def load_steps(self, workflow_id: str) -> dict[int, StepRow]:
         """One workflow's whole log, keyed by position."""
-        with self._pool.connection() as conn:
-            rows = conn.execute(_q("load_steps"), {"workflow_id": workflow_id}).fetchall()
-        return {row[1]: _step_row(row) for row in rows}
+        rows = self.all(
+            "load_steps", f"read the log of workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        return {row["seq"]: _step_row(row) for row in rows}
 
     def load_steps_of_many(self, workflow_ids: list[str]) -> dict[str, dict[int, StepRow]]:
         """The logs of many workflows in one query."""
         logs: dict[str, dict[int, StepRow]] = {wid: {} for wid in workflow_ids}
-        with self._pool.connection() as conn:
-            for row in conn.execute(_q("load_steps_of_many"), {"workflow_ids": workflow_ids}):
-                logs[row[0]][row[1]] = _step_row(row)
+        for row in self.all("load_steps_of_many", "read workflow logs", workflow_ids=workflow_ids):
+            logs[row["workflow_id"]][row["seq"]] = _step_row(row)
         return logs
 
     def list_steps(self, workflow_id: str) -> list[StepInfo]:
         """Every recorded step of a workflow, in order, for people and tools."""
-        with self._pool.connection() as conn:
-            rows = conn.execute(_q("list_steps"), {"workflow_id": workflow_id}).fetchall()
+        rows = self.all(
+            "list_steps", f"list the steps of workflow {workflow_id!r}", workflow_id=workflow_id
+        )
         return [
             StepInfo(
-                workflow_id=row[0],
-                seq=row[1],
-                name=row[2],
-                status=StepStatus(row[3]),
-                output=_json(row[4]),
-                error=_json(row[5]),
-                attempts=row[6],
-                started_at=row[7],
-                finished_at=row[8],
-                inputs=_json(row[9]),
+                workflow_id=row["workflow_id"],
+                seq=row["seq"],
+                name=row["name"],
+                status=StepStatus(row["status"]),
+                output=jsonb.parse(row["output"]),
+                error=jsonb.parse(row["error"]),
+                attempts=row["attempts"],
+                started_at=row["started_at"],
+                finished_at=row["finished_at"],
+                inputs=jsonb.parse(row["inputs"]),
             )
             for row in rows
         ]
 
-    # -- recovery --------------------------------------------------------------------
+    def get_step_inputs(self, workflow_id: str, seq: int) -> str | None:
+        """The inputs JSON of step ``seq`` (None when the row or its inputs are missing)."""
+        row = self.one(
+            "get_step_inputs",
+            f"read step {seq} of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            seq=seq,
+        )
+        return None if row is None else _text(row["inputs"])
+
+    # -- recovery and sessions ------------------------------------------------------------
 
     def claim_workflows(
         self,
@@ -509,33 +744,93 @@ class SystemDatabase:
         after: tuple[datetime, str] | None,
         limit: int,
     ) -> list[RecoveryClaim]:
-        """Take over the next page of PENDING workflows whose session is gone (queries.sql)."""
+        """Take over the next page of PENDING workflows whose session is dead (queries.sql)."""
         after_created_at, after_id = after if after else (_EPOCH, "")
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                _q("claim_workflows"),
-                {
-                    "executor_id": executor_id,
-                    "owner_key": owner_key,
-                    "app_version": app_version,
-                    "names": names,
-                    "skip_ids": skip_ids,
-                    "orphans": orphans,
-                    "after_created_at": after_created_at,
-                    "after_workflow_id": after_id,
-                    "limit": limit,
-                },
-            ).fetchall()
+        rows = self.all(
+            "claim_workflows",
+            "claim workflows for recovery",
+            executor_id=executor_id,
+            owner_key=owner_key,
+            app_version=app_version,
+            names=names,
+            skip_ids=skip_ids,
+            orphans=orphans,
+            after_created_at=after_created_at,
+            after_workflow_id=after_id,
+            limit=limit,
+        )
         claims = [
-            RecoveryClaim(r[0], r[1], WorkflowStatus(r[2]), r[3], r[4], r[5], r[6]) for r in rows
+            RecoveryClaim(
+                r["workflow_id"],
+                r["name"],
+                WorkflowStatus(r["status"]),
+                _text(r["inputs"]) or "{}",
+                r["created_at"],
+                r["recovery_attempts"],
+                r["max_recovery_attempts"],
+            )
+            for r in rows
         ]
         claims.sort(key=lambda c: (c.created_at, c.workflow_id))
         return claims
 
+    def count_claimable_soon(self, executor_id: str, owner_key: int, names: list[str]) -> int:
+        """PENDING workflows of ``executor_id`` whose session lost its lock, within its grace."""
+        row = self.one(
+            "count_claimable_soon",
+            "count workflows awaiting their session's grace",
+            executor_id=executor_id,
+            owner_key=owner_key,
+            names=names,
+        )
+        return 0 if row is None else int(row["count"])
+
+    def list_owned_idle(
+        self, owner_key: int, skip_ids: list[str], limit: int
+    ) -> list[tuple[str, str, str]]:
+        """``(workflow_id, name, inputs)`` of PENDING workflows this session owns but does
+        not run (``skip_ids`` are the ones it runs)."""
+        rows = self.all(
+            "list_owned_idle",
+            "list this session's workflows",
+            owner_key=owner_key,
+            skip_ids=skip_ids,
+            limit=limit,
+        )
+        return [(r["workflow_id"], r["name"], _text(r["inputs"]) or "{}") for r in rows]
+
+    def list_unlocked_sessions(self) -> list[UnlockedSession]:
+        """Sessions whose lock is free and which are not yet known dead."""
+        return [
+            UnlockedSession(r["session_key"], r["pid"], r["process_key"])
+            for r in self.all("list_unlocked_sessions", "list executor sessions")
+        ]
+
+    def end_dead_session(self, session_key: int, process_key: str) -> bool:
+        """Declare a session dead whose process is known gone (its lock still free)."""
+        row = self.one(
+            "end_dead_session",
+            f"end executor session {session_key}",
+            session_key=session_key,
+            process_key=process_key,
+        )
+        return row is not None
+
     def delete_dead_executors(self) -> None:
-        """Forget executor sessions that are gone for good and own nothing."""
-        with self._pool.connection() as conn:
-            conn.execute(_q("delete_dead_executors"))
+        """Forget executor sessions that are dead and own nothing."""
+        self.run("forget dead executor sessions", lambda c: c.execute(_q("delete_dead_executors")))
+
+    def count_unrecoverable_pending(self, executor_id: str, names: list[str]) -> dict[str, int]:
+        """``{workflow name: count}`` of PENDING workflows no registered function can run."""
+        rows = self.all(
+            "count_unrecoverable_pending",
+            "count unrecoverable workflows",
+            executor_id=executor_id,
+            names=names,
+        )
+        return {row["name"]: row["pending"] for row in rows}
+
+    # -- queues ----------------------------------------------------------------------
 
     def dequeue_workflows(
         self,
@@ -552,58 +847,50 @@ class SystemDatabase:
     ) -> list[tuple[str, str, str]]:
         """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow."""
         limit, period = rate_limit if rate_limit else (None, 1.0)
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute(_q("lock_queue"), {"queue_name": queue_name})
-            rows = conn.execute(
-                _q("dequeue_workflows"),
-                {
-                    "queue_name": queue_name,
-                    "names": names,
-                    "owner_key": owner_key,
-                    "executor_id": executor_id,
-                    "app_version": app_version,
-                    "free_slots": free_slots,
-                    "concurrency": concurrency,
-                    "worker_concurrency": worker_concurrency,
-                    "rate_limit": limit,
-                    "rate_period": period,
-                },
-            ).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        params = {
+            "queue_name": queue_name,
+            "names": names,
+            "owner_key": owner_key,
+            "executor_id": executor_id,
+            "app_version": app_version,
+            "free_slots": free_slots,
+            "concurrency": concurrency,
+            "worker_concurrency": worker_concurrency,
+            "rate_limit": limit,
+            "rate_period": period,
+        }
 
-    def count_unrecoverable_pending(self, executor_id: str, names: list[str]) -> dict[str, int]:
-        """``{workflow name: count}`` of PENDING workflows no registered function can run."""
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                _q("count_unrecoverable_pending"), {"executor_id": executor_id, "names": names}
-            ).fetchall()
-        return {name: count for name, count in rows}
+        def body(conn: psycopg.Connection[DictRow]) -> list[Row]:
+            conn.execute(_q("lock_queue"), {"queue_name": queue_name})
+            return conn.execute(_q("dequeue_workflows"), params).fetchall()
+
+        rows = self.run(f"dequeue from queue {queue_name!r}", body, transaction=True)
+        return [(r["workflow_id"], r["name"], _text(r["inputs"]) or "{}") for r in rows]
 
     # -- messages, events and timers --
 
     def database_time(self) -> float:
         """The database's clock in epoch seconds: the one clock every executor shares."""
-        with self._pool.connection() as conn:
-            row = conn.execute(_q("get_database_time")).fetchone()
+        row = self.one("get_database_time", "read the database clock")
         assert row is not None
-        return float(row[0])
+        return float(row["now"])
 
     def insert_message(
         self, *, destination_id: str, topic: str, message: str, idempotency_key: str | None
     ) -> tuple[bool, bool]:
         """Send a message; ``(destination exists, inserted)`` (a known key inserts nothing)."""
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("insert_message"),
-                {
-                    "destination_id": destination_id,
-                    "topic": topic,
-                    "message": message,
-                    "idempotency_key": idempotency_key,
-                },
-            ).fetchone()
+        where = f"message to workflow {destination_id!r}"
+        row = self.one(
+            "insert_message",
+            f"send a message to workflow {destination_id!r}",
+            where=where,
+            destination_id=destination_id,
+            topic=topic,
+            message=self._json_in(message, where),
+            idempotency_key=idempotency_key,
+        )
         assert row is not None
-        return bool(row[0]), bool(row[1])
+        return bool(row["destination_exists"]), bool(row["inserted"])
 
     def receive_message(
         self,
@@ -620,21 +907,20 @@ class SystemDatabase:
 
         Returns the write (``written`` when a message was taken) and the message's JSON.
         """
-        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
-            row = conn.execute(
-                _q("receive_message"),
-                {
-                    "workflow_id": workflow_id,
-                    "seq": seq,
-                    "name": name,
-                    "topic": topic,
-                    "inputs": inputs,
-                    "started_at": started_at,
-                    "owner_key": owner_key,
-                },
-            ).fetchone()
+        with self._log_write(workflow_id, seq):
+            row = self.one(
+                "receive_message",
+                f"receive a message in workflow {workflow_id!r}",
+                workflow_id=workflow_id,
+                seq=seq,
+                name=name,
+                topic=topic,
+                inputs=jsonb.to_db(inputs),
+                started_at=started_at,
+                owner_key=owner_key,
+            )
         assert row is not None
-        return self._step_write(seq, row[:7]), row[7]
+        return _step_write(seq, row), _text(row["message"])
 
     def set_event(
         self,
@@ -649,53 +935,35 @@ class SystemDatabase:
         owner_key: int | None,
     ) -> StepWrite:
         """Record step ``seq`` and set the event in one statement (neither without the other)."""
-        with self._checkpoint_errors(workflow_id, seq), self._pool.connection() as conn:
-            row = conn.execute(
-                _q("set_event"),
-                {
-                    "workflow_id": workflow_id,
-                    "seq": seq,
-                    "name": name,
-                    "key": key,
-                    "value": value,
-                    "inputs": inputs,
-                    "started_at": started_at,
-                    "owner_key": owner_key,
-                },
-            ).fetchone()
-        return self._step_write(seq, row)
+        where = f"workflow {workflow_id!r} event {key!r}"
+        with self._log_write(workflow_id, seq):
+            row = self.one(
+                "set_event",
+                f"set event {key!r} of workflow {workflow_id!r}",
+                where=where,
+                workflow_id=workflow_id,
+                seq=seq,
+                name=name,
+                key=key,
+                value=self._json_in(value, where),
+                inputs=jsonb.to_db(inputs),
+                started_at=started_at,
+                owner_key=owner_key,
+            )
+        return _step_write(seq, row)
 
     def get_event(self, workflow_id: str, key: str) -> str | None:
         """The event's JSON, or None when it was never set."""
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("get_event"), {"workflow_id": workflow_id, "key": key}
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def get_step_inputs(self, workflow_id: str, seq: int) -> str | None:
-        """The inputs JSON of step ``seq`` (None when the row or its inputs are missing)."""
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("get_step_inputs"), {"workflow_id": workflow_id, "seq": seq}
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def connect_listener(self) -> psycopg.Connection[TupleRow]:
-        """A dedicated (unpooled) autocommit connection for LISTEN."""
-        return psycopg.connect(
-            self.url,
-            autocommit=True,
-            connect_timeout=_CONNECT_TIMEOUT_S,
-            application_name="dbos_agent_listener",
-            keepalives=1,
-            keepalives_idle=30,
-            keepalives_interval=10,
-            keepalives_count=3,
+        row = self.one(
+            "get_event",
+            f"read event {key!r} of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            key=key,
         )
+        return None if row is None else _text(row["value"])
 
     @staticmethod
-    def listen(conn: psycopg.Connection[TupleRow], channel: str) -> None:
+    def listen(conn: psycopg.Connection[Any], channel: str) -> None:
         """``LISTEN channel`` on a listener connection (the name is quoted, not trusted)."""
         conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
 
@@ -703,9 +971,12 @@ class SystemDatabase:
 
     def cancel_workflow(self, workflow_id: str) -> CancelResult | None:
         """Cancel an unfinished (or stuck) workflow and notify its runner; None if unknown."""
-        with self._pool.connection() as conn:
-            row = conn.execute(_q("cancel_workflow"), {"workflow_id": workflow_id}).fetchone()
-        return None if row is None else CancelResult(bool(row[0]), WorkflowStatus(row[1]))
+        row = self.one(
+            "cancel_workflow", f"cancel workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        if row is None:
+            return None
+        return CancelResult(bool(row["cancelled"]), WorkflowStatus(row["status"]))
 
     def resume_workflow(
         self, workflow_id: str, *, executor_id: str | None, owner_key: int | None
@@ -715,22 +986,22 @@ class SystemDatabase:
         ``owner_key`` is the session that will run it now (None: whoever claims it);
         ``executor_id`` None keeps the workflow's executor.
         """
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("resume_workflow"),
-                {"workflow_id": workflow_id, "executor_id": executor_id, "owner_key": owner_key},
-            ).fetchone()
+        params = {"workflow_id": workflow_id, "executor_id": executor_id, "owner_key": owner_key}
+        row = self.run(
+            f"resume workflow {workflow_id!r}",
+            lambda c: c.execute(_q("resume_workflow"), params).fetchone(),
+            resend=False,
+        )
         if row is None:
             return None
-        resumed, previous, now, open_intent, name, inputs, executor = row
         return ResumeResult(
-            bool(resumed),
-            WorkflowStatus(previous),
-            None if now is None else WorkflowStatus(now),
-            open_intent,
-            name,
-            inputs,
-            executor,
+            bool(row["resumed"]),
+            WorkflowStatus(row["status"]),
+            None if row["status_now"] is None else WorkflowStatus(row["status_now"]),
+            row["open_intent"],
+            row["name"],
+            _text(row["inputs"]) or "{}",
+            row["executor_id"],
         )
 
     def fork_workflow(
@@ -746,33 +1017,33 @@ class SystemDatabase:
 
         One statement: nothing is written unless everything is. None if the original is unknown.
         """
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                _q("fork_workflow"),
-                {
-                    "workflow_id": workflow_id,
-                    "new_workflow_id": new_workflow_id,
-                    "from_step": from_step,
-                    "executor_id": executor_id,
-                    "owner_key": owner_key,
-                },
-            ).fetchone()
+        params = {
+            "workflow_id": workflow_id,
+            "new_workflow_id": new_workflow_id,
+            "from_step": from_step,
+            "executor_id": executor_id,
+            "owner_key": owner_key,
+        }
+        row = self.run(
+            f"fork workflow {workflow_id!r}",
+            lambda c: c.execute(_q("fork_workflow"), params).fetchone(),
+            resend=False,
+        )
         if row is None:
             return None
-        forked, copied, name, inputs, executor, last_seq, open_intent = row
-        return ForkResult(bool(forked), copied, name, inputs, executor, last_seq, open_intent)
+        return ForkResult(
+            bool(row["forked"]),
+            row["copied"],
+            row["name"],
+            _text(row["inputs"]) or "{}",
+            row["executor_id"],
+            row["last_seq"],
+            row["open_intent"],
+        )
 
     def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:
         """``(original id, from_step)`` of a forked workflow, else None."""
-        with self._pool.connection() as conn:
-            row = conn.execute(_q("get_fork_origin"), {"workflow_id": workflow_id}).fetchone()
-        return None if row is None or row[0] is None else (row[0], row[1])
-
-    def schema_version(self) -> int:
-        """The newest migration applied to this database (0 before the first ``migrate``)."""
-        with self._pool.connection() as conn:
-            exists = conn.execute(_q("has_schema")).fetchone()
-            if exists is None or not exists[0]:
-                return 0
-            row = conn.execute(_q("get_schema_version")).fetchone()
-        return 0 if row is None else int(row[0])
+        row = self.one("get_fork_origin", f"read workflow {workflow_id!r}", workflow_id=workflow_id)
+        if row is None or row["forked_from"] is None:
+            return None
+        return row["forked_from"], row["forked_from_step"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-__all__ = ["is_url", "redact_url", "with_dbname"]
+__all__ = ["is_url", "redact_url", "scrub", "with_dbname"]
 
 _SCHEME_RE = re.compile(r"^(postgres(?:ql)?://)(.*)$", re.IGNORECASE | re.DOTALL)
 # `password=...` (and `sslpassword=...`) in a URL query string: the value runs to the next `&`.
@@ -21,6 +21,8 @@ _CONNINFO_PASSWORD_RE = re.compile(
     r"(\b[a-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE | re.DOTALL
 )
 _MASK = "***"
+# A Postgres URL inside a longer text (an error message): runs to whitespace or a quote.
+_URL_IN_TEXT_RE = re.compile(r"postgres(?:ql)?://[^\s'\"]+", re.IGNORECASE)
 
 
 def is_url(dsn: str) -> bool:
@@ -48,6 +50,30 @@ def redact_url(url: str) -> str:
         if colon >= 0:
             rest = userinfo[:colon] + ":" + _MASK + rest[at:]
     return scheme + _QUERY_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, rest)
+
+
+def password_of(dsn: str) -> str | None:
+    """The password a connection string carries, if any (None when it cannot be parsed)."""
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except Exception:
+        return None
+    return str(password) if password else None
+
+
+def scrub(text: str, dsn: str | None = None) -> str:
+    """``text`` (an error message, a log line) with every password masked.
+
+    Masks ``dsn``'s password wherever it appears, and the password of any Postgres URL
+    or ``password=`` setting found in the text.
+    """
+    if dsn:
+        text = text.replace(dsn, redact_url(dsn))
+        password = password_of(dsn)
+        if password:
+            text = text.replace(password, _MASK)
+    text = _URL_IN_TEXT_RE.sub(lambda m: redact_url(m.group(0)), text)
+    return _CONNINFO_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, text)
 
 
 def with_dbname(dsn: str, dbname: str) -> str:

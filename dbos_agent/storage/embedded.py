@@ -34,6 +34,8 @@ from typing import Self
 
 import psycopg
 
+from .processes import pid_alive, proc_start_time
+
 __all__ = [
     "LocalCluster",
     "PostgresNotFoundError",
@@ -360,30 +362,9 @@ def _read_pid_file(pgdata: Path) -> _PidFile | None:
         return None
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (Linux), None if unavailable."""
-    try:
-        line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return line[line.rfind(")") + 2 :].split()
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether `pid` runs; a zombie (exited, not yet reaped) counts as dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    fields = _proc_stat(pid)
-    return not (fields and fields[0] == "Z")
-
-
 def _is_postmaster(pid: int) -> bool:
     """Whether `pid` is alive and (where /proc tells) a postgres process, not a reused pid."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() == "postgres"
@@ -550,12 +531,6 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # also releases the lock
 
 
-def _proc_start_time(pid: int) -> str:
-    """Kernel start time of `pid` (Linux), to tell a live user from a reused pid; "" if unknown."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields and len(fields) > 19 else ""
-
-
 def _live_users(users_dir: Path) -> list[int]:
     """Registered pids that still run; entries of dead processes are deleted."""
     live: list[int] = []
@@ -565,7 +540,7 @@ def _live_users(users_dir: Path) -> list[int]:
             recorded = entry.read_text().strip()
         except (ValueError, OSError):
             continue
-        if _pid_alive(pid) and (not recorded or recorded == _proc_start_time(pid)):
+        if pid_alive(pid) and (not recorded or recorded == proc_start_time(pid)):
             live.append(pid)
         else:
             entry.unlink(missing_ok=True)
@@ -602,7 +577,7 @@ def embedded_database_url(directory: Path | str = ".dbos_agent") -> str:
             logger.info("started PostgreSQL for %s on port %d", directory, port)
         users_dir.mkdir(exist_ok=True)
         pid = os.getpid()
-        (users_dir / str(pid)).write_text(_proc_start_time(pid))
+        (users_dir / str(pid)).write_text(proc_start_time(pid))
     with _registered_lock:
         if _registered.get(directory) != pid:  # first use, or first use in a forked child
             _registered[directory] = pid

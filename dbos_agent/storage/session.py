@@ -1,63 +1,235 @@
-"""An executor session: this process's registration, advisory lock and heartbeat.
+"""An executor session: this process's registration, advisory lock, heartbeat and fence.
 
-The session holds ``pg_advisory_lock(233710, session_key)`` on a dedicated
-connection for as long as the process lives. Postgres releases it when that
-connection dies, which is how another process learns at once that this one
-is gone; the heartbeat lease covers what the lock cannot see.
+The session holds ``pg_advisory_lock(233710, key)`` on a dedicated connection and
+renews a lease on it. Others take its workflows over only once it is dead by the
+rules of migration 006: lease run out, or lock missing for longer than its grace.
+When the connection dies while the process lives (a Postgres restart, a
+``pg_terminate_backend``), the heartbeat thread reconnects and takes the same key
+back within moments, well inside the grace, and the process keeps its workflows.
+
+**The fence.** A run may start a live step only while no one can have taken its
+workflow. Every successful heartbeat proves the lock was held and the lease fresh
+when it was sent, so no one can declare this session dead before ``sent +
+min(grace, lease)``; :attr:`ExecutorSession.state` carries that instant (minus a
+margin) as ``valid_until``, on the monotonic clock. A *streak* is a run of
+heartbeats each sent before the previous one's fence ran out; it ends when a
+heartbeat comes too late (a paused process, an outage), when the connection is
+re-opened, or when the database says the session looked dead meanwhile. A run
+that confirmed its ownership in the current streak goes on without asking; any
+other run first re-reads its workflow's owner (see ``engine/ownership.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import random
 import socket
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import psycopg
 
 from ..errors import DatabaseUnavailableError
 from .database import SystemDatabase, _q
+from .outages import describe, is_transient
+from .processes import known_gone, process_key
 
-log = logging.getLogger("dbos_agent.session")
+log = logging.getLogger(__name__)
 
 LOCK_CLASS = 233710
+#: The fence ends this share of min(grace, lease) after a heartbeat was sent: room
+#: for clocks that tick at slightly different rates and for a slow round trip.
+_FENCE_SHARE = 0.8
+_RECONNECT_MIN_S = 0.05
+_RECONNECT_MAX_S = 1.0
+_TAKE_LOCK_ATTEMPTS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a run checks before a live step: the streak, and until when it holds."""
+
+    streak: int
+    valid_until: float
+
+    def holds(self) -> bool:
+        """Whether, right now, no one can have taken this session's workflows."""
+        return time.monotonic() < self.valid_until
+
+
+_LAPSED = Fence(0, float("-inf"))
 
 
 class ExecutorSession:
-    """Registers an executor session and keeps it alive until :meth:`close`."""
+    """Registers an executor session, keeps it alive and brings it back until :meth:`close`."""
 
     def __init__(
-        self, db: SystemDatabase, executor_id: str, app_version: str | None, lease_seconds: float
+        self,
+        db: SystemDatabase,
+        executor_id: str,
+        app_version: str | None,
+        lease_seconds: float,
+        grace_seconds: float = 3.0,
     ) -> None:
+        if lease_seconds <= 0 or grace_seconds <= 0:
+            raise ValueError(
+                f"lease_seconds and session_grace must be > 0, got {lease_seconds} "
+                f"and {grace_seconds}"
+            )
         self.db = db
         self.executor_id = executor_id
         self.app_version = app_version
         self.lease_seconds = lease_seconds
-        self.session_key = 0
+        self.grace_seconds = grace_seconds
+        self.key = 0
+        self._window = min(grace_seconds, lease_seconds) * _FENCE_SHARE
+        #: Seconds between heartbeats: several per fence window.
+        self.interval = min(1.0, self._window / 3)
+        #: Replaced as a whole, so readers never see half of an update.
+        self.state = _LAPSED
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        self._lock = threading.Lock()
+        self._backend_pid: int | None = None
+        self._lock = threading.RLock()  # one user of the connection at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
 
     def open(self) -> int:
-        """Take a fresh session key (lock + row) and return it."""
+        """Take a fresh session key (lock + row), start heartbeating, return the key."""
+        with self._lock:
+            try:
+                conn = self._connect()
+                key = self._take_new_key(conn)
+                self._register(conn, key)
+            except psycopg.Error as exc:
+                raise DatabaseUnavailableError(
+                    f"cannot open an executor session on {self.db.redacted_url}: {describe(exc)}"
+                ) from None
+            self._conn, self.key = conn, key
+            self.state = Fence(1, time.monotonic() + self._window)
+        self._thread = threading.Thread(
+            target=self._heartbeats, name="dbos-agent-heartbeat", daemon=True
+        )
+        self._thread.start()
+        return key
+
+    def close(self) -> None:
+        """A clean exit: the session ends (its PENDING workflows are claimable at once)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self.state = _LAPSED
+        if conn is None or conn.closed:
+            return
         try:
-            conn = psycopg.connect(
-                self.db.url, autocommit=True, connect_timeout=10, application_name="dbos_agent",
-                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-            )
+            conn.execute(_q("forget_idle_executor"), {"session_key": self.key})
+            conn.execute(_q("end_executor"), {"session_key": self.key})
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self.key))
         except psycopg.Error as exc:
-            raise DatabaseUnavailableError(
-                f"cannot open an executor session on {self.db.redacted_url}: {exc}"
-            ) from None
+            log.warning("could not end executor session %s cleanly: %s", self.key, describe(exc))
+        finally:
+            conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    # -- the heartbeat ----------------------------------------------------------------
+
+    def renew(self) -> Fence:
+        """One heartbeat, re-opening the connection first if it is gone; the new fence.
+
+        Raises the connection's error when the database cannot be reached.
+        """
+        with self._lock:
+            if self._stop.is_set():
+                raise DatabaseUnavailableError("the executor session was closed")
+            sent = time.monotonic()
+            previous = self.state
+            if self._conn is None or self._conn.closed:
+                self._reconnect()
+                fresh = True
+            else:
+                try:
+                    row = self._conn.execute(
+                        _q("heartbeat_executor"), {"session_key": self.key}
+                    ).fetchone()
+                except psycopg.Error:
+                    self._drop_connection()
+                    raise
+                if row is None:  # forgotten while it looked dead: register again
+                    log.warning(
+                        "executor session %s had been forgotten (it looked dead); "
+                        "registering it again",
+                        self.key,
+                    )
+                    self._register(self._conn, self.key)
+                    fresh = True
+                else:
+                    fresh = bool(row[0]) or sent >= previous.valid_until
+            self.state = Fence(
+                previous.streak + 1 if fresh else previous.streak, sent + self._window
+            )
+            return self.state
+
+    def confirm(self, stop: Callable[[], bool] | None = None) -> Fence:
+        """A fence that holds now, renewing the session (through an outage) if needed.
+
+        Raises DatabaseUnavailableError past the outage bound, or once ``stop()`` says so.
+        """
+
+        def holding() -> Fence:
+            fence = self.state
+            return fence if fence.holds() else self.renew()
+
+        return self.db.retrier.call(holding, "confirm this executor session", stop=stop)
+
+    def _heartbeats(self) -> None:
+        delay = self.interval
+        retry_delay = _RECONNECT_MIN_S
+        while not self._stop.wait(delay):
+            try:
+                self.renew()
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                if is_transient(exc):
+                    self.db.monitor.failed(exc)
+                else:
+                    log.warning("executor session %s heartbeat failed: %s", self.key, describe(exc))
+                delay, retry_delay = retry_delay, min(retry_delay * 2, _RECONNECT_MAX_S)
+                continue
+            self.db.monitor.succeeded()
+            delay, retry_delay = self.interval, _RECONNECT_MIN_S
+
+    # -- the connection and the lock ----------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        conn = self.db.connect_dedicated("dbos_agent_session", keepalives_idle=10)
+        self._backend_pid = conn.info.backend_pid
+        return conn
+
+    def _take_new_key(self, conn: psycopg.Connection[tuple[object, ...]]) -> int:
         for _ in range(100):
-            key = random.randint(1, 2**31 - 1)
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)
-            ).fetchone()
-            if row is not None and row[0]:
-                break
-        else:  # pragma: no cover - 100 collisions in 2**31 keys
-            raise RuntimeError("could not find a free executor session key")
+            row = conn.execute(_q("next_session_key")).fetchone()
+            assert row is not None
+            key = int(str(row[0]))
+            if self._try_lock(conn, key):
+                return key
+        raise DatabaseUnavailableError("could not find a free executor session key")
+
+    @staticmethod
+    def _try_lock(conn: psycopg.Connection[tuple[object, ...]], key: int) -> bool:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+        return bool(row and row[0])
+
+    def _register(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
         conn.execute(
             _q("register_executor"),
             {
@@ -66,38 +238,52 @@ class ExecutorSession:
                 "app_version": self.app_version,
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
+                "process_key": process_key(),
                 "lease_seconds": self.lease_seconds,
+                "grace_seconds": self.grace_seconds,
             },
         )
-        self._conn = conn
-        self.session_key = key
-        return key
 
-    def heartbeat(self) -> bool:
-        """Renew the lease; False if the session's connection or row is gone."""
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                return False
-            try:
-                row = conn.execute(
-                    _q("heartbeat_executor"), {"session_key": self.session_key}
-                ).fetchone()
-            except psycopg.Error as exc:
-                log.warning("executor heartbeat failed: %s", exc)
-                return False
-        return row is not None
-
-    def close(self) -> None:
-        """A clean exit: delete the row and release the lock."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is None:
-            return
+    def _reconnect(self) -> None:
+        """A new connection that takes this session's own key back (lock, then row)."""
+        old_backend = self._backend_pid
+        conn = self._connect()
         try:
-            conn.execute(_q("deregister_executor"), {"session_key": self.session_key})
-            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self.session_key))
-        except psycopg.Error as exc:
-            log.warning("could not deregister executor session cleanly: %s", exc)
-        finally:
+            for _ in range(_TAKE_LOCK_ATTEMPTS):
+                if self._try_lock(conn, self.key):
+                    break
+                # Most likely our previous connection's backend, not yet gone: end it.
+                holder = conn.execute(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+                    " AND objid = %s AND objsubid = 2 AND granted",
+                    (LOCK_CLASS, self.key),
+                ).fetchone()
+                if holder is not None and holder[0] == old_backend:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (old_backend,))
+                time.sleep(0.05)
+            else:
+                raise psycopg.OperationalError(
+                    f"executor session {self.key}: its lock is still held elsewhere"
+                )
+            self._register(conn, self.key)
+        except BaseException:
             conn.close()
+            raise
+        self._conn = conn
+        log.debug("executor session %s is back (reconnected)", self.key)
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # already broken
+                conn.close()
+
+
+def end_dead_local_sessions(db: SystemDatabase) -> int:
+    """Declare dead, at once, the sessions of processes on this host that no longer run
+    (their lock is free and their pid gone): a restart after kill -9 need not wait."""
+    ended = 0
+    for session in db.list_unlocked_sessions():
+        if session.process_key is not None and known_gone(session.process_key):
+            ended += db.end_dead_session(session.session_key, session.process_key)
+    return ended

@@ -1,0 +1,61 @@
+"""The limits of what dbos_agent stores, and the checks that name a value breaking them.
+
+Identifiers (workflow ids, topics, event keys, idempotency keys, names) live in btree
+indexes, whose entries Postgres caps at about 2.7 kB *after* compression: an id that
+fits one day and not the next depends on how well it compresses. A fixed byte limit,
+checked before anything is sent, makes the rule plain and the error clear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .errors import InvalidIdentifierError
+
+#: Bytes (UTF-8) of a workflow id, topic, event key, idempotency key, queue or step name.
+#: Two of them share one index entry (e.g. workflow id + event key) well under 2.7 kB.
+MAX_IDENTIFIER_BYTES = 1000
+
+#: Default largest JSON value one checkpoint may hold (a step output, a workflow's
+#: inputs or output, a message, an event). A million-token context is about 4 MB of
+#: text, so an agent's model replies and tool results fit with room to spare; a value
+#: past this is nearly always a whole file or a binary blob checkpointed by mistake,
+#: and it would be read back on every replay.
+DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
+
+
+def check_identifier(value: object, what: str) -> str:
+    """Return ``value`` if it is a usable identifier, else raise InvalidIdentifierError.
+
+    ``what`` names it in the message, e.g. ``"workflow id"`` or ``"recv topic"``.
+    """
+    if not isinstance(value, str):
+        raise InvalidIdentifierError(f"a {what} must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidIdentifierError(f"a {what} must not be empty")
+    if "\x00" in value:
+        raise InvalidIdentifierError(
+            f"a {what} must not contain a NUL character (\\x00): {value[:60]!r}"
+        )
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_IDENTIFIER_BYTES:
+        raise InvalidIdentifierError(
+            f"a {what} may be at most {MAX_IDENTIFIER_BYTES} bytes (UTF-8), got {size} "
+            f"bytes: {value[:60]!r}..."
+        )
+    return value
+
+
+def check_optional_identifier(value: str | None, what: str) -> str | None:
+    """:func:`check_identifier`, letting None (the default topic, no key) through."""
+    return None if value is None else check_identifier(value, what)
+
+
+def derived_identifier(base: str, suffix: str) -> str:
+    """``base + suffix`` (a child workflow's id), shortened to a stable digest when the
+    result would pass the limit: the same inputs give the same id on every replay."""
+    joined = base + suffix
+    if len(joined.encode("utf-8", "surrogatepass")) <= MAX_IDENTIFIER_BYTES:
+        return joined
+    digest = hashlib.sha256(base.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sha256:{digest}{suffix}"
