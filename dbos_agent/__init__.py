@@ -28,8 +28,10 @@ from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
     CheckpointError,
+    CheckpointTooLargeError,
     DatabaseUnavailableError,
     DbosAgentError,
+    InvalidIdentifierError,
     MaxRecoveryAttemptsExceededError,
     NotLaunchedError,
     RecordedError,
@@ -50,10 +52,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointError",
+    "CheckpointTooLargeError",
     "Client",
     "ClientHandle",
     "DatabaseUnavailableError",
     "DbosAgentError",
+    "InvalidIdentifierError",
     "MaxRecoveryAttemptsExceededError",
     "NotDone",
     "NotLaunchedError",

@@ -24,14 +24,15 @@ MAX_IDENTIFIER_BYTES = 1000
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 
-def check_identifier(value: object, what: str) -> str:
+def check_identifier(value: object, what: str, *, allow_empty: bool = False) -> str:
     """Return ``value`` if it is a usable identifier, else raise InvalidIdentifierError.
 
     ``what`` names it in the message, e.g. ``"workflow id"`` or ``"recv topic"``.
+    ``allow_empty`` is for names where "" has a meaning (the default message topic).
     """
     if not isinstance(value, str):
         raise InvalidIdentifierError(f"a {what} must be a string, got {type(value).__name__}")
-    if not value:
+    if not value and not allow_empty:
         raise InvalidIdentifierError(f"a {what} must not be empty")
     if "\x00" in value:
         raise InvalidIdentifierError(
@@ -46,9 +47,9 @@ def check_identifier(value: object, what: str) -> str:
     return value
 
 
-def check_optional_identifier(value: str | None, what: str) -> str | None:
-    """:func:`check_identifier`, letting None (the default topic, no key) through."""
-    return None if value is None else check_identifier(value, what)
+def check_topic(topic: str | None, what: str = "message topic") -> str | None:
+    """A message topic: None and "" both name the default topic."""
+    return None if topic is None else check_identifier(topic, what, allow_empty=True)
 
 
 def derived_identifier(base: str, suffix: str) -> str:

@@ -10,12 +10,16 @@ decides which code gets loaded.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import inspect
 import json
 import logging
+import math
 import sys
 import traceback
 import typing
+import uuid
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -27,6 +31,9 @@ from pydantic_core import PydanticSerializationError
 from .errors import RecordedError, SerializationError, WorkflowInputsError
 
 _MAX_TRACEBACK_CHARS = 20_000
+#: A recorded error keeps this much of its message and arguments: enough to read it,
+#: never enough to pass the checkpoint limit.
+_MAX_ERROR_TEXT_CHARS = 64_000
 
 log = logging.getLogger("dbos_agent.serialization")
 
@@ -36,6 +43,62 @@ def _unserializable(value: Any, where: str, cause: Exception) -> SerializationEr
         f"{where}: cannot store a value of type {type(value).__qualname__} as JSON "
         f"({cause}). Use JSON-friendly values: pydantic models, dataclasses, "
         f"TypedDicts, lists/dicts of them, str, numbers, bool, None."
+    )
+
+
+def _non_finite_path(data: Any) -> str | None:
+    """Where a NaN or infinity hides in plain data (``$.a[2]``), or None."""
+    stack: list[tuple[Any, str]] = [(data, "$")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return path
+        elif isinstance(value, dict):
+            stack.extend((v, f"{path}[{k!r}]") for k, v in value.items())
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+    return None
+
+
+def _non_finite_error(where: str, path: str) -> SerializationError:
+    return SerializationError(
+        f"{where}: cannot store NaN or infinity (at {path}): JSON has no such numbers, and "
+        f"storing null instead would make replay return something else than the live run. "
+        f"Use None, a string, or a finite number."
+    )
+
+
+#: Types that JSON turns into something else: without an annotation saying what they
+#: are, replay returns a list, a string or a number instead (see the README).
+_LOSSY_WITHOUT_ANNOTATION = (
+    set,
+    frozenset,
+    tuple,
+    bytes,
+    datetime.datetime,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    decimal.Decimal,
+    uuid.UUID,
+)
+_warned_lossy: set[type] = set()
+
+
+def _warn_if_lossy(value: Any, where: str) -> None:
+    """Say once per type that an unannotated value will not come back as itself."""
+    cls = type(value)
+    if cls in _warned_lossy or not isinstance(value, _LOSSY_WITHOUT_ANNOTATION):
+        return
+    _warned_lossy.add(cls)
+    log.warning(
+        "%s: a %s without a type annotation is stored as JSON and replays as %s, not as "
+        "a %s; annotate the function's return (or parameter) with its type to get it back",
+        where,
+        cls.__qualname__,
+        "a list" if isinstance(value, set | frozenset | tuple) else "a string or a number",
+        cls.__qualname__,
     )
 
 
@@ -58,19 +121,38 @@ class Codec:
             self._adapter = TypeAdapter(Any)
         self.annotation = annotation
 
+    def check_finite(self, value: Any, where: str) -> None:
+        """Refuse NaN and infinities, which pydantic would silently store as null."""
+        if isinstance(value, str | int | bool) or value is None:
+            return
+        try:
+            data = self._adapter.dump_python(value, mode="python", warnings=False)
+        except (PydanticSerializationError, TypeError, ValueError):
+            return  # dumping as JSON will name the real problem
+        path = _non_finite_path(data)
+        if path is not None:
+            raise _non_finite_error(where, path)
+
     def to_jsonable(self, value: Any, where: str) -> Any:
         """``value`` as plain JSON data (dicts, lists, str, numbers, bool, None)."""
         try:
-            return self._adapter.dump_python(value, mode="json", warnings=False)
+            data = self._adapter.dump_python(value, mode="json", warnings=False)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
             raise _unserializable(value, where, exc) from exc
+        self.check_finite(value, where)
+        return data
 
     def dumps(self, value: Any, where: str) -> str:
         """``value`` as JSON text; raises :class:`SerializationError` naming ``where``."""
         try:
-            return self._adapter.dump_json(value, warnings=False).decode()
+            out = self._adapter.dump_json(value, warnings=False)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
             raise _unserializable(value, where, exc) from exc
+        if b"null" in out:  # where a NaN would have gone: look closer
+            self.check_finite(value, where)
+        if self.annotation is Any:
+            _warn_if_lossy(value, where)
+        return out.decode()
 
     def from_jsonable(self, data: Any, where: str) -> Any:
         """Rebuild the annotated type from plain JSON data."""
@@ -193,18 +275,28 @@ class InputsCodec:
 
 
 def _jsonable_args(args: tuple[Any, ...]) -> list[Any] | None:
+    """The exception's args if they are small, plain JSON; None otherwise."""
     try:
-        data = list(args)
-        json.dumps(data)
-        return data
+        text = json.dumps(list(args), allow_nan=False)
     except (TypeError, ValueError):
         return None
+    return list(args) if len(text) <= _MAX_ERROR_TEXT_CHARS else None
+
+
+def _clipped(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit:,} more characters not recorded]"
 
 
 def dumps_error(exc: BaseException) -> str:
-    """A recorded exception as JSON text: type, message, args and traceback."""
+    """A recorded exception as JSON text: type, message, args and traceback.
+
+    Long messages and arguments are clipped, so an error always fits the checkpoint
+    limit: the record is for reading and for raising the same type again.
+    """
     cls = type(exc)
-    message = str(exc)
+    message = _clipped(str(exc), _MAX_ERROR_TEXT_CHARS)
     args = _jsonable_args(exc.args)
     tb = "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK_CHARS:]
     return json.dumps(

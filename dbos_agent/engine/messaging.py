@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any, TypeVar, overload
 
 from ..errors import WorkflowNotFoundError
-from ..limits import check_identifier, check_optional_identifier
+from ..limits import check_identifier, check_topic
 from ..records import StepStatus
 from ..serialization import Codec, codec_for
 from .context import current_context, in_step
@@ -86,8 +86,9 @@ def _send_plan(
     destination_id: str, message: Any, topic: str | None, idempotency_key: str | None
 ) -> Plan[None]:
     check_identifier(destination_id, "destination workflow id")
-    check_optional_identifier(topic, "message topic")
-    check_optional_identifier(idempotency_key, "idempotency key")
+    check_topic(topic)
+    if idempotency_key is not None:
+        check_identifier(idempotency_key, "idempotency key")
     ctx = current_context()
     payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
     if ctx is None or in_step():
@@ -143,7 +144,7 @@ async def send_async(
 
 
 def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[Any]:
-    check_optional_identifier(topic, "recv topic")
+    check_topic(topic, "recv topic")
     timeout = _timeout(timeout)
     ctx = workflow_only("recv()")
     seq, row = ctx.begin_step(RECV_STEP)

@@ -304,6 +304,8 @@ def fork(
     (default: a fresh uuid) and records where it came from. It runs here now
     if this process has the function, else on the original's executor.
     """
+    if new_workflow_id is not None:
+        check_identifier(new_workflow_id, "new workflow id")
     runtime = current_runtime()
     definition = _definition_of(runtime, workflow_id)
     here = definition is not None

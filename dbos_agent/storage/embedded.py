@@ -422,6 +422,17 @@ def _defuse_stale_pid_file(pgdata: Path) -> None:
     logger.info("replaced stale postmaster pid %d in %s", info.pid, path)
 
 
+def _server_options(port: int, settings: Mapping[str, str] | None) -> str:
+    """``pg_ctl -o`` text: loopback only, on ``port``, no Unix socket, plus ``settings``."""
+    options = {
+        "listen_addresses": _HOST,
+        "port": str(port),
+        "unix_socket_directories": "",
+        **(settings or {}),
+    }
+    return " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in options.items())
+
+
 def _start_server(
     pgdata: Path,
     bin_dir: Path,
@@ -442,13 +453,7 @@ def _start_server(
     failure = ""
     for attempt in range(_START_ATTEMPTS):
         port = _free_port(preferred_port if attempt == 0 else None)
-        options = {
-            "listen_addresses": _HOST,
-            "port": str(port),
-            "unix_socket_directories": "",
-            **(settings or {}),
-        }
-        opts = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in options.items())
+        opts = _server_options(port, settings)
         result = _run(
             [
                 bin_dir / "pg_ctl",
@@ -681,6 +686,35 @@ class LocalCluster:
                 _stop_server(self.pgdata, self._bin_dir, self._user)
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart -m mode``: every connection dies, the port and data stay.
+
+        For fault tests: ``immediate`` is a crash of the server (recovery from WAL at start).
+        """
+        self._pg_ctl("restart", "-m", mode, "-l", self.directory / "postgres.log")
+
+    def stop_server(self, mode: str = "immediate") -> None:
+        """Stop the server but keep the cluster, for :meth:`start_server` (an outage)."""
+        self._pg_ctl("stop", "-m", mode)
+
+    def start_server(self) -> None:
+        """Start a server stopped by :meth:`stop_server`, on the same port."""
+        options = _server_options(self.port, _LOCAL_CLUSTER_SETTINGS)
+        self._pg_ctl("start", "-l", self.directory / "postgres.log", "-o", options)
+
+    def _pg_ctl(self, command: str, *args: str | Path) -> None:
+        result = _run(
+            [self._bin_dir / "pg_ctl", command, "-D", self.pgdata, "-w", "-t", "60", *args],
+            self._user,
+            timeout=75,
+            new_session=True,  # the server must outlive our process group
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"pg_ctl {command} failed: {result.stdout}{result.stderr}\n"
+                f"{_log_tail(self.directory / 'postgres.log')}"
+            )
 
     def _stop_at_exit(self) -> None:
         """Stop a forgotten cluster, but not from a forked child that inherited the hook."""

@@ -17,6 +17,7 @@ import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -69,11 +70,19 @@ class OutageMonitor:
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._recovered_at = -_QUIET_AFTER_RECOVERY_S
+        _MONITORS.add(self)
+        _install_pool_log_filter()
 
     @property
     def down(self) -> bool:
         """True between a noticed failure and the next success."""
         return self._down_since is not None
+
+    @property
+    def unsettled(self) -> bool:
+        """True during an outage and shortly after it (connections still being replaced)."""
+        recent = time.monotonic() - self._recovered_at < _QUIET_AFTER_RECOVERY_S
+        return self._down_since is not None or recent
 
     def failed(self, exc: BaseException) -> None:
         """A call failed with a transient error."""
@@ -102,6 +111,31 @@ class OutageMonitor:
             self._where,
             self._recovered_at - since,
         )
+
+
+_MONITORS: weakref.WeakSet[OutageMonitor] = weakref.WeakSet()
+#: psycopg_pool's own warnings about the pool named so, and about broken connections
+#: while an outage is being ridden out, repeat what the monitor said once.
+_POOL_NAME = "dbos_agent"
+
+
+class _PoolNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        if _POOL_NAME in {str(arg) for arg in (record.args or ()) if isinstance(arg, str)}:
+            return False
+        return not any(monitor.unsettled for monitor in list(_MONITORS))
+
+
+_filter_installed = False
+
+
+def _install_pool_log_filter() -> None:
+    global _filter_installed
+    if not _filter_installed:
+        _filter_installed = True
+        logging.getLogger("psycopg.pool").addFilter(_PoolNoise())
 
 
 class Retrier:

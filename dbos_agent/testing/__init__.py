@@ -3,6 +3,7 @@
 The fixtures in `dbos_agent.testing.plugin` are registered automatically with pytest.
 """
 
+from .faults import RestartablePostgres
 from .plugin import fresh_database, postgres_server
 
-__all__ = ["fresh_database", "postgres_server"]
+__all__ = ["RestartablePostgres", "fresh_database", "postgres_server"]

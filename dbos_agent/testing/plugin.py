@@ -9,6 +9,10 @@ available to any test suite:
 * ``dbos_agent_database_url`` (session): a fresh database on that server, dropped afterwards.
 
 `fresh_database` gives further isolated databases (e.g. one per test).
+
+* ``dbos_agent_restartable_postgres`` (module): a local server of the test module's own
+  that tests may crash, stop and cut connections of (see ``faults.RestartablePostgres``);
+  skipped where no local server binaries exist.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -31,9 +36,13 @@ from ..storage.embedded import LocalCluster, PostgresNotFoundError
 __all__ = [
     "dbos_agent_database_url",
     "dbos_agent_postgres_url",
+    "dbos_agent_restartable_postgres",
     "fresh_database",
     "postgres_server",
 ]
+
+if TYPE_CHECKING:
+    from .faults import RestartablePostgres
 
 logger = logging.getLogger(__name__)
 
@@ -179,3 +188,18 @@ def dbos_agent_database_url(dbos_agent_postgres_url: str) -> Iterator[str]:
     """URL of a fresh database for the test session, dropped at the end."""
     with fresh_database(dbos_agent_postgres_url) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def dbos_agent_restartable_postgres() -> Iterator[RestartablePostgres]:
+    """A server of this test module alone that tests may restart (a LocalCluster)."""
+    from .faults import RestartablePostgres
+
+    try:
+        cluster = LocalCluster.start()
+    except PostgresNotFoundError as exc:
+        pytest.skip(f"fault tests need local PostgreSQL server binaries: {exc}")
+    try:
+        yield RestartablePostgres(cluster)
+    finally:
+        cluster.stop()

@@ -1,0 +1,62 @@
+"""The application of the fault tests, run by worker processes and by the test itself.
+
+Every step writes ``S pid wid seq time`` when it starts and ``E pid wid seq time`` when
+it ends to $FAULT_APP_LOG (one line each, flushed and fsynced), so that the test can
+tell from outside which process ran what, and when: the side effects to count.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import dbos_agent as da
+
+LOG = os.environ.get("FAULT_APP_LOG", "/dev/null")
+STEP_SECONDS = float(os.environ.get("FAULT_APP_STEP_SECONDS", "0.1"))
+
+faults_queue = da.Queue("fault-tests")
+
+
+def note(kind: str, wid: str, seq: int) -> None:
+    """Append one line to the side-effect log."""
+    with open(LOG, "a") as f:
+        f.write(f"{kind} {os.getpid()} {wid} {seq} {time.time():.6f}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@da.step
+def work(wid: str, i: int) -> int:
+    note("S", wid, i)
+    time.sleep(STEP_SECONDS)
+    note("E", wid, i)
+    return i * i
+
+
+@da.durable_workflow
+def chain(wid: str, steps: int) -> int:
+    """``steps`` steps in a row; returns the sum of the squares 0..steps-1."""
+    return sum(work(wid, i) for i in range(steps))
+
+
+def expected(steps: int) -> int:
+    return sum(i * i for i in range(steps))
+
+
+@da.step
+def tick(wid: str, i: int) -> int:
+    note("S", wid, i)
+    note("E", wid, i)
+    return i * i
+
+
+@da.durable_workflow
+def paced(wid: str, steps: int) -> int:
+    """Like :func:`chain`, but the time passes in the workflow's own code, between
+    quick steps: a pause then lands between steps, not inside one."""
+    total = 0
+    for i in range(steps):
+        time.sleep(STEP_SECONDS)
+        total += tick(wid, i)
+    return total

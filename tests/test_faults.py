@@ -1,0 +1,364 @@
+"""Faults, as an operator meets them: Postgres restarted ``-m immediate``, connections
+killed with ``pg_terminate_backend``, workers killed -9 or paused with SIGSTOP past
+their lease. Side effects are counted from outside, in the step log of fault_app.py."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import dbos_agent as da
+from dbos_agent.testing import RestartablePostgres
+from tests import fault_app
+from tests.fault_app import chain, expected
+from tests.helpers import new_id, wait_until
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def server(dbos_agent_restartable_postgres: RestartablePostgres) -> RestartablePostgres:
+    return dbos_agent_restartable_postgres
+
+
+@pytest.fixture
+def url(server: RestartablePostgres) -> Iterator[str]:
+    with server.database() as database_url:
+        yield database_url
+
+
+@pytest.fixture
+def step_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The side-effect log, for this process's steps and the workers'."""
+    path = tmp_path / "steps.log"
+    path.touch()
+    monkeypatch.setattr(fault_app, "LOG", str(path))
+    return path
+
+
+def _lines(log: Path) -> list[tuple[str, int, str, int, float]]:
+    rows = []
+    for line in log.read_text().splitlines():
+        kind, pid, wid, seq, at = line.split()
+        rows.append((kind, int(pid), wid, int(seq), float(at)))
+    return rows
+
+
+def _starts(log: Path) -> Counter[tuple[str, int]]:
+    """How often each (workflow, step) started: its side effects."""
+    return Counter((wid, seq) for kind, _, wid, seq, _ in _lines(log) if kind == "S")
+
+
+def _rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _statuses(url: str, ids: list[str]) -> dict[str, str]:
+    rows = _rows(
+        url, "SELECT workflow_id, status FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)", ids
+    )
+    return {str(w): str(s) for w, s in rows}
+
+
+def _all_succeeded(url: str, ids: list[str]) -> bool:
+    statuses = _statuses(url, ids)
+    return len(statuses) == len(ids) and set(statuses.values()) == {"SUCCESS"}
+
+
+def _check_results(url: str, ids: list[str], steps: int) -> None:
+    """Every workflow SUCCESS with the right output, and each step recorded exactly once."""
+    rows = _rows(
+        url,
+        "SELECT w.workflow_id, w.status, w.output::text,"
+        " (SELECT array_agg(seq ORDER BY seq) FROM dbos_agent.steps s"
+        "  WHERE s.workflow_id = w.workflow_id)"
+        " FROM dbos_agent.workflows w WHERE w.workflow_id = ANY(%s)",
+        ids,
+    )
+    assert len(rows) == len(ids)
+    for wid, status, output, seqs in rows:
+        assert (status, output) == ("SUCCESS", str(expected(steps))), wid
+        assert seqs == list(range(steps)), wid
+
+
+def _worker(url: str, log: Path, *extra: str, step_seconds: float = 0.1) -> subprocess.Popen[str]:
+    env = dict(
+        os.environ,
+        DBOS_AGENT_DATABASE_URL=url,
+        FAULT_APP_LOG=str(log),
+        FAULT_APP_STEP_SECONDS=str(step_seconds),
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dbos_agent.worker",
+            "--app",
+            "tests.fault_app",
+            "--poll",
+            "0.2",
+            *extra,
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> str:
+    """SIGTERM (SIGCONT first, in case one is paused); returns what they logged."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.send_signal(signal.SIGTERM)
+    logs = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        logs.append(err or "")
+    return "\n".join(logs)
+
+
+def _enqueue(url: str, ids: list[str], steps: int, workflow: str = "chain") -> None:
+    with da.Client(url) as client:
+        for wid in ids:
+            client.enqueue("fault-tests", workflow, wid, steps, workflow_id=wid)
+
+
+# -- in one process ---------------------------------------------------------------------
+
+
+def test_the_session_comes_back_after_its_connection_is_killed(
+    server: RestartablePostgres, url: str, step_log: Path, executor_id: str
+) -> None:
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    try:
+        key, streak = rt.session_key, rt.session.state.streak
+        assert server.terminate(url, "dbos_agent_session") == 1
+        wait_until(lambda: rt.session.state.streak > streak, 10, "the session re-opened")
+        locked = _rows(url, "SELECT dbos_agent.locked_sessions()")
+        assert rt.session_key == key and (key,) in locked  # the same key, locked again
+        wid = new_id()
+        assert da.start(chain, wid, 3, workflow_id=wid).result(timeout=20) == expected(3)
+        assert _rows(url, "SELECT recovery_attempts FROM dbos_agent.workflows") == [(0,)]
+    finally:
+        rt.shutdown()
+
+
+def test_a_workflow_in_the_application_process_rides_out_a_postgres_restart(
+    server: RestartablePostgres,
+    url: str,
+    step_log: Path,
+    executor_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    try:
+        wid = new_id()
+        steps = 20
+        handle = da.start(chain, wid, steps, workflow_id=wid)
+        wait_until(lambda: len(_starts(step_log)) >= 5, 20, "five steps ran")
+        with caplog.at_level(logging.INFO, logger="dbos_agent"):
+            server.restart()
+            assert handle.result(timeout=60) == expected(steps)
+            with da.Client(url) as client:  # a fresh client works; so did the old pool
+                assert client.retrieve(wid).status() == da.WorkflowStatus.SUCCESS
+    finally:
+        rt.shutdown()
+    _check_results(url, [wid], steps)
+    assert set(_starts(step_log).values()) == {1}  # no step ran twice: checkpoints were retried
+    assert _rows(url, "SELECT recovery_attempts FROM dbos_agent.workflows") == [(0,)]
+    ours = [r for r in caplog.records if r.name.startswith("dbos_agent")]
+    warnings = [r.getMessage() for r in ours if r.levelno >= logging.WARNING]
+    back = [r.getMessage() for r in ours if "reachable again" in r.getMessage()]
+    assert len(warnings) == 1 and "unavailable" in warnings[0], warnings
+    assert len(back) == 1, back
+
+
+def test_the_client_rides_out_a_restart(server: RestartablePostgres, url: str) -> None:
+    with da.Client(url) as client:
+        first = client.enqueue("fault-tests", "chain", "a", 1)
+        server.restart()  # every pooled connection of the client is dead now
+        second = client.enqueue("fault-tests", "chain", "b", 1)
+        assert {first.status(), second.status()} == {da.WorkflowStatus.ENQUEUED}
+
+
+def test_past_the_outage_bound_the_caller_gets_an_error_and_the_workflow_continues_later(
+    server: RestartablePostgres, url: str, step_log: Path, executor_id: str
+) -> None:
+    rt = da.launch(url, executor_id=executor_id, workers=4, outage_timeout=1.0)
+    try:
+        wid, steps = new_id(), 12
+        failure: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                with da.workflow_id(wid):
+                    chain(wid, steps)
+            except BaseException as exc:
+                failure.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_until(lambda: len(_starts(step_log)) >= 3, 20, "three steps ran")
+        with server.down():
+            caller.join(30)
+            assert not caller.is_alive()
+            assert len(failure) == 1 and isinstance(failure[0], da.DatabaseUnavailableError)
+            assert "unavailable for 1s" in str(failure[0])
+        # The database is back: the workflow was left PENDING and this process takes it back.
+        wait_until(lambda: _all_succeeded(url, [wid]), 30, "the workflow finished")
+    finally:
+        rt.shutdown()
+    _check_results(url, [wid], steps)
+    starts = _starts(step_log)
+    assert sum(starts.values()) - steps <= 1  # at most the step cut off by the outage ran twice
+    errors = _rows(url, "SELECT error FROM dbos_agent.workflows WHERE error IS NOT NULL")
+    assert errors == []  # the outage was never recorded as the workflow's error
+
+
+# -- worker processes -------------------------------------------------------------------
+
+
+def test_killing_the_session_connections_of_healthy_workers_takes_nothing_over(
+    server: RestartablePostgres, url: str, step_log: Path
+) -> None:
+    ids, steps = [new_id("killconn") for _ in range(6)], 25
+    workers = [_worker(url, step_log, "--lease", "2") for _ in range(2)]
+    try:
+        _enqueue(url, ids, steps)
+        wait_until(lambda: len(_starts(step_log)) >= 12, 30, "workflows under way")
+        for _ in range(3):  # again and again, past the lease
+            assert server.terminate(url, "dbos_agent_session") == 2
+            time.sleep(1.0)
+        server.terminate(url, "dbos_agent")  # and every pooled connection too
+        wait_until(lambda: _all_succeeded(url, ids), 60, "all workflows finished")
+    finally:
+        logs = _stop(workers)
+    _check_results(url, ids, steps)
+    assert set(_starts(step_log).values()) == {1}, "a step ran twice"
+    attempts = _rows(url, "SELECT DISTINCT recovery_attempts FROM dbos_agent.workflows")
+    assert attempts == [(0,)], "a healthy worker's workflow was taken over"
+    assert "Traceback" not in logs
+
+
+def test_workers_ride_out_postgres_restarts_without_running_a_step_twice(
+    server: RestartablePostgres, url: str, step_log: Path
+) -> None:
+    ids, steps = [new_id("restart") for _ in range(6)], 25
+    workers = [_worker(url, step_log, "--lease", "2") for _ in range(2)]
+    try:
+        _enqueue(url, ids, steps)
+        for done in (8, 40, 80):
+
+            def ran(n: int = done) -> bool:
+                return len(_starts(step_log)) >= n
+
+            wait_until(ran, 60, f"{done} steps ran")
+            server.restart()
+        wait_until(lambda: _all_succeeded(url, ids), 90, "all workflows finished")
+    finally:
+        logs = _stop(workers)
+    _check_results(url, ids, steps)
+    assert set(_starts(step_log).values()) == {1}, "a step ran twice"
+    attempts = _rows(url, "SELECT DISTINCT recovery_attempts FROM dbos_agent.workflows")
+    assert attempts == [(0,)]
+    assert "Traceback" not in logs
+
+
+@pytest.mark.parametrize("workflow", ["chain", "paced"], ids=["in-a-step", "between-steps"])
+def test_a_paused_worker_runs_nothing_after_it_wakes_up(
+    server: RestartablePostgres, url: str, step_log: Path, workflow: str
+) -> None:
+    """SIGSTOP past the lease: another worker takes over and finishes the workflows;
+    after SIGCONT the paused one starts no step of them (zero side effects), whether
+    the pause caught its runs inside a step or in the workflow's code between steps."""
+    ids, steps = [new_id("paused") for _ in range(8)], 12
+    paused = _worker(url, step_log, "--lease", "2", "--workers", "16", step_seconds=0.25)
+    other: subprocess.Popen[str] | None = None
+    try:
+        _enqueue(url, ids, steps, workflow)
+        wait_until(
+            lambda: {w for _, _, w, _, _ in _lines(step_log)} >= set(ids), 30, "all under way"
+        )
+        paused.send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+        other = _worker(url, step_log, "--lease", "2", "--workers", "16", step_seconds=0.05)
+        wait_until(lambda: _all_succeeded(url, ids), 60, "the other worker finished them")
+        paused.send_signal(signal.SIGCONT)
+        woke_at = time.time()
+        time.sleep(3.0)  # let the paused worker run whatever it would run now
+        more = [new_id("after") for _ in range(4)]  # and it is a healthy worker again
+        _enqueue(url, more, 3)
+        wait_until(lambda: _all_succeeded(url, more), 30, "new work finished")
+    finally:
+        logs = _stop([paused, *([other] if other else [])])
+    _check_results(url, ids, steps)
+    lines = _lines(step_log)
+    late = [
+        r for r in lines if r[0] == "S" and r[1] == paused.pid and r[2] in ids and r[4] > woke_at
+    ]
+    assert late == [], f"the paused worker started steps after waking: {late}"
+    for wid in ids:  # ownership moved once, cleanly: no start by the old owner after the new one
+        starts = [(at, pid) for kind, pid, w, _, at in lines if kind == "S" and w == wid]
+        first_other = min((at for at, pid in starts if pid != paused.pid), default=None)
+        if first_other is not None:
+            assert all(at < first_other for at, pid in starts if pid == paused.pid), wid
+    assert max(_starts(step_log).values()) <= 2  # only the steps in flight at the pause
+    assert stopped_at < woke_at
+    assert "Traceback" not in logs
+
+
+@pytest.mark.parametrize("same_host", [True, False], ids=["same-host", "other-host"])
+def test_workflows_of_a_killed_worker_are_taken_over_promptly(
+    server: RestartablePostgres, url: str, step_log: Path, same_host: bool
+) -> None:
+    """kill -9 with a 30 s lease: the survivor takes over in seconds, not after the lease.
+    From the same host the dead pid is seen at once; from another host (no process key
+    to check) the lock has been free for the session's grace."""
+    ids, steps = [new_id("killed") for _ in range(4)], 40
+    victim = _worker(url, step_log, "--lease", "30", "--workers", "16")
+    survivor: subprocess.Popen[str] | None = None
+    try:
+        _enqueue(url, ids, steps)
+        wait_until(
+            lambda: {w for _, _, w, _, _ in _lines(step_log)} >= set(ids), 30, "all under way"
+        )
+        survivor = _worker(url, step_log, "--lease", "30")
+        survivor_pid = survivor.pid
+        if not same_host:  # as if the victim ran elsewhere: its pid cannot be checked
+            _rows(url, "UPDATE dbos_agent.executors SET process_key = NULL RETURNING 1")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.time()
+        wait_until(
+            lambda: any(r[1] == survivor_pid for r in _lines(step_log) if r[0] == "S"),
+            20,
+            "the survivor took over",
+        )
+        took = min(r[4] for r in _lines(step_log) if r[0] == "S" and r[1] == survivor_pid)
+        wait_until(lambda: _all_succeeded(url, ids), 60, "all workflows finished")
+    finally:
+        logs = _stop([victim, *([survivor] if survivor else [])])
+    _check_results(url, ids, steps)
+    assert took - killed_at < 15, f"take-over took {took - killed_at:.1f}s"
+    assert max(_starts(step_log).values()) <= 2
+    assert "Traceback" not in logs
