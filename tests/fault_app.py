@@ -60,3 +60,24 @@ def paced(wid: str, steps: int) -> int:
         time.sleep(STEP_SECONDS)
         total += tick(wid, i)
     return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.fault_app APP_ID COUNT STEPS``: an application process that runs
+    COUNT chain workflows itself (ids APP_ID-0..), waits for them, prints their results."""
+    import json
+    import sys
+
+    app_id, count, steps = (argv or sys.argv[1:])[:3]
+    with da.launch(executor_id=f"app-{app_id}", workers=int(count) + 2, run_queues=False):
+        handles = [
+            da.start(chain, f"{app_id}-{i}", int(steps), workflow_id=f"{app_id}-{i}")
+            for i in range(int(count))
+        ]
+        results = {h.workflow_id: h.result(timeout=600) for h in handles}
+    print(json.dumps(results), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

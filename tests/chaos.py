@@ -1,0 +1,316 @@
+"""The chaos scenario: two workers and an application process under every fault at once.
+
+Run by tests/test_chaos.py at a size that fits the suite, and from the command line at
+any size (``python -m tests.chaos --workflows 60 --steps 80``), against a throwaway
+local server of its own. The faults, in order, each once the work has moved on:
+Postgres restarted ``-m immediate``, every session connection killed, every pooled
+connection killed, another restart, one worker paused (SIGSTOP) past its lease and
+woken, the other worker killed -9 (and a new one started), a last restart.
+
+What it checks, from the database and from the side-effect log of fault_app.py:
+every workflow SUCCESS with the right output; every step recorded exactly once; no
+workflow ever run by two processes at once (once a process starts a step of a
+workflow, no earlier owner starts another); and every step that ran twice was in
+flight in the killed or the paused worker when that happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+import dbos_agent as da
+from dbos_agent.testing import RestartablePostgres
+from tests.fault_app import expected
+
+ROOT = Path(__file__).parent.parent
+
+
+@dataclass
+class ChaosReport:
+    """What happened, for the assertions and for people."""
+
+    workflows: int = 0
+    steps_recorded: int = 0
+    step_starts: int = 0
+    rerun_steps: int = 0
+    faults: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    max_recovery_attempts: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def as_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+def _env(url: str, log: Path, step_seconds: float) -> dict[str, str]:
+    return dict(
+        os.environ,
+        DBOS_AGENT_DATABASE_URL=url,
+        FAULT_APP_LOG=str(log),
+        FAULT_APP_STEP_SECONDS=str(step_seconds),
+        PYTHONPATH=str(ROOT),
+    )
+
+
+def _worker(env: dict[str, str], lease: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dbos_agent.worker",
+            "--app",
+            "tests.fault_app",
+            "--quiet",
+            "--poll",
+            "0.3",
+            "--lease",
+            str(lease),
+            "--workers",
+            "32",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _log_lines(log: Path) -> list[tuple[str, int, str, int, float]]:
+    rows = []
+    for line in log.read_text().splitlines():
+        kind, pid, wid, seq, at = line.split()
+        rows.append((kind, int(pid), wid, int(seq), float(at)))
+    return rows
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"chaos: timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def run_chaos(
+    server: RestartablePostgres,
+    *,
+    workflows: int = 12,
+    steps: int = 40,
+    app_workflows: int = 4,
+    step_seconds: float = 0.05,
+    lease: float = 3.0,
+    work_dir: Path,
+) -> ChaosReport:
+    """Run the scenario on a fresh database of ``server``; the report lists any problem."""
+    report = ChaosReport()
+    started = time.monotonic()
+    log = work_dir / "chaos-steps.log"
+    log.write_text("")
+    with server.database() as url:
+        env = _env(url, log, step_seconds)
+        queued = [f"chaos-{i}" for i in range(workflows)]
+        with da.Client(url) as client:
+            for i, wid in enumerate(queued):
+                name = "chain" if i % 2 == 0 else "paced"
+                client.enqueue("fault-tests", name, wid, steps, workflow_id=wid)
+        first, second = _worker(env, lease), _worker(env, lease)
+        app = subprocess.Popen(
+            [sys.executable, "-m", "tests.fault_app", "app", str(app_workflows), str(steps)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        app_ids = [f"app-{i}" for i in range(app_workflows)]
+        procs = [first, second]
+        total = (workflows + app_workflows) * steps
+
+        def progressed(share: float) -> Callable[[], bool]:
+            return lambda: sum(1 for r in _log_lines(log) if r[0] == "S") >= share * total
+
+        def fault(name: str, at: float, action: Callable[[], object]) -> None:
+            _wait(progressed(at), 120, f"{at:.0%} of the steps before: {name}")
+            action()
+            report.faults.append(f"{name} at {sum(1 for r in _log_lines(log) if r[0] == 'S')}")
+
+        paused_at = woke_at = killed_at = 0.0
+        try:
+            fault("restart", 0.05, server.restart)
+            fault(
+                "kill session connections",
+                0.15,
+                lambda: server.terminate(url, "dbos_agent_session"),
+            )
+            fault("kill pooled connections", 0.25, lambda: server.terminate(url, "dbos_agent"))
+            fault("restart", 0.35, server.restart)
+
+            def pause() -> None:
+                nonlocal paused_at, woke_at
+                second.send_signal(signal.SIGSTOP)
+                _wait(lambda: _stopped(second.pid), 10, "the worker to stop")
+                paused_at = time.time()  # its threads may run a moment after the signal
+                time.sleep(lease + 3.0)
+                second.send_signal(signal.SIGCONT)
+                woke_at = time.time()
+
+            fault("pause a worker past its lease", 0.45, pause)
+
+            def kill() -> None:
+                nonlocal killed_at
+                first.send_signal(signal.SIGKILL)
+                first.wait(10)
+                killed_at = time.time()
+                procs.append(_worker(env, lease))
+
+            fault("kill -9 a worker", 0.6, kill)
+            fault("restart", 0.75, server.restart)
+            out, err = app.communicate(timeout=300)
+            if app.returncode != 0:
+                report.problems.append(f"the application process failed: {err[-2000:]}")
+            else:
+                results = json.loads(out.strip().splitlines()[-1])
+                if results != {wid: expected(steps) for wid in app_ids}:
+                    report.problems.append(f"wrong application results: {results}")
+            ids = queued + app_ids
+            _wait(lambda: _finished(url, ids), 300, "every workflow to finish")
+        finally:
+            if app.poll() is None:
+                app.kill()
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        _check(url, ids, steps, log, report, first.pid, killed_at, second.pid, paused_at)
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (state T in /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    states = []
+    for task in tasks.iterdir():
+        stat = (task / "stat").read_text()
+        states.append(stat[stat.rfind(")") + 2])
+    return bool(states) and all(state in "tT" for state in states)
+
+
+def _finished(url: str, ids: list[str]) -> bool:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT count(*) FILTER (WHERE status NOT IN ('PENDING', 'ENQUEUED'))"
+            " FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)",
+            (ids,),
+        ).fetchone()
+    return rows is not None and rows[0] == len(ids)
+
+
+def _check(
+    url: str,
+    ids: list[str],
+    steps: int,
+    log: Path,
+    report: ChaosReport,
+    killed_pid: int,
+    killed_at: float,
+    paused_pid: int,
+    paused_at: float,
+) -> None:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT w.workflow_id, w.status, w.output::text, w.recovery_attempts,"
+            " (SELECT array_agg(seq ORDER BY seq) FROM dbos_agent.steps s"
+            "  WHERE s.workflow_id = w.workflow_id)"
+            " FROM dbos_agent.workflows w WHERE w.workflow_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+    report.workflows = len(rows)
+    for wid, status, output, attempts, seqs in rows:
+        report.steps_recorded += len(seqs or [])
+        report.max_recovery_attempts = max(report.max_recovery_attempts, attempts)
+        if (status, output) != ("SUCCESS", str(expected(steps))):
+            report.problems.append(f"{wid}: {status} {output}")
+        if seqs != list(range(steps)):
+            report.problems.append(f"{wid}: recorded steps {seqs}")
+    if len(rows) != len(ids):
+        report.problems.append(f"{len(ids) - len(rows)} workflows are missing")
+    lines = _log_lines(log)
+    starts = [r for r in lines if r[0] == "S"]
+    report.step_starts = len(starts)
+    by_step: dict[tuple[str, int], list[tuple[float, int]]] = defaultdict(list)
+    for _, pid, wid, seq, at in starts:
+        by_step[(wid, seq)].append((at, pid))
+    for (wid, seq), runs in by_step.items():
+        runs.sort()
+        for at, pid in runs[:-1]:  # every run but the last was cut off by a fault
+            report.rerun_steps += 1
+            cut_by_kill = pid == killed_pid and at < killed_at
+            cut_by_pause = pid == paused_pid and at < paused_at
+            if not (cut_by_kill or cut_by_pause):
+                report.problems.append(
+                    f"{wid} step {seq} ran again although it was not in flight at a "
+                    f"kill or a pause (pid {pid} at {at:.3f})"
+                )
+    by_workflow: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for _, pid, wid, _, at in starts:
+        by_workflow[wid].append((at, pid))
+    for wid, runs in by_workflow.items():
+        owners = [pid for _, pid in sorted(runs)]
+        tenures = [pid for i, pid in enumerate(owners) if i == 0 or owners[i - 1] != pid]
+        if len(tenures) != len(set(tenures)):
+            report.problems.append(f"{wid} went back to an earlier owner: {tenures}")
+    counts = Counter(pid for _, pid, _, _, _ in starts)
+    if len(counts) < 3:
+        report.problems.append(f"expected the work spread over 3+ processes: {dict(counts)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--app-workflows", type=int, default=8)
+    parser.add_argument("--step-seconds", type=float, default=0.05)
+    parser.add_argument("--lease", type=float, default=3.0)
+    args = parser.parse_args()
+    from dbos_agent.storage.embedded import LocalCluster
+
+    cluster = LocalCluster.start()
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            report = run_chaos(
+                RestartablePostgres(cluster),
+                workflows=args.workflows,
+                steps=args.steps,
+                app_workflows=args.app_workflows,
+                step_seconds=args.step_seconds,
+                lease=args.lease,
+                work_dir=Path(work),
+            )
+    finally:
+        cluster.stop()
+    print(report.as_json())
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
