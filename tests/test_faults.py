@@ -362,3 +362,32 @@ def test_workflows_of_a_killed_worker_are_taken_over_promptly(
     assert took - killed_at < 15, f"take-over took {took - killed_at:.1f}s"
     assert max(_starts(step_log).values()) <= 2
     assert "Traceback" not in logs
+
+
+def test_a_rolling_restart_of_every_worker_under_load_loses_and_repeats_nothing(
+    url: str, step_log: Path
+) -> None:
+    """Each worker in turn gets SIGTERM (it finishes its running steps and ends its
+    session) and a successor starts: with a 30 s lease, nothing waits for it."""
+    ids, steps = [new_id("rolling") for _ in range(9)], 60
+    workers = [_worker(url, step_log, "--lease", "30", step_seconds=0.05) for _ in range(3)]
+    started = time.monotonic()
+    try:
+        _enqueue(url, ids, steps)
+        for i in range(3):
+
+            def ran(n: int = (i + 1) * 90) -> bool:
+                return len(_starts(step_log)) >= n
+
+            wait_until(ran, 60, "progress")
+            old = workers[i]
+            old.send_signal(signal.SIGTERM)
+            assert old.wait(timeout=30) == 0
+            workers[i] = _worker(url, step_log, "--lease", "30", step_seconds=0.05)
+        wait_until(lambda: _all_succeeded(url, ids), 60, "all workflows finished")
+    finally:
+        logs = _stop(workers)
+    _check_results(url, ids, steps)
+    assert set(_starts(step_log).values()) == {1}, "a step ran twice"
+    assert time.monotonic() - started < 60  # nobody waited out a 30 s lease
+    assert "Traceback" not in logs
