@@ -152,7 +152,7 @@ def test_nan_in_a_workflow_result_input_message_or_event_is_refused(runtime: da.
 
 
 @da.durable_workflow
-def tiny() -> int:
+def tiny_job() -> int:
     return 1
 
 
@@ -169,9 +169,9 @@ def client(dbos_agent_database_url: str) -> Iterator[da.Client]:
 def test_empty_workflow_ids_are_refused_everywhere(runtime: da.Runtime, client: da.Client) -> None:
     before = len(da.list_workflows(limit=10_000))
     with pytest.raises(da.InvalidIdentifierError, match="must not be empty"):
-        da.start(tiny, workflow_id="")
+        da.start(tiny_job, workflow_id="")
     with pytest.raises(da.InvalidIdentifierError, match="must not be empty"):
-        client.enqueue("q", "tiny", workflow_id="")
+        client.enqueue("q", "tiny_job", workflow_id="")
     with pytest.raises(ValueError, match="must not be empty"), da.workflow_id(""):
         pass
     for call in (
@@ -192,28 +192,28 @@ def test_over_long_ids_get_a_named_error_with_the_limit(
     long_id = _random_text(10_000)
     pattern = f"at most {MAX_IDENTIFIER_BYTES} bytes"
     with pytest.raises(da.InvalidIdentifierError, match=pattern):
-        da.start(tiny, workflow_id=long_id)
+        da.start(tiny_job, workflow_id=long_id)
     with pytest.raises(da.InvalidIdentifierError, match=pattern):
-        client.enqueue("q", "tiny", workflow_id=long_id)
+        client.enqueue("q", "tiny_job", workflow_id=long_id)
     with pytest.raises(da.InvalidIdentifierError, match="message topic"):
         da.send(new_id(), 1, topic=long_id)
     with pytest.raises(da.InvalidIdentifierError, match="NUL"):
-        da.start(tiny, workflow_id="a\x00b")
+        da.start(tiny_job, workflow_id="a\x00b")
     at_limit = _random_text(MAX_IDENTIFIER_BYTES)  # the longest id still works
-    assert da.start(tiny, workflow_id=at_limit).result(timeout=20) == 1
+    assert da.start(tiny_job, workflow_id=at_limit).result(timeout=20) == 1
     assert da.retrieve(at_limit).status() == da.WorkflowStatus.SUCCESS
 
 
 @da.durable_workflow
 def parent_of_long_id() -> int:
-    return tiny()
+    return tiny_job()
 
 
 def test_a_child_of_a_workflow_with_the_longest_id_gets_a_stable_id(runtime: da.Runtime) -> None:
     wid = _random_text(MAX_IDENTIFIER_BYTES)
     with da.workflow_id(wid):
         assert parent_of_long_id() == 1
-    children = [w for w in da.list_workflows(name="tiny", limit=50) if w.workflow_id != wid]
+    children = [w for w in da.list_workflows(name="tiny_job", limit=50) if w.workflow_id != wid]
     assert any(w.workflow_id.startswith("sha256:") for w in children)
 
 

@@ -14,7 +14,7 @@ def test_two_workers_and_an_application_survive_every_fault_at_once(
     report = run_chaos(
         dbos_agent_restartable_postgres,
         workflows=12,
-        steps=80,
+        steps=150,
         app_workflows=4,
         step_seconds=0.1,
         lease=3.0,
@@ -22,5 +22,5 @@ def test_two_workers_and_an_application_survive_every_fault_at_once(
     )
     print(report.as_json())
     assert report.problems == []
-    assert report.workflows == 16 and report.steps_recorded == 16 * 80
+    assert report.workflows == 16 and report.steps_recorded == 16 * 150
     assert len(report.faults) == 7

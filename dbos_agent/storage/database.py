@@ -19,14 +19,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import ConnectionPool
 
 from ..errors import (
     CheckpointError,
@@ -47,6 +46,7 @@ from .outages import (
     is_transient,
     is_value_error,
 )
+from .pool import ConnectionPool
 from .sql_files import migrations, queries
 
 log = logging.getLogger(__name__)
@@ -237,17 +237,14 @@ class SystemDatabase:
         self.retrier = Retrier(self.monitor, outage_timeout)
         self._weeded_at = 0.0
         self._weed_lock = threading.Lock()
-        self._pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max(1, pool_size),
-            kwargs={
-                "autocommit": True,
-                "row_factory": dict_row,
-                **self._connection_options("dbos_agent"),
-            },
-            open=False,
-            name="dbos_agent",
+        self._pool = ConnectionPool(self._connect_pooled, max(1, pool_size))
+
+    def _connect_pooled(self) -> psycopg.Connection[DictRow]:
+        return psycopg.connect(
+            self.url,
+            autocommit=True,
+            row_factory=dict_row,
+            **self._connection_options("dbos_agent"),
         )
 
     @staticmethod
@@ -265,15 +262,14 @@ class SystemDatabase:
     # -- lifecycle -----------------------------------------------------------------
 
     def open(self) -> None:
-        """Check the server answers (a clear error within ~10 s), then open the pool."""
+        """Check the server answers: a clear error within ~10 s, not retries for minutes."""
         try:
-            with psycopg.connect(self.url, connect_timeout=_CONNECT_TIMEOUT_S):
+            with self._pool.connection(timeout=_CONNECT_TIMEOUT_S):
                 pass
         except psycopg.Error as exc:
             raise DatabaseUnavailableError(
                 f"cannot connect to the dbos_agent database at {self.redacted_url}: {describe(exc)}"
             ) from None
-        self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -282,7 +278,7 @@ class SystemDatabase:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[DictRow]]:
         """A pooled autocommit connection, rows as dicts (for tests and tools)."""
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=_CONNECT_TIMEOUT_S) as conn:
             yield conn
 
     def connect_dedicated(
@@ -298,15 +294,14 @@ class SystemDatabase:
     # -- the one way statements run --------------------------------------------------
 
     def _weed(self, exc: BaseException) -> None:
-        """After a connection failure, drop every dead idle connection in one go, so that
-        the retry does not walk through them one by one."""
+        """After a connection failure, drop the idle connections in one go (they died with
+        it, most likely), so that the retry does not walk through them one by one."""
         now = time.monotonic()
         with self._weed_lock:
             if now - self._weeded_at < _WEED_EVERY_S:
                 return
             self._weeded_at = now
-        with suppress(Exception):  # the pool refills itself once the server is back
-            self._pool.check()
+        self._pool.drop_idle()
 
     def _attempt_wait(self) -> float:
         """How long one attempt waits for a pooled connection."""

@@ -17,12 +17,10 @@ import logging
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
-from psycopg_pool import PoolTimeout
 
 from ..errors import DatabaseUnavailableError
 from .dsn import scrub
@@ -33,8 +31,9 @@ T = TypeVar("T")
 
 #: How long library calls retry through an outage unless launch() says otherwise.
 DEFAULT_OUTAGE_TIMEOUT_S = 60.0
-_FIRST_DELAY_S = 0.05
-_MAX_DELAY_S = 2.0
+_FIRST_DELAY_S = 0.02
+_BACKOFF = 1.5
+_MAX_DELAY_S = 1.0
 #: A failure this soon after a recovery is the same outage still settling: not re-logged.
 _QUIET_AFTER_RECOVERY_S = 10.0
 
@@ -49,7 +48,7 @@ def is_value_error(exc: BaseException) -> bool:
 
 def is_transient(exc: BaseException) -> bool:
     """Would the same call succeed once the database is reachable (or writable) again?"""
-    if isinstance(exc, PoolTimeout | psycopg.InterfaceError):
+    if isinstance(exc, psycopg.InterfaceError):
         return True
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return True  # a failover in progress: the new primary is on its way
@@ -70,19 +69,11 @@ class OutageMonitor:
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._recovered_at = -_QUIET_AFTER_RECOVERY_S
-        _MONITORS.add(self)
-        _install_pool_log_filter()
 
     @property
     def down(self) -> bool:
         """True between a noticed failure and the next success."""
         return self._down_since is not None
-
-    @property
-    def unsettled(self) -> bool:
-        """True during an outage and shortly after it (connections still being replaced)."""
-        recent = time.monotonic() - self._recovered_at < _QUIET_AFTER_RECOVERY_S
-        return self._down_since is not None or recent
 
     def failed(self, exc: BaseException) -> None:
         """A call failed with a transient error."""
@@ -113,31 +104,6 @@ class OutageMonitor:
         )
 
 
-_MONITORS: weakref.WeakSet[OutageMonitor] = weakref.WeakSet()
-#: psycopg_pool's own warnings about the pool named so, and about broken connections
-#: while an outage is being ridden out, repeat what the monitor said once.
-_POOL_NAME = "dbos_agent"
-
-
-class _PoolNoise(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING:
-            return True
-        if _POOL_NAME in {str(arg) for arg in (record.args or ()) if isinstance(arg, str)}:
-            return False
-        return not any(monitor.unsettled for monitor in list(_MONITORS))
-
-
-_filter_installed = False
-
-
-def _install_pool_log_filter() -> None:
-    global _filter_installed
-    if not _filter_installed:
-        _filter_installed = True
-        logging.getLogger("psycopg.pool").addFilter(_PoolNoise())
-
-
 class Retrier:
     """Runs a database call, retrying transient failures until ``timeout`` seconds passed."""
 
@@ -157,7 +123,7 @@ class Retrier:
     ) -> T:
         """``fn()``, retried through an outage; raises DatabaseUnavailableError past the bound.
 
-        ``on_failure`` runs after each transient failure (e.g. to weed out a pool's dead
+        ``on_failure`` runs after each transient failure (e.g. to drop a pool's dead
         connections); ``stop`` ends the retries early (e.g. a shutdown).
         """
         deadline: float | None = None
@@ -181,7 +147,7 @@ class Retrier:
                     ) from None
                 pause = min(delay, deadline - now) * random.uniform(0.5, 1.0)
                 time.sleep(max(0.0, pause))
-                delay = min(delay * 2, _MAX_DELAY_S)
+                delay = min(delay * _BACKOFF, _MAX_DELAY_S)
                 continue
             self.monitor.succeeded()
             return result
