@@ -15,6 +15,13 @@ official ``anthropic`` client, on the Postgres given by ``--dsn``:
             first use of the validators included), from the call to its return: loading
             the log, replaying, rebuilding the messages, and recording the result.
 
+  storage   A ``--storage-turns``-turn conversation (500: LangGraph's default checkpointer
+            is reported at 219 MB for that many) with realistic sizes: ~1 kB of model text
+            and ~2 kB per tool result, 3 tools a turn. Reports the bytes the workflow's rows
+            take (``pg_column_size`` of every row of steps and workflows), the growth of the
+            tables with their indexes and TOAST, and bytes per turn: the log grows with each
+            turn's new data only, never with the conversation so far.
+
 Targets: added overhead per turn < 5 ms; replay of 200 turns < 200 ms.
 
     python bench/bench_agent.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
@@ -62,16 +69,23 @@ class Killed(BaseException):
 # --------------------------------------------------------------------------- the agent
 
 
+FILLER = "The quick brown fox jumps over the lazy dog; " * 20  # ~900 bytes of prose
+
+
 def script(body: dict[str, Any]) -> ScriptItem:
-    """Three tool calls per turn until the turn count in the first message, then an answer."""
+    """Three tool calls per turn until the turn count in the first message, then an answer.
+
+    A first message ``turns=N fat`` asks for realistic sizes (the storage scenario)."""
     messages = body["messages"]
-    turns = int(str(messages[0]["content"]).split("=")[1])
+    first = str(messages[0]["content"])
+    turns = int(first.split("=")[1].split()[0])
     turn = sum(1 for m in messages if m["role"] == "assistant")
     if turn >= turns:
         return Reply([text("All done.")], usage=(100, 5))
+    prose = f" {FILLER}" if first.endswith("fat") else ""
     return Reply(
         [
-            text(f"Turn {turn}: looking at three things."),
+            text(f"Turn {turn}: looking at three things.{prose}"),
             tool_use("lookup", {"key": f"a{turn}"}),
             tool_use("lookup", {"key": f"b{turn}"}),
             tool_use("count", {"word": f"c{turn}", "times": 3}),
@@ -83,7 +97,7 @@ def script(body: dict[str, Any]) -> ScriptItem:
 @tool
 def lookup(key: str) -> str:
     """Look a key up."""
-    return f"value of {key}"
+    return f"value of {key}" + (FILLER * 2 if STATE.get("fat") else "")
 
 
 @tool
@@ -98,7 +112,8 @@ STATE: dict[str, Any] = {}
 
 def agent_loop(turns: int) -> str:
     model: Model = STATE["model"]
-    messages: list[MessageParam] = [{"role": "user", "content": f"turns={turns}"}]
+    fat = " fat" if STATE.get("fat") else ""
+    messages: list[MessageParam] = [{"role": "user", "content": f"turns={turns}{fat}"}]
     while True:
         reply = model.create(messages)
         messages.append(reply.to_param())
@@ -224,6 +239,52 @@ def replay(dsn: str, url: str, turns: int, repeat: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- plumbing
 
 
+def storage(dsn: str, turns: int) -> dict[str, Any]:
+    """The bytes one long conversation takes in the database."""
+    tables = ("dbos_agent.steps", "dbos_agent.workflows")
+    size_sql = " + ".join(f"pg_total_relation_size('{t}')" for t in tables)
+
+    def total() -> int:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("CHECKPOINT")
+            row = conn.execute(f"SELECT {size_sql}").fetchone()  # type: ignore[arg-type]
+        return int(row[0]) if row else 0
+
+    before = total()
+    wid = f"storage-{uuid.uuid4().hex[:8]}"
+    STATE["fat"] = True
+    try:
+        started = time.perf_counter()
+        with da.workflow_id(wid):
+            durable_agent(turns)
+        seconds = time.perf_counter() - started
+    finally:
+        STATE.pop("fat", None)
+    after = total()
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*), sum(pg_column_size(s.*)), sum(octet_length(s.output::text))"
+            " FROM dbos_agent.steps AS s WHERE workflow_id = %s",
+            (wid,),
+        ).fetchone()
+        wf = conn.execute(
+            "SELECT pg_column_size(w.*) FROM dbos_agent.workflows AS w WHERE workflow_id = %s",
+            (wid,),
+        ).fetchone()
+    assert row is not None and wf is not None
+    steps, row_bytes, json_bytes = int(row[0]), int(row[1]) + int(wf[0]), int(row[2])
+    return {
+        "scenario": "storage",
+        "turns": turns,
+        "steps": steps,
+        "row_bytes": row_bytes,
+        "json_text_bytes": json_bytes,
+        "table_growth_bytes": after - before,
+        "row_bytes_per_turn": round(row_bytes / turns),
+        "seconds": round(seconds, 2),
+    }
+
+
 def fresh_database(dsn: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
@@ -259,6 +320,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--replay-turns", type=int, default=200)
     parser.add_argument("--replay-repeat", type=int, default=3)
+    parser.add_argument("--storage-turns", type=int, default=500)
     parser.add_argument("--role", default="parent", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workflow-id", help=argparse.SUPPRESS)
@@ -275,12 +337,13 @@ def main() -> None:
             rows = [
                 overhead(args.turns, args.repeat),
                 replay(dsn, server.url, args.replay_turns, args.replay_repeat),
+                storage(dsn, args.storage_turns),
             ]
         finally:
             runtime.shutdown()
     for row in rows:
         print(json.dumps(row))
-    ovh, rep = rows
+    ovh, rep, sto = rows
     print()
     print(
         f"per turn (model + 3 tools): plain {ovh['plain_ms_per_turn']:.2f} ms, durable "
@@ -292,6 +355,11 @@ def main() -> None:
         f"{rep['warm_call_ms']:.1f} ms (replay phase {rep['warm_replay_phase_ms']:.1f} ms), "
         f"cold process {rep['cold_call_ms']:.1f} ms (replay phase "
         f"{rep['cold_replay_phase_ms']:.1f} ms) (target < 200 ms)"
+    )
+    print(
+        f"storage of a {sto['turns']}-turn conversation ({sto['steps']} steps): "
+        f"{sto['row_bytes'] / 1e6:.2f} MB of rows ({sto['row_bytes_per_turn']} B per turn), "
+        f"tables grew {sto['table_growth_bytes'] / 1e6:.2f} MB with indexes and TOAST"
     )
 
 

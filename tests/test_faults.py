@@ -391,3 +391,27 @@ def test_a_rolling_restart_of_every_worker_under_load_loses_and_repeats_nothing(
     assert set(_starts(step_log).values()) == {1}, "a step ran twice"
     assert time.monotonic() - started < 60  # nobody waited out a 30 s lease
     assert "Traceback" not in logs
+
+
+def test_a_read_only_server_during_a_failover_is_waited_out(
+    server: RestartablePostgres, url: str, step_log: Path, executor_id: str
+) -> None:
+    """As while a replica is promoted: for a while every new connection is read-only."""
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    dbname = url.rsplit("/", 1)[1]
+    try:
+        wid, steps = new_id(), 30
+        handle = da.start(chain, wid, steps, workflow_id=wid)
+        wait_until(lambda: len(_starts(step_log)) >= 5, 20, "five steps ran")
+        with psycopg.connect(server.url, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
+            server.terminate(url, "dbos_agent")  # its connections come back read-only
+            ran = len(_starts(step_log))
+            time.sleep(1.5)
+            assert len(_starts(step_log)) <= ran + 1  # at most the step under way
+            admin.execute(f'ALTER DATABASE "{dbname}" RESET default_transaction_read_only')
+        assert handle.result(timeout=30) == expected(steps)
+    finally:
+        rt.shutdown()
+    _check_results(url, [wid], steps)
+    assert set(_starts(step_log).values()) == {1}

@@ -323,22 +323,27 @@ class SystemDatabase:
         With ``resend=False`` the statement is not sent again once it may have run.
         """
 
+        def once(conn: psycopg.Connection[DictRow]) -> T:
+            if not transaction:
+                return body(conn)
+            with conn.transaction():
+                return body(conn)
+
         def attempt() -> T:
             with self._pool.connection(timeout=self._attempt_wait()) as conn:
-                if resend:
-                    if transaction:
-                        with conn.transaction():
-                            return body(conn)
-                    return body(conn)
-                conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
                 try:
-                    if transaction:
-                        with conn.transaction():
-                            return body(conn)
-                    return body(conn)
+                    if resend:
+                        return once(conn)
+                    conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
+                    try:
+                        return once(conn)
+                    except psycopg.Error as exc:
+                        if is_transient(exc):
+                            raise _OutcomeUnknown(describe(exc)) from exc
+                        raise
                 except psycopg.Error as exc:
-                    if is_transient(exc):
-                        raise _OutcomeUnknown(describe(exc)) from exc
+                    if is_transient(exc):  # e.g. read-only after a failover: never reuse it
+                        conn.close()
                     raise
 
         try:
@@ -542,7 +547,7 @@ class SystemDatabase:
             workflow_id=workflow_id,
             status=status,
             output=self._json_in_optional(output, where),
-            error=self._json_in_optional(error, f"the error of workflow {workflow_id!r}"),
+            error=jsonb.to_db_optional(error),  # clipped when recorded: never over the limit
             owner_key=owner_key,
         )
         if row is None:
@@ -613,7 +618,7 @@ class SystemDatabase:
                 "name": name,
                 "status": status,
                 "output": self._json_in_optional(output, where),
-                "error": self._json_in_optional(error, f"workflow {workflow_id!r} step {seq}"),
+                "error": jsonb.to_db_optional(error),  # clipped when recorded
                 "attempts": attempts,
                 "started_at": started_at,
             }
