@@ -22,6 +22,7 @@ from .engine.messaging import (
 from .engine.operations import cancel, fork, resolve_in_doubt, resume
 from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
+from .engine.retention import GcReport, garbage_collect
 from .engine.runtime import Runtime, current_runtime, launch
 from .engine.step import step
 from .engine.timers import sleep, sleep_async
@@ -57,6 +58,7 @@ __all__ = [
     "ClientHandle",
     "DatabaseUnavailableError",
     "DbosAgentError",
+    "GcReport",
     "InvalidIdentifierError",
     "MaxRecoveryAttemptsExceededError",
     "NotDone",
@@ -86,6 +88,7 @@ __all__ = [
     "current_workflow_id",
     "durable_workflow",
     "fork",
+    "garbage_collect",
     "get_event",
     "get_event_async",
     "launch",

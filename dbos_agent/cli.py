@@ -18,15 +18,24 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import sys
+import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import psycopg
 
 from . import __version__
+from .engine.retention import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_STATUSES,
+    GcReport,
+    check_statuses,
+    format_duration,
+    garbage_collect_db,
+    parse_duration,
+)
 from .errors import DbosAgentError, WorkflowNotFoundError
 from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 from .serialization import codec_for
@@ -38,6 +47,8 @@ PROG = "dbos-agent"
 URL_ENV = "DBOS_AGENT_DATABASE_URL"
 _SUMMARY_CHARS = 60
 _DETAIL_CHARS = 400
+#: A long `gc` prints how far it got this often (on stderr).
+_PROGRESS_EVERY_S = 2.0
 
 
 class CliError(Exception):
@@ -54,15 +65,13 @@ class _Parser(argparse.ArgumentParser):
 
 # -- argument types (a bad value is a usage error, exit 2) ------------------------------
 
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 
 def _when(text: str) -> datetime:
     """An ISO time (UTC unless it says otherwise) or a duration ago: 30m, 2h, 7d."""
-    ago = _AGO.match(text.strip().lower())
-    if ago:
-        return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNIT_S[ago[2]])
+    try:
+        return datetime.now(UTC) - parse_duration(text, unit_required=True)
+    except ValueError:
+        pass
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -80,6 +89,14 @@ def _status(text: str) -> WorkflowStatus:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a status; choose from {', '.join(WorkflowStatus)}"
         ) from None
+
+
+def _gc_status(text: str) -> WorkflowStatus:
+    """A status `gc` may delete (never one that may still run or wait for a person)."""
+    try:
+        return check_statuses([_status(text)])[0]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _natural(text: str) -> int:
@@ -117,9 +134,9 @@ def _nonempty(text: str) -> str:
 
 _DESCRIPTION = """\
 Operate dbos_agent durable workflows from the database: list and inspect them, cancel,
-resume or fork them, settle in-doubt steps, send them messages. None of this needs your
-workflow code: resumed and forked workflows are run by a process that has it
-(`dbos-agent worker --app ...`, or your app's next launch()).
+resume or fork them, settle in-doubt steps, send them messages, delete old finished ones.
+None of this needs your workflow code: resumed and forked workflows are run by a process
+that has it (`dbos-agent worker --app ...`, or your app's next launch()).
 
 database: --database-url, else $DBOS_AGENT_DATABASE_URL, else the embedded Postgres in
 ./.dbos_agent/. Output: tables, or one JSON document with --json.
@@ -289,6 +306,45 @@ def build_parser() -> argparse.ArgumentParser:
         "--idempotency-key", metavar="KEY", help="send at most once with this key (for retries)"
     )
     send.add_argument("--text", action="store_true", help="send MESSAGE as a string, as is")
+
+    gc = sub(
+        commands,
+        "gc",
+        "delete finished workflows older than an age, with their steps, messages and events",
+        _cmd_gc,
+        "Delete the workflows that finished more than AGE ago (SUCCESS, ERROR, CANCELLED and\n"
+        "MAX_RECOVERY_ATTEMPTS_EXCEEDED unless --status says otherwise; never PENDING,\n"
+        "ENQUEUED or IN_DOUBT) with their steps, the messages sent to them and their events.\n"
+        "Oldest first, in batches of --batch-size workflows, each its own short transaction:\n"
+        "safe while workers run. --dry-run only counts. `launch(retention=...)` and\n"
+        f"`{PROG} worker --retention AGE` do the same in the background.",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=parse_duration,
+        required=True,
+        metavar="AGE",
+        help="finished more than AGE ago: 45s, 90m, 12h, 30d, 2w, or seconds",
+    )
+    gc.add_argument(
+        "--status",
+        dest="statuses",
+        type=_gc_status,
+        action="extend",
+        nargs="+",
+        metavar="STATUS",
+        help=f"delete only these (default: {' '.join(DEFAULT_STATUSES)})",
+    )
+    gc.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"workflows per transaction (default {DEFAULT_BATCH_SIZE})",
+    )
+    gc.add_argument(
+        "--dry-run", action="store_true", help="count what would be deleted; delete nothing"
+    )
 
     commands.add_parser(
         "worker",
@@ -736,6 +792,56 @@ def _cmd_send(args: argparse.Namespace, db: SystemDatabase) -> None:
             f"a message with idempotency key {args.idempotency_key!r} was already sent to "
             f"{args.workflow_id}; nothing sent"
         )
+
+
+def _cmd_gc(args: argparse.Namespace, db: SystemDatabase) -> None:
+    statuses = check_statuses(args.statuses or DEFAULT_STATUSES)
+    age = format_duration(args.older_than)
+    last_line = time.monotonic()
+
+    def progress(so_far: GcReport) -> None:
+        """A line on stderr every few seconds of a long purge (stdout stays the result)."""
+        nonlocal last_line
+        if args.json or time.monotonic() - last_line < _PROGRESS_EVERY_S:
+            return
+        last_line = time.monotonic()
+        rate = so_far.workflows / max(so_far.seconds, 1e-9)
+        sys.stderr.write(
+            f"{PROG} gc: {so_far.workflows:,} workflows deleted so far, "
+            f"{so_far.batches:,} batches, {_duration(so_far.seconds)} ({rate:,.0f}/s)\n"
+        )
+        sys.stderr.flush()
+
+    report = garbage_collect_db(
+        db,
+        args.older_than,
+        statuses=statuses,
+        batch_size=args.batch_size,
+        dry_run=args.dry_run,
+        progress=progress,
+    )
+    if args.json:
+        _print_json(
+            {
+                **dataclasses.asdict(report),
+                "older_than_seconds": args.older_than.total_seconds(),
+                "statuses": statuses,
+                "batch_size": args.batch_size,
+            }
+        )
+        return
+    what = (
+        f"{report.workflows:,} workflow(s) finished more than {age} ago "
+        f"({', '.join(statuses)}), with {report.steps:,} step(s), {report.messages:,} "
+        f"message(s) and {report.events:,} event(s)"
+    )
+    if report.dry_run:
+        print(
+            f"would delete {what}, in {report.batches:,} batch(es) of at most "
+            f"{args.batch_size:,}; dry run, nothing deleted ({_duration(report.seconds)})"
+        )
+    else:
+        print(f"deleted {what}, in {report.batches:,} batch(es) ({_duration(report.seconds)})")
 
 
 # -- main -------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 It imports the application (so its workflows and queues are registered),
 launches an executor that recovers its own pending workflows, then keeps
 taking over orphaned workflows of dead executors and running queued ones
-until SIGTERM/SIGINT. On a signal it stops taking work, lets running steps
-finish within a grace period, and exits 0; whatever did not finish is taken
-over at once by the next executor (a clean exit gives up the session).
+(and, with ``--retention``, deleting old finished ones) until SIGTERM/SIGINT.
+On a signal it stops taking work, lets running steps finish within a grace
+period, and exits 0; whatever did not finish is taken over at once by the
+next executor (a clean exit gives up the session).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from . import __version__
 from .engine.queues import registered_queues
 from .engine.recovery import RecoveryReport, claim_and_resume
 from .engine.registry import workflow_names
+from .engine.retention import parse_duration
 from .engine.runtime import launch
 from .errors import DbosAgentError
 
@@ -61,7 +63,22 @@ def _parser() -> argparse.ArgumentParser:
         "--lease",
         type=float,
         default=30.0,
-        help="heartbeat lease in seconds; orphans are taken after it (default 30)",
+        help="heartbeat lease in seconds: a hung or partitioned worker's workflows are taken "
+        "over once it ran out; a dead one's sooner, see --session-grace (default 30)",
+    )
+    parser.add_argument(
+        "--session-grace",
+        type=float,
+        default=3.0,
+        help="seconds this worker's session may lose its lock (a dropped connection) before "
+        "others take its workflows over; a live worker reconnects well within it (default 3)",
+    )
+    parser.add_argument(
+        "--outage-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a database call retries through an outage before giving up; the "
+        "workflow stays PENDING and is continued when the database is back (default 60)",
     )
     parser.add_argument(
         "--poll",
@@ -74,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="seconds to let running steps finish on SIGTERM (default 30)",
+    )
+    parser.add_argument(
+        "--retention",
+        type=parse_duration,
+        default=None,
+        metavar="AGE",
+        help="also delete finished workflows older than AGE (45s, 90m, 12h, 30d, 2w), with "
+        "their steps, messages and events, every AGE/10 (at most hourly); default: never",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--version", action="version", version=f"dbos-agent {__version__}")
@@ -113,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             app_version=args.app_version,
             workers=args.workers,
             lease_seconds=args.lease,
+            session_grace=args.session_grace,
+            outage_timeout=args.outage_timeout,
+            retention=args.retention,
         )
     except DbosAgentError as exc:
         print(f"dbos-agent: error: {exc}", file=sys.stderr)

@@ -555,9 +555,12 @@ SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
 -- name: insert_message
 -- Send a message to a workflow (which must exist). A repeated idempotency
 -- key for the same destination inserts nothing. The messages_notify trigger
--- NOTIFYs waiters in the same transaction.
+-- NOTIFYs waiters in the same transaction. The destination row is share-locked,
+-- so retention cannot delete it between the check and the insert (and leave
+-- the message behind without its workflow).
 WITH destination AS (
     SELECT workflow_id FROM dbos_agent.workflows WHERE workflow_id = %(destination_id)s
+    FOR KEY SHARE
 ), inserted AS (
     INSERT INTO dbos_agent.messages (destination_id, topic, message, idempotency_key)
     SELECT workflow_id, %(topic)s, %(message)s::jsonb, %(idempotency_key)s FROM destination
@@ -648,3 +651,76 @@ WHERE workflow_id = %(workflow_id)s AND key = %(key)s;
 -- deadline in its intent's inputs.
 SELECT inputs::text FROM dbos_agent.steps
 WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s;
+
+-- == retention ==
+-- Garbage collection of finished workflows (engine/retention.py). A workflow
+-- goes with everything keyed by its id: its steps, the messages sent to it
+-- and the events it set. Nothing else refers to a workflow (forked_from is no
+-- foreign key: a fork outlives its original). Every batch is one statement,
+-- so one short transaction that locks at most batch_size workflows: a long
+-- purge never holds locks or a snapshot for long.
+
+-- name: delete_finished_workflows
+-- Delete one batch: the oldest batch_size workflows with one of `statuses`
+-- that finished more than older_than seconds ago, with their steps, messages
+-- and events. created_at <= finished_at, so the redundant bound on created_at
+-- lets the scan walk workflows_by_created (or workflows_by_status for one
+-- status) in order and stop at the batch. SKIP LOCKED: a row that a run, an
+-- operator or another collector holds waits for the next pass. The DELETE
+-- re-checks the status and the other rows go only with a workflow that was
+-- deleted, so a workflow resumed meanwhile keeps its log. The deletes look
+-- their rows up with = ANY(ARRAY(...)), which every plan (psycopg's prepared,
+-- generic one too) serves from an index: workflows_pkey, steps_pkey, the
+-- index of messages_idempotency_key (destination_id first), events_pkey.
+-- Returns the four counts.
+WITH picked AS (
+    SELECT workflow_id
+    FROM dbos_agent.workflows
+    WHERE status = ANY(%(statuses)s)
+      AND finished_at < now() - make_interval(secs => %(older_than)s)
+      AND created_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY created_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM dbos_agent.workflows
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM picked))
+      AND status = ANY(%(statuses)s)
+    RETURNING workflow_id
+), steps AS (
+    DELETE FROM dbos_agent.steps
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
+), messages AS (
+    DELETE FROM dbos_agent.messages
+    WHERE destination_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
+), events AS (
+    DELETE FROM dbos_agent.events
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted) AS workflows,
+       (SELECT count(*) FROM steps) AS steps,
+       (SELECT count(*) FROM messages) AS messages,
+       (SELECT count(*) FROM events) AS events;
+
+-- name: count_finished_workflows
+-- What delete_finished_workflows would delete, batch after batch, if it ran
+-- now (a dry run): the same workflows and their rows. Reads only. NOT
+-- MATERIALIZED lets the planner join each table to the workflows it counts
+-- (a hash join over a large backlog, index lookups over a small one).
+WITH picked AS NOT MATERIALIZED (
+    SELECT workflow_id
+    FROM dbos_agent.workflows
+    WHERE status = ANY(%(statuses)s)
+      AND finished_at < now() - make_interval(secs => %(older_than)s)
+      AND created_at < now() - make_interval(secs => %(older_than)s)
+)
+SELECT (SELECT count(*) FROM picked) AS workflows,
+       (SELECT count(*) FROM dbos_agent.steps
+        WHERE workflow_id IN (SELECT workflow_id FROM picked)) AS steps,
+       (SELECT count(*) FROM dbos_agent.messages
+        WHERE destination_id IN (SELECT workflow_id FROM picked)) AS messages,
+       (SELECT count(*) FROM dbos_agent.events
+        WHERE workflow_id IN (SELECT workflow_id FROM picked)) AS events;

@@ -44,6 +44,8 @@ from .waiting import wait_for_stored_outcome
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
@@ -214,16 +216,14 @@ class Runtime:
                 outcome = self._stored_outcome(row, definition)
                 self._resolve(run, outcome)
                 return Admission(finished=outcome)
-            mine = row.status is WorkflowStatus.PENDING and row.owner_key == self.session_key
+            pending = row.status is WorkflowStatus.PENDING
+            mine = pending and row.owner_key == self.session_key
             if not mine:
                 run.owned_streak = self.ownership_mark()
-            owner_dead = not row.owner_live or (
-                row.status is WorkflowStatus.PENDING and end_dead_local_sessions(self.db) > 0
-            )
             if mine or (
-                row.status is WorkflowStatus.PENDING
-                and owner_dead
+                pending
                 and self.session_key is not None
+                and (not row.owner_live or end_dead_local_sessions(self.db) > 0)
                 and self.db.take_over_workflow(
                     workflow_id, row.owner_key, self.session_key, self.executor_id
                 )
@@ -642,6 +642,7 @@ def launch(
     outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
     max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     run_queues: bool = True,
+    retention: timedelta | None = None,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -666,10 +667,20 @@ def launch(
 
     With ``run_queues`` this process also runs the workflows of the queues it
     defines, as its free worker slots and the queues' limits allow.
+
+    With ``retention`` (e.g. ``timedelta(days=30)``) this process also deletes
+    finished workflows (SUCCESS, ERROR, CANCELLED, dead letters) older than that,
+    with their steps, messages and events, in the background: every tenth of
+    ``retention`` and at least hourly, in short batches (see engine/retention.py).
+    Without it nothing is ever deleted.
     """
     global _runtime
     from .queues import run_dispatcher
     from .recovery import keep_taking_back, recover_pending
+    from .retention import check_older_than, run_retention
+
+    if retention is not None:
+        check_older_than(retention)  # a bad age fails here, not in a background thread
 
     with _runtime_lock:
         if _runtime is not None:
@@ -713,4 +724,7 @@ def launch(
     runtime.run_in_background(lambda: keep_taking_back(runtime), "dbos-agent-take-back")
     if run_queues:
         runtime.run_in_background(lambda: run_dispatcher(runtime), "dbos-agent-dispatcher")
+    if retention is not None:
+        age = retention
+        runtime.run_in_background(lambda: run_retention(runtime, age), "dbos-agent-retention")
     return runtime
