@@ -2,8 +2,8 @@
 """Engine benchmark: dbos_agent on a given Postgres, side by side with the DBOS Transact peer.
 
 It mirrors the scenarios, workflow shapes, counts and footprint method of the
-shared peer benchmark (``/work/shared/bench/peer_dbos.py``) and the physical
-limit of ``/work/shared/bench/pg_limit.py`` (``seq_insert_txn``), so that the
+shared peer benchmark (``../shared/bench/peer_dbos.py``) and the physical
+limit of ``../shared/bench/pg_limit.py`` (``seq_insert_txn``), so that the
 figures of the three scripts, run against one server in one sitting, compare.
 
 Run (see bench/README.md for the scratch cluster and the peer)::

@@ -415,3 +415,31 @@ def test_a_read_only_server_during_a_failover_is_waited_out(
         rt.shutdown()
     _check_results(url, [wid], steps)
     assert set(_starts(step_log).values()) == {1}
+
+
+@da.durable_workflow
+def waits_for_a_message(wid: str) -> str:
+    da.set_event("ready", True)
+    message = da.recv(topic="go", timeout=60)
+    da.set_event("got", message)
+    return f"got {message}"
+
+
+def test_messages_and_events_ride_out_restarts(
+    server: RestartablePostgres, url: str, executor_id: str
+) -> None:
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    try:
+        wid = new_id()
+        handle = da.start(waits_for_a_message, wid, workflow_id=wid)
+        assert da.get_event(wid, "ready", timeout=20) is True
+        server.restart()  # while it waits in recv (its listener and pool die)
+        da.send(wid, "hello", topic="go")  # on a pool whose connections all died
+        server.restart()
+        assert handle.result(timeout=60) == "got hello"
+        assert da.get_event(wid, "got", timeout=0) == "hello"
+    finally:
+        rt.shutdown()
+    with da.Client(url) as client:
+        steps = [s.name for s in client.retrieve(wid).steps()]
+    assert steps.count("dbos_agent.recv") == 1
