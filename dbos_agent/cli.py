@@ -528,7 +528,7 @@ def _steps_table(steps: Sequence[StepInfo]) -> str:
 
 
 def _get(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
-    info = db.get_workflow(workflow_id)
+    info = db.workflows.get(workflow_id)
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
     return info
@@ -548,7 +548,7 @@ def _cmd_migrate(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def _cmd_list(args: argparse.Namespace, db: SystemDatabase) -> None:
-    found = db.list_workflows(
+    found = db.workflows.list(
         status=args.status,
         name=args.name,
         executor_id=args.executor,
@@ -581,8 +581,8 @@ def _cmd_list(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def _cmd_show(args: argparse.Namespace, db: SystemDatabase) -> None:
     info = _get(db, args.workflow_id)
-    steps = db.list_steps(info.workflow_id)
-    origin = db.fork_origin(info.workflow_id)
+    steps = db.steps.list(info.workflow_id)
+    origin = db.operations.fork_origin(info.workflow_id)
     usages = [u for u in (_message_usage(s.output) for s in steps) if u is not None]
     total = None
     if usages:
@@ -651,7 +651,7 @@ def _cmd_show(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def _cmd_steps(args: argparse.Namespace, db: SystemDatabase) -> None:
     _get(db, args.workflow_id)
-    steps = db.list_steps(args.workflow_id)
+    steps = db.steps.list(args.workflow_id)
     if args.json:
         _print_json([_step_json(step) for step in steps])
     elif steps:
@@ -767,7 +767,7 @@ def _cmd_send(args: argparse.Namespace, db: SystemDatabase) -> None:
         except ValueError:
             value = args.message
     payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
-    found, inserted = db.insert_message(
+    found, inserted = db.messages.send(
         destination_id=args.workflow_id,
         topic=args.topic or "",
         message=payload,

@@ -35,7 +35,7 @@ _MAX_TRACEBACK_CHARS = 20_000
 #: never enough to pass the checkpoint limit.
 _MAX_ERROR_TEXT_CHARS = 64_000
 
-log = logging.getLogger("dbos_agent.serialization")
+log = logging.getLogger(__name__)
 
 
 def _unserializable(value: Any, where: str, cause: Exception) -> SerializationError:

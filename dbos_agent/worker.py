@@ -23,14 +23,14 @@ import time
 from types import FrameType
 
 from . import __version__
+from .engine.launch import launch
 from .engine.queues import registered_queues
 from .engine.recovery import RecoveryReport, claim_and_resume
 from .engine.registry import workflow_names
 from .engine.retention import parse_duration
-from .engine.runtime import launch
 from .errors import DbosAgentError
 
-log = logging.getLogger("dbos_agent.worker")
+log = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             claim_and_resume(runtime, orphans=True, report=report)
             if time.monotonic() - last_cleanup > max(args.lease, 5.0):
                 last_cleanup = time.monotonic()
-                runtime.db.delete_dead_executors()
+                runtime.db.recovery.delete_dead_executors()
         except Exception:
             log.exception("taking over orphaned workflows failed; retrying")
         if report.resumed or report.dead_lettered:

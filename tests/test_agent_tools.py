@@ -15,7 +15,7 @@ from anthropic.types import ToolResultBlockParam, ToolUseBlock
 from pydantic import BaseModel, Field
 
 import dbos_agent as da
-from dbos_agent.agent import ENGINE_HAS_INTENTS, NotDone, Tool, ToolRegistry, tool
+from dbos_agent.agent import NotDone, Tool, ToolRegistry, tool
 from tests.helpers import SimulatedCrash, new_id
 
 RUNS: Counter[str] = Counter()
@@ -279,10 +279,9 @@ def test_guarded_tool_cut_off_after_its_effect_does_not_repeat_it(
     }
     assert target.read_text() == "# Changelog\n- fixed it\n"
     # with engine intents the guard runs only for the in-doubt step; without, before each run
-    assert GUARD_CALLS[str(target)] == (1 if ENGINE_HAS_INTENTS else 2)
+    assert GUARD_CALLS[str(target)] == 1
 
 
-@pytest.mark.skipif(not ENGINE_HAS_INTENTS, reason="the engine has no in-doubt steps")
 def test_unguarded_non_idempotent_tool_in_doubt_stops_the_workflow(runtime: da.Runtime) -> None:
     blocks = [block("send_email", {"to": "ops@example.com"}, 0)]
     wid = new_id()

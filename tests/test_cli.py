@@ -260,7 +260,7 @@ def test_fork_and_resolve_from_the_cli(runtime: da.Runtime, dbos_agent_database_
     assert RUNS[f"charge:{billed}"] == 1
 
 
-def _snapshot(runtime: da.Runtime, prefix: str) -> list[tuple[Any, ...]]:
+def _snapshot(runtime: da.Runtime, prefix: str) -> list[dict[str, Any]]:
     with runtime.db.connection() as conn:
         return conn.execute(
             "SELECT w.*, (SELECT count(*) FROM dbos_agent.steps AS s"

@@ -186,7 +186,7 @@ def test_a_recv_that_loses_its_position_consumes_nothing(runtime: da.Runtime) ->
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         recv_then_step()  # step 0 is recorded (a timeout)
     da.send(wid, "m")
-    write, message = runtime.db.receive_message(
+    write, message = runtime.db.messages.receive(
         workflow_id=wid,
         seq=0,  # taken: as if another run of the workflow got there first
         name="dbos_agent.recv",
@@ -352,7 +352,7 @@ def test_a_message_is_received_once_across_a_crash(
     )
     try:
         deadline = time.monotonic() + 30
-        while runtime.db.get_workflow(wid) is None:
+        while runtime.db.workflows.get(wid) is None:
             assert app.poll() is None and time.monotonic() < deadline, app.communicate()
             time.sleep(0.02)
         da.send(wid, "first", topic="inbox")

@@ -165,8 +165,8 @@ def test_fork_reuses_the_steps_before_n_and_runs_the_rest_live(runtime: da.Runti
     assert [s.started_at for s in fork_steps[:2]] == [s.started_at for s in original_steps[:2]]
     info = fork.get_info()
     assert (info.name, info.inputs, info.status) == ("agent", {"key": wid, "n": 4}, "SUCCESS")
-    assert runtime.db.fork_origin(fork.workflow_id) == (wid, 2)
-    assert runtime.db.fork_origin(wid) is None
+    assert runtime.db.operations.fork_origin(fork.workflow_id) == (wid, 2)
+    assert runtime.db.operations.fork_origin(wid) is None
 
     named = da.fork(wid, 0, new_workflow_id=f"{wid}-again")
     assert named.workflow_id == f"{wid}-again"

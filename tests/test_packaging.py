@@ -31,7 +31,8 @@ def test_the_wheel_ships_the_schema_and_queries(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("dbos_agent-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"dbos_agent/sql/queries.sql"} | {
-        f"dbos_agent/sql/migrations/{p.name}" for p in (ROOT / "sql" / "migrations").glob("*.sql")
+        f"dbos_agent/sql/migrations/{p.name}"
+        for p in (ROOT / "dbos_agent" / "sql" / "migrations").glob("*.sql")
     }
     assert expected <= names, expected - names
     assert "dbos_agent/py.typed" in names

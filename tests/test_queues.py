@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import clear_queues
+from dbos_agent.engine.state import forget_queues
 from tests.helpers import new_id
 
 ORDER: list[str] = []
@@ -46,11 +46,11 @@ def queued(tag: str, seconds: float = 0.0) -> str:
 
 @pytest.fixture
 def queue_runtime(dbos_agent_database_url: str, executor_id: str):  # type: ignore[no-untyped-def]
-    clear_queues()
+    forget_queues()
     rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
     yield rt
     rt.shutdown(grace=5)
-    clear_queues()
+    forget_queues()
 
 
 def test_enqueue_runs_and_dedups(queue_runtime: da.Runtime) -> None:

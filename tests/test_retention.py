@@ -270,7 +270,7 @@ def test_launch_with_retention_deletes_by_itself(
         for wid in (old, pending):
             age(rt, wid, 1)
         wait_until(lambda: "retention failed" in caplog.text, 10, "the failure logged")
-        assert rt.db.get_workflow(old) is not None
+        assert rt.db.workflows.get(old) is not None
         with rt.db.connection() as conn:
             conn.execute("ALTER TABLE dbos_agent.events_away RENAME TO events")
         wait_until(lambda: rows(rt, old) == GONE, 10, "the old workflow deleted")

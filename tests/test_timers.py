@@ -63,10 +63,10 @@ def test_sleep_outside_a_workflow_is_a_plain_sleep() -> None:
 
 def test_sleep_records_its_wake_up_time_on_the_database_clock(runtime: da.Runtime) -> None:
     wid = new_id("nap")
-    before = runtime.db.database_time()
+    before = runtime.db.messages.database_time()
     with da.workflow_id(wid):
         assert 0.3 <= nap(0.3) < 1.5
-    after = runtime.db.database_time()
+    after = runtime.db.messages.database_time()
     [_, sleep_step, _] = da.list_steps(wid)
     assert sleep_step.name == "dbos_agent.sleep"
     assert before + 0.3 <= sleep_step.output <= after

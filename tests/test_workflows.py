@@ -258,7 +258,7 @@ def test_the_step_log_keeps_the_first_record(runtime: da.Runtime) -> None:
 
     from dbos_agent.records import StepStatus
 
-    write = runtime.db.record_step(
+    write = runtime.db.steps.record(
         workflow_id=wid,
         seq=0,
         name="work",

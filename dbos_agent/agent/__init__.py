@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     )
     from .retrying import ModelRetryPolicy, is_retryable, retry_after_seconds
     from .tool_registry import ToolRegistry
-    from .tools import ENGINE_HAS_INTENTS, NotDone, Tool, ToolInputError, tool
+    from .tools import NotDone, Tool, ToolInputError, tool
 
 _MODULES = {
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
@@ -48,7 +48,7 @@ _MODULES = {
     ),
     "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
     "tool_registry": ("ToolRegistry",),
-    "tools": ("ENGINE_HAS_INTENTS", "NotDone", "Tool", "ToolInputError", "tool"),
+    "tools": ("NotDone", "Tool", "ToolInputError", "tool"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -65,7 +65,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_PRICES",
-    "ENGINE_HAS_INTENTS",
     "MODEL_STEP_NAME",
     "Model",
     "ModelRetryPolicy",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..engine.context import WorkflowContext, current_context
 from ..records import StepStatus
-from ..storage.database import StepRow
+from ..storage.rows import StepRow
 from .accounting import MODEL_STEP_NAMES, TOOL_STEP_PREFIX, PriceTable, Usage, usage_of_reply
 
 __all__ = ["ReplayReport", "last_replay_report", "replay_report", "replaying", "track_replay"]

@@ -21,7 +21,7 @@ import pydantic
 import pydantic_core
 from anthropic.types import ToolParam
 
-from ..engine import registry as engine_registry
+from ..engine.registry import NotDone
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
 
@@ -31,19 +31,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
-
-#: Whether the engine records intents for ``idempotent=False`` steps and settles them with a
-#: guard. Without it, a guard is run in-band before every live execution (check-then-act).
-ENGINE_HAS_INTENTS = "idempotent" in inspect.signature(engine_step).parameters
-
-
-class _LocalNotDone:
-    def __repr__(self) -> str:
-        return "NotDone"
-
-
-#: What a guard returns when the effect did not happen (so the tool must run).
-NotDone: Any = getattr(engine_registry, "NotDone", None) or _LocalNotDone()
 
 
 class ToolInputError(Exception):
@@ -165,23 +152,18 @@ class Tool(Generic[P, R]):
         @functools.wraps(fn)
         def body(*args: Any, **kwargs: Any) -> Any:
             mark_position_taken()
-            if guard is not None and not ENGINE_HAS_INTENTS:  # in-band check-then-act
-                earlier = guard(*args, **kwargs)
-                if earlier is not NotDone:
-                    return earlier
             return fn(*args, **kwargs)
 
-        options: dict[str, Any] = {
-            "name": TOOL_STEP_PREFIX + self.name,
-            "retries": retries,
-            "interval": interval,
-            "backoff": backoff,
-            "max_interval": max_interval,
-            "retry_on": retry_on,
-        }
-        if ENGINE_HAS_INTENTS:
-            options.update(idempotent=idempotent, guard=guard)
-        self._step: Callable[..., R] = engine_step(**options)(body)
+        self._step: Callable[..., R] = engine_step(
+            name=TOOL_STEP_PREFIX + self.name,
+            retries=retries,
+            interval=interval,
+            backoff=backoff,
+            max_interval=max_interval,
+            retry_on=retry_on,
+            idempotent=idempotent,
+            guard=guard,
+        )(body)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

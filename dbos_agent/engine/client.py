@@ -37,7 +37,7 @@ class ClientHandle:
         return wait_for_stored_outcome(self._db, self.workflow_id, timeout).unwrap()
 
     def get_info(self) -> WorkflowInfo:
-        info = self._db.get_workflow(self.workflow_id)
+        info = self._db.workflows.get(self.workflow_id)
         if info is None:
             raise WorkflowNotFoundError(self.workflow_id)
         return info
@@ -46,7 +46,7 @@ class ClientHandle:
         return self.get_info().status
 
     def steps(self) -> list[StepInfo]:
-        return self._db.list_steps(self.workflow_id)
+        return self._db.steps.list(self.workflow_id)
 
 
 class Client:
@@ -109,7 +109,7 @@ class Client:
                 "$kwargs": codec.to_jsonable(kwargs, f"enqueue of {workflow_name!r}"),
             }
         )
-        self.db.insert_workflow(
+        self.db.workflows.insert(
             workflow_id=wid,
             name=workflow_name,
             inputs=inputs,
@@ -128,7 +128,7 @@ class Client:
         return handle
 
     def list_workflows(self, **filters: Any) -> list[WorkflowInfo]:
-        return self.db.list_workflows(**filters)
+        return self.db.workflows.list(**filters)
 
     def close(self) -> None:
         self.db.close()

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import (
     DatabaseUnavailableError,
@@ -21,10 +21,28 @@ from ..errors import (
     WorkflowDivergedError,
 )
 from ..limits import check_identifier, derived_identifier
-from ..storage.database import StepRow
+from ..storage.rows import StepRow
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..errors import WorkflowCancelledError
+    from ..storage.database import SystemDatabase
+    from ..storage.session import ExecutorSession
+    from .notifications import Notifications
+
+
+class WorkflowHost(Protocol):
+    """What a running workflow and its steps may use of the process that runs them (the
+    runtime): the database, the session whose fence guards live steps, the waiters."""
+
+    db: SystemDatabase
+    session: ExecutorSession
+    session_key: int | None
+    notifications: Notifications
+    stopping: bool
+
+    def cancellation(self, workflow_id: str) -> WorkflowCancelledError | None:
+        """The error that stops a run of ``workflow_id`` if it was cancelled, else None."""
+        ...
 
 
 class RuntimeStopping(BaseException):
@@ -72,7 +90,7 @@ class WorkflowContext:
     """The state of one workflow execution in this process."""
 
     workflow_id: str
-    runtime: Runtime
+    runtime: WorkflowHost
     recorded: dict[int, StepRow]
     #: The session streak in which this run last knew it owned the workflow (see
     #: ownership.py); -1 until it has checked.

@@ -12,7 +12,8 @@ from ..limits import check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .context import OwnershipLost
 from .outcome import Outcome
-from .runtime import Runtime, current_runtime
+from .runtime import Runtime
+from .state import current_runtime
 
 R = TypeVar("R")
 
@@ -59,7 +60,7 @@ class WorkflowHandle(Generic[R]):
 
     def get_info(self) -> WorkflowInfo:
         """The stored row of the workflow."""
-        info = self._runtime.db.get_workflow(self._workflow_id)
+        info = self._runtime.db.workflows.get(self._workflow_id)
         if info is None:
             raise WorkflowNotFoundError(self._workflow_id)
         return info
@@ -70,7 +71,7 @@ class WorkflowHandle(Generic[R]):
 
     def steps(self) -> list[StepInfo]:
         """The workflow's recorded steps, in order."""
-        return self._runtime.db.list_steps(self._workflow_id)
+        return self._runtime.db.steps.list(self._workflow_id)
 
 
 def retrieve(workflow_id: str) -> WorkflowHandle[Any]:

@@ -33,11 +33,12 @@ from ..errors import WorkflowNotFoundError
 from ..limits import check_identifier, check_topic
 from ..records import StepStatus
 from ..serialization import Codec, codec_for
-from .context import current_context, in_step
-from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL, Io, Plan, run_plan, run_plan_async
+from .context import WorkflowHost, current_context, in_step
+from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .outcome import Outcome
 from .ownership import ensure_owned, owns_now
-from .runtime import Runtime, current_runtime
+from .plans import Io, Plan, run_plan, run_plan_async
+from .state import current_runtime
 from .step import adopt_recorded, checkpoint
 from .timers import (
     builtin_step,
@@ -74,9 +75,9 @@ def _timeout(timeout: float | None) -> float | None:
 
 
 def _insert(
-    runtime: Runtime, destination_id: str, payload: str, topic: str | None, key: str | None
+    runtime: WorkflowHost, destination_id: str, payload: str, topic: str | None, key: str | None
 ) -> Outcome:
-    found, _ = runtime.db.insert_message(
+    found, _ = runtime.db.messages.send(
         destination_id=destination_id, topic=topic or "", message=payload, idempotency_key=key
     )
     return Outcome() if found else Outcome(error=WorkflowNotFoundError(destination_id))
@@ -158,7 +159,7 @@ def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[A
     def attempt() -> Plan[Outcome | None]:
         write, message = yield Io(
             partial(
-                db.receive_message,
+                db.messages.receive,
                 workflow_id=ctx.workflow_id,
                 seq=seq,
                 name=RECV_STEP,
@@ -218,7 +219,7 @@ def _set_event_plan(key: str, value: Any) -> Plan[None]:
         return
     write = yield Io(
         partial(
-            ctx.runtime.db.set_event,
+            ctx.runtime.db.messages.set_event,
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=SET_EVENT_STEP,
@@ -249,14 +250,14 @@ async def set_event_async(key: str, value: Any) -> None:
 
 
 def _poll_event(
-    runtime: Runtime, workflow_id: str, key: str, timeout: float | None, codec: Codec
+    runtime: WorkflowHost, workflow_id: str, key: str, timeout: float | None, codec: Codec
 ) -> Plan[Any]:
     """Outside a workflow: wait for the event without recording anything."""
     end = math.inf if timeout is None else time.monotonic() + timeout
     where_ = f"workflow {workflow_id!r} event {key!r}"
     with runtime.notifications.waiter((EVENTS_CHANNEL, workflow_id)) as waiter:
         while True:
-            text = yield Io(partial(runtime.db.get_event, workflow_id, key))
+            text = yield Io(partial(runtime.db.messages.get_event, workflow_id, key))
             if text is not None:
                 return codec.loads(text, where_)
             left = end - time.monotonic()
@@ -281,7 +282,7 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
     started_at = datetime.now(UTC)
 
     def attempt() -> Plan[Outcome | None]:
-        text = yield Io(partial(db.get_event, workflow_id, key))
+        text = yield Io(partial(db.messages.get_event, workflow_id, key))
         if text is None:
             return None
         value = codec.loads(text, where(ctx, seq, step))

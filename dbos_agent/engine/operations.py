@@ -28,11 +28,13 @@ from ..errors import (
 from ..limits import check_identifier
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import codec_for, dumps_error
-from ..storage.database import ForkResult, ResumeResult, SystemDatabase
+from ..storage.database import SystemDatabase
+from ..storage.rows import ForkResult, ResumeResult
 from .handle import WorkflowHandle
 from .outcome import Outcome
 from .registry import WorkflowDefinition, find_workflow
-from .runtime import Runtime, current_runtime
+from .runtime import Runtime
+from .state import current_runtime
 
 _UNSET: Any = object()
 
@@ -63,7 +65,7 @@ def cancel_workflow(db: SystemDatabase, workflow_id: str) -> WorkflowStatus:
     scripts can retry. A finished one (SUCCESS, ERROR) raises
     :class:`WorkflowStatusError`: its outcome is recorded and stays.
     """
-    result = db.cancel_workflow(check_identifier(workflow_id, "workflow id"))
+    result = db.operations.cancel(check_identifier(workflow_id, "workflow id"))
     if result is None:
         raise WorkflowNotFoundError(workflow_id)
     if not result.cancelled and result.previous is not WorkflowStatus.CANCELLED:
@@ -89,7 +91,7 @@ def resume_workflow(
     ``executor_id`` None keeps its executor.
     """
     check_identifier(workflow_id, "workflow id")
-    result = db.resume_workflow(workflow_id, executor_id=executor_id, owner_key=owner_key)
+    result = db.operations.resume(workflow_id, executor_id=executor_id, owner_key=owner_key)
     if result is None:
         raise WorkflowNotFoundError(workflow_id)
     if result.resumed:
@@ -135,7 +137,7 @@ def fork_workflow(
         if new_workflow_id is None
         else check_identifier(new_workflow_id, "new workflow id")
     )
-    result = db.fork_workflow(
+    result = db.operations.fork(
         workflow_id,
         new_workflow_id=new_id,
         from_step=from_step,
@@ -177,10 +179,10 @@ def settle_in_doubt_step(
 
     The IN_DOUBT workflow becomes PENDING. Returns its ``(name, inputs)``.
     """
-    info = db.get_workflow(check_identifier(workflow_id, "workflow id"))
+    info = db.workflows.get(check_identifier(workflow_id, "workflow id"))
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
-    step = next((s for s in db.list_steps(workflow_id) if s.seq == seq), None)
+    step = next((s for s in db.steps.list(workflow_id) if s.seq == seq), None)
     if (
         info.status is not WorkflowStatus.IN_DOUBT
         or step is None
@@ -193,7 +195,7 @@ def settle_in_doubt_step(
             f"(workflow status {info.status}, step "
             f"{'missing' if step is None else step.status})",
         )
-    settled = db.settle_in_doubt_step(workflow_id, seq, output, owner_key)
+    settled = db.steps.settle_in_doubt(workflow_id, seq, output, owner_key)
     if settled is None:
         raise WorkflowStatusError(
             workflow_id,
@@ -208,7 +210,7 @@ def settle_in_doubt_step(
 
 def _definition_of(runtime: Runtime, workflow_id: str) -> WorkflowDefinition | None:
     """The registered function of a stored workflow (a workflow's name never changes)."""
-    info = runtime.db.get_workflow(check_identifier(workflow_id, "workflow id"))
+    info = runtime.db.workflows.get(check_identifier(workflow_id, "workflow id"))
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
     return find_workflow(info.name)
@@ -229,7 +231,7 @@ def _run_here(
         try:
             return runtime.resume(definition, workflow_id, inputs)
         except WorkflowInputsError as exc:  # as recovery does: it can never run
-            runtime.db.finish_workflow(
+            runtime.db.workflows.finish(
                 workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
             )
             raise

@@ -39,7 +39,7 @@ def ensure_owned(ctx: WorkflowContext) -> None:
             if runtime.stopping:
                 raise RuntimeStopping()
             fence = runtime.session.confirm(stop=lambda: runtime.stopping)
-            found = runtime.db.workflow_owner(ctx.workflow_id)
+            found = runtime.db.workflows.owner(ctx.workflow_id)
             if found is None:
                 raise ctx.halt(
                     StopReason.NOT_OWNER, OwnershipLost(ctx.workflow_id, "no longer exists")

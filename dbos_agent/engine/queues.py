@@ -9,21 +9,19 @@ one transaction serialised per queue (see ``dequeue_workflows`` in queries.sql).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import DbosAgentError
 from ..limits import check_identifier
+from . import state
 from .handle import WorkflowHandle
 from .recovery import run_claimed
 from .registry import find_workflow, workflow_names
-from .runtime import Runtime, current_runtime
+from .runtime import Runtime
+from .state import current_runtime
 
-log = logging.getLogger("dbos_agent.queues")
-
-_queues_lock = threading.Lock()
-_queues: dict[str, Queue] = {}
+log = logging.getLogger(__name__)
 
 
 class Queue:
@@ -54,8 +52,8 @@ class Queue:
         self.concurrency = concurrency
         self.worker_concurrency = worker_concurrency
         self.rate_limit = rate_limit
-        with _queues_lock:
-            _queues[name] = self
+        with state.lock():
+            state.queues[name] = self
 
     def __repr__(self) -> str:
         return (
@@ -92,12 +90,12 @@ class Queue:
 
 def registered_queues() -> list[Queue]:
     """Every queue created in this process."""
-    with _queues_lock:
-        return list(_queues.values())
+    with state.lock():
+        return list(state.queues.values())
 
 
 def find_queue(name: str) -> Queue | None:
-    return _queues.get(name)
+    return state.queues.get(name)
 
 
 def dispatch_once(runtime: Runtime) -> int:
@@ -116,7 +114,7 @@ def dispatch_once(runtime: Runtime) -> int:
         if streak < 0:
             break
         assert runtime.session_key is not None
-        for workflow_id, name, inputs in runtime.db.dequeue_workflows(
+        for workflow_id, name, inputs in runtime.db.queues.dequeue(
             queue_name=queue.name,
             names=names,
             owner_key=runtime.session_key,
@@ -147,9 +145,3 @@ def run_dispatcher(runtime: Runtime, poll_seconds: float = 0.5) -> None:
             started = 0
         if not started:
             runtime.wait_for_dispatch(poll_seconds)
-
-
-def clear_queues() -> None:
-    """Forget every queue (for tests)."""
-    with _queues_lock:
-        _queues.clear()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..errors import DatabaseUnavailableError, WorkflowInputsError
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
-from ..storage.database import StepRow
+from ..storage.rows import StepRow
 from ..storage.session import end_dead_local_sessions
 from .registry import WorkflowDefinition, find_workflow, workflow_names
 from .runtime import Runtime
@@ -61,7 +61,7 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
         while not runtime.stopping:
             claim_and_resume(runtime, orphans=False, report=report)
             assert runtime.session_key is not None
-            waiting = runtime.db.count_claimable_soon(
+            waiting = runtime.db.recovery.count_claimable_soon(
                 runtime.executor_id, runtime.session_key, workflow_names()
             )
             if not waiting or time.monotonic() > give_up_at:
@@ -87,7 +87,7 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
 
 def _warn_unknown(runtime: Runtime, report: RecoveryReport) -> None:
     names = workflow_names()
-    for name, count in runtime.db.count_unrecoverable_pending(runtime.executor_id, names).items():
+    for name, count in runtime.db.recovery.count_unrecoverable(runtime.executor_id, names).items():
         report.unknown += count
         log.warning(
             "%d PENDING workflow(s) named %r cannot be recovered: no workflow of that name is "
@@ -115,7 +115,7 @@ def run_claimed(
         runtime.resume(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
     except WorkflowInputsError as exc:
         log.error("cannot run workflow %s: %s", workflow_id, exc)
-        runtime.db.finish_workflow(
+        runtime.db.workflows.finish(
             workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
         )
         return False
@@ -134,7 +134,7 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
         streak = runtime.ownership_mark()
         if streak < 0:  # not sure this session is alive to others: claim nothing yet
             return
-        claims = db.claim_workflows(
+        claims = db.recovery.claim(
             executor_id=runtime.executor_id,
             owner_key=runtime.session_key,
             app_version=runtime.app_version,
@@ -158,7 +158,7 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
                     claim.name,
                     claim.max_recovery_attempts,
                 )
-        logs = db.load_steps_of_many([c.workflow_id for c in live])
+        logs = db.steps.load_many([c.workflow_id for c in live])
         for claim in live:
             definition = find_workflow(claim.name)
             if definition is None:  # unregistered between the claim and now
@@ -186,7 +186,7 @@ def take_back_idle(runtime: Runtime) -> int:
     while not runtime.stopping:
         skip = runtime.active_ids() + runtime.parked_ids()
         streak = runtime.ownership_mark()
-        idle = runtime.db.list_owned_idle(runtime.session_key, skip, PAGE_SIZE)
+        idle = runtime.db.recovery.owned_idle(runtime.session_key, skip, PAGE_SIZE)
         for workflow_id, name, inputs in idle:
             definition = find_workflow(name)
             if definition is None:

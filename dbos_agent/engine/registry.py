@@ -1,15 +1,14 @@
 """What the decorators know about each function: its name, codecs and policies.
 
-Workflow definitions are registered by name so that recovery can find the
-function of a row written by another process. Registration is process-wide
-(decorators run at import time); :func:`clear_registry` exists for tests.
+Workflow definitions are registered by name (in ``state.workflows``) so that
+recovery can find the function of a row written by another process.
+Registration is process-wide: decorators run at import time.
 """
 
 from __future__ import annotations
 
 import inspect
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from ..errors import DbosAgentError
 from ..limits import check_identifier
 from ..serialization import Codec, InputsCodec, result_codec
+from . import state
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +122,6 @@ class WorkflowDefinition:
     origin: str = field(default="")
 
 
-_lock = threading.Lock()
-_workflows: dict[str, WorkflowDefinition] = {}
-
-
 def register_workflow(
     fn: Callable[..., Any], name: str | None, max_recovery_attempts: int
 ) -> WorkflowDefinition:
@@ -143,29 +139,23 @@ def register_workflow(
         result=result_codec(fn),
         origin=origin,
     )
-    with _lock:
-        existing = _workflows.get(wf_name)
+    with state.lock():
+        existing = state.workflows.get(wf_name)
         if existing is not None and existing.origin != origin:
             raise DbosAgentError(
                 f"two workflows are named {wf_name!r}: {existing.origin} and {origin}; "
                 f"give one of them another name with @durable_workflow(name=...)"
             )
-        _workflows[wf_name] = definition  # the same function defined again replaces itself
+        state.workflows[wf_name] = definition  # the same function defined again replaces itself
     return definition
 
 
 def find_workflow(name: str) -> WorkflowDefinition | None:
     """The registered definition of that name, if this process has imported it."""
-    return _workflows.get(name)
+    return state.workflows.get(name)
 
 
 def workflow_names() -> list[str]:
     """Names of every registered workflow."""
-    with _lock:
-        return list(_workflows)
-
-
-def clear_registry() -> None:
-    """Forget every registered workflow (for tests)."""
-    with _lock:
-        _workflows.clear()
+    with state.lock():
+        return list(state.workflows)

@@ -28,8 +28,9 @@ from datetime import timedelta
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.outages import describe
-from ..storage.retention import GcCounts, count_finished, delete_finished_batch
-from .runtime import Runtime, current_runtime
+from ..storage.retention import GcCounts
+from .runtime import Runtime
+from .state import current_runtime
 
 log = logging.getLogger(__name__)
 
@@ -188,12 +189,12 @@ def garbage_collect_db(
         raise ValueError(f"batch_size must be at least 1, got {batch_size!r}")
     started = time.monotonic()
     if dry_run:
-        found = count_finished(db, older_than_s=older_than_s, statuses=chosen)
+        found = db.retention.count(older_than_s=older_than_s, statuses=chosen)
         return _report(found, found.workflows // batch_size + 1, started, dry_run=True)
     total, batches = GcCounts(), 0
     while stop is None or not stop():
-        deleted = delete_finished_batch(
-            db, older_than_s=older_than_s, statuses=chosen, batch_size=batch_size
+        deleted = db.retention.delete_batch(
+            older_than_s=older_than_s, statuses=chosen, batch_size=batch_size
         )
         total, batches = total + deleted, batches + 1
         if progress is not None:

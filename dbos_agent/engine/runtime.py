@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,19 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     DatabaseUnavailableError,
-    DbosAgentError,
     NotLaunchedError,
     SerializationError,
     WorkflowCancelledError,
     WorkflowIdConflictError,
     WorkflowInterruptedError,
 )
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
+from ..limits import check_identifier
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
-from ..storage.database import StepRow, SystemDatabase, WorkflowRow
-from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
+from ..storage.database import SystemDatabase
+from ..storage.rows import StepRow, WorkflowRow
 from ..storage.session import ExecutorSession, end_dead_local_sessions
+from . import state
 from .context import OwnershipLost, StopReason, WorkflowContext, entered_workflow
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, workflow_outcome
@@ -44,8 +43,6 @@ from .waiting import wait_for_stored_outcome
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
-    from datetime import timedelta
-
     from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
@@ -197,7 +194,7 @@ class Runtime:
             return Admission(attached=active.future)
         try:
             run.owned_streak = self.ownership_mark()
-            inserted, row = self.db.insert_workflow(
+            inserted, row = self.db.workflows.insert(
                 workflow_id=workflow_id,
                 name=definition.name,
                 inputs=inputs,
@@ -224,11 +221,11 @@ class Runtime:
                 pending
                 and self.session_key is not None
                 and (not row.owner_live or end_dead_local_sessions(self.db) > 0)
-                and self.db.take_over_workflow(
+                and self.db.workflows.take_over(
                     workflow_id, row.owner_key, self.session_key, self.executor_id
                 )
             ):
-                run.recorded = self.db.load_steps(workflow_id)
+                run.recorded = self.db.steps.load(workflow_id)
                 return Admission(run=run)
             self._resolve(run, Outcome())  # not ours to run: stop tracking it here
             return Admission(remote=True)
@@ -291,7 +288,7 @@ class Runtime:
         """
         args, kwargs = definition.inputs.loads(inputs, workflow_id)
         if recorded is None:
-            recorded = self.db.load_steps(workflow_id)
+            recorded = self.db.steps.load(workflow_id)
         run = WorkflowRun(
             definition, workflow_id, args, kwargs, recorded, owned_streak=owned_streak
         )
@@ -377,7 +374,7 @@ class Runtime:
                 if status is WorkflowStatus.SUCCESS:
                     status = WorkflowStatus.ERROR
             try:
-                updated, stored_status, stored_output, stored_error = self.db.finish_workflow(
+                updated, stored_status, stored_output, stored_error = self.db.workflows.finish(
                     run.workflow_id, status, output, error, self.session_key
                 )
                 break
@@ -427,7 +424,7 @@ class Runtime:
         If an operator resumed the workflow meanwhile (PENDING again), the
         resumed run records the outcome; this one only stops.
         """
-        info = self.db.get_workflow(run.workflow_id)
+        info = self.db.workflows.get(run.workflow_id)
         if info is None or info.status is WorkflowStatus.PENDING:
             self._abandon(run, WorkflowCancelledError(f"workflow {run.workflow_id!r} was resumed"))
             return run.future.result()
@@ -461,7 +458,7 @@ class Runtime:
             return None
         with self._lock:
             self._cancelled.discard(workflow_id)
-        info = self.db.get_workflow(workflow_id)
+        info = self.db.workflows.get(workflow_id)
         if info is not None and info.status is WorkflowStatus.PENDING:
             return None
         return WorkflowCancelledError(f"workflow {workflow_id!r} was cancelled")
@@ -586,7 +583,6 @@ class Runtime:
 
         Waits up to ``grace`` seconds for them, then closes the database pool.
         """
-        global _runtime
         self.stopping = True
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
@@ -599,9 +595,7 @@ class Runtime:
         self.pool.stop()
         self.session.close()
         self.db.close()
-        with _runtime_lock:
-            if _runtime is self:
-                _runtime = None
+        state.clear_runtime(self)
 
     def __enter__(self) -> Runtime:
         return self
@@ -613,118 +607,3 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
-
-
-_runtime_lock = threading.Lock()
-_runtime: Runtime | None = None
-
-
-def current_runtime() -> Runtime:
-    """The launched runtime of this process."""
-    runtime = _runtime
-    if runtime is None:
-        raise NotLaunchedError(
-            "dbos_agent is not launched: call dbos_agent.launch() before running durable workflows"
-        )
-    return runtime
-
-
-def launch(
-    database_url: str | None = None,
-    *,
-    executor_id: str = "local",
-    app_version: str | None = None,
-    recover: bool = True,
-    workers: int = 16,
-    pool_size: int | None = None,
-    lease_seconds: float = 30.0,
-    session_grace: float = 3.0,
-    outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
-    max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
-    run_queues: bool = True,
-    retention: timedelta | None = None,
-) -> Runtime:
-    """Connect to the system database, apply the schema, and recover pending workflows.
-
-    ``database_url`` defaults to ``$DBOS_AGENT_DATABASE_URL`` and then to an
-    embedded Postgres kept under ``./.dbos_agent/``. Recovery of this
-    executor's PENDING workflows runs in the background: ``launch`` returns
-    at once. ``workers`` bounds the threads that run background and recovered
-    workflows; ``pool_size`` the database connections (default: workers + 4).
-
-    Taking over: other executors take this process's workflows over only once
-    its session is dead: its heartbeat lease (``lease_seconds``) ran out (a hung
-    or partitioned process), or its advisory lock has been free for longer than
-    ``session_grace`` seconds (a dead process; a live one whose connection
-    dropped re-opens it within moments and keeps its workflows). A process on
-    the same host that sees the pid gone does not wait at all.
-
-    Outages: every database call is retried through an outage for up to
-    ``outage_timeout`` seconds before raising DatabaseUnavailableError; a
-    workflow cut off by one stays PENDING and this process takes it back when
-    the database answers. ``max_checkpoint_bytes`` bounds one stored JSON value
-    (a step output, a workflow's inputs or output, a message, an event).
-
-    With ``run_queues`` this process also runs the workflows of the queues it
-    defines, as its free worker slots and the queues' limits allow.
-
-    With ``retention`` (e.g. ``timedelta(days=30)``) this process also deletes
-    finished workflows (SUCCESS, ERROR, CANCELLED, dead letters) older than that,
-    with their steps, messages and events, in the background: every tenth of
-    ``retention`` and at least hourly, in short batches (see engine/retention.py).
-    Without it nothing is ever deleted.
-    """
-    global _runtime
-    from .queues import run_dispatcher
-    from .recovery import keep_taking_back, recover_pending
-    from .retention import check_older_than, run_retention
-
-    if retention is not None:
-        check_older_than(retention)  # a bad age fails here, not in a background thread
-
-    with _runtime_lock:
-        if _runtime is not None:
-            raise DbosAgentError(
-                "dbos_agent is already launched in this process; "
-                "call shutdown() on the runtime first"
-            )
-        check_identifier(executor_id, "executor id")
-        url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
-        if not url:
-            from ..storage.embedded import embedded_database_url
-
-            url = embedded_database_url()
-        db = SystemDatabase(
-            url,
-            pool_size=pool_size or workers + 4,
-            outage_timeout=outage_timeout,
-            max_checkpoint_bytes=max_checkpoint_bytes,
-        )
-        db.open()
-        try:
-            db.migrate()
-            runtime = Runtime(
-                db,
-                executor_id=executor_id,
-                app_version=app_version,
-                workers=workers,
-                lease_seconds=lease_seconds,
-                session_grace=session_grace,
-            )
-            runtime.open()
-        except BaseException:
-            db.close()
-            raise
-        _runtime = runtime
-    runtime.notifications.start()
-    if recover:
-        runtime.run_in_background(lambda: recover_pending(runtime), "dbos-agent-recovery")
-    else:
-        runtime.recovery_done.set()
-    runtime.run_in_background(lambda: keep_taking_back(runtime), "dbos-agent-take-back")
-    if run_queues:
-        runtime.run_in_background(lambda: run_dispatcher(runtime), "dbos-agent-dispatcher")
-    if retention is not None:
-        age = retention
-        runtime.run_in_background(lambda: run_retention(runtime, age), "dbos-agent-retention")
-    return runtime

@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from ..errors import DatabaseUnavailableError, StepInDoubtError, WorkflowDivergedError
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
-from ..storage.database import StepWrite
+from ..storage.rows import StepWrite
 from .context import (
     OwnershipLost,
     StopReason,
@@ -93,7 +93,7 @@ def checkpoint(
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
     with ctx.noting_database_failures():
-        write = ctx.runtime.db.record_step(
+        write = ctx.runtime.db.steps.record(
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=step.name,
@@ -146,7 +146,7 @@ def _position(
         return seq, None
     inputs = step.inputs.dumps(args, kwargs)
     with ctx.noting_database_failures():
-        write = ctx.runtime.db.record_step_intent(
+        write = ctx.runtime.db.steps.record_intent(
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=step.name,

@@ -24,12 +24,12 @@ from typing import Any
 from ..errors import DbosAgentError, NotLaunchedError
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import Codec, codec_for
-from ..storage.database import StepRow, StepWrite
-from .context import RuntimeStopping, WorkflowContext, current_context, in_step
-from .notifications import CANCEL_CHANNEL, Io, Plan, Wait, Waiter, run_plan, run_plan_async
+from ..storage.rows import StepRow, StepWrite
+from .context import RuntimeStopping, WorkflowContext, WorkflowHost, current_context, in_step
+from .notifications import CANCEL_CHANNEL, Waiter
 from .outcome import Outcome, step_outcome
+from .plans import Io, Plan, Wait, run_plan, run_plan_async
 from .registry import RetryPolicy, StepDefinition
-from .runtime import Runtime
 from .step import adopt_recorded, checkpoint
 
 SLEEP_STEP = "dbos_agent.sleep"
@@ -93,7 +93,7 @@ def stop_if_interrupted(ctx: WorkflowContext) -> None:
 
 
 def wait_once(
-    runtime: Runtime, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
+    runtime: WorkflowHost, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
 ) -> Plan[None]:
     """Wait up to ``seconds`` (at most one poll interval), then stop if interrupted."""
     yield Wait(waiter, min(seconds, runtime.notifications.recheck_interval()))
@@ -125,7 +125,7 @@ def _sleep_plan(seconds: float) -> Plan[None]:
         return
     seq, row = ctx.begin_step(SLEEP_STEP)
     db = ctx.runtime.db
-    now: float = yield Io(db.database_time)
+    now: float = yield Io(db.messages.database_time)
     if row is None:
         started_at = datetime.now(UTC)
         done = yield Io(
@@ -194,18 +194,18 @@ def durable_wait(
     resumed = row is not None  # our own intent: the wait began before a crash
     deadline: float | None = None
     if resumed:
-        text = yield Io(partial(db.get_step_inputs, ctx.workflow_id, seq))
+        text = yield Io(partial(db.steps.inputs, ctx.workflow_id, seq))
         deadline = json.loads(text or "{}").get("deadline")
     found = yield from attempt()
     if found is not None:
         return found
     if resumed or timeout is None or timeout > 0:
-        now: float = yield Io(db.database_time)
+        now: float = yield Io(db.messages.database_time)
         if not resumed:
             deadline = None if timeout is None else now + timeout
             write = yield Io(
                 partial(
-                    db.record_step_intent,
+                    db.steps.record_intent,
                     workflow_id=ctx.workflow_id,
                     seq=seq,
                     name=step.name,

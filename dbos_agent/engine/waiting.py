@@ -38,7 +38,7 @@ def wait_for_stored_outcome(
                 raise TimeoutError(
                     f"workflow {workflow_id!r} did not finish within {timeout}s"
                 ) from None
-        info = db.get_workflow(workflow_id)
+        info = db.workflows.get(workflow_id)
         if info is None:
             raise WorkflowNotFoundError(workflow_id)
         if info.status.finished:

@@ -11,7 +11,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-log = logging.getLogger("dbos_agent.workers")
+log = logging.getLogger(__name__)
 
 _STOP = object()
 

@@ -12,7 +12,7 @@ from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .context import current_context, in_step, take_workflow_id
 from .handle import WorkflowHandle
 from .registry import WorkflowDefinition, register_workflow
-from .runtime import current_runtime
+from .state import current_runtime
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -131,7 +131,7 @@ def list_workflows(
     """Stored workflows matching every given filter, newest first."""
     if status is not None:
         status = WorkflowStatus(status)
-    return current_runtime().db.list_workflows(
+    return current_runtime().db.workflows.list(
         status=status,
         name=name,
         executor_id=executor_id,
@@ -143,4 +143,4 @@ def list_workflows(
 
 def list_steps(workflow_id: str) -> list[StepInfo]:
     """The recorded steps of a workflow, in order (empty for an unknown id)."""
-    return current_runtime().db.list_steps(workflow_id)
+    return current_runtime().db.steps.list(workflow_id)

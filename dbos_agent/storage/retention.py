@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .database import Row, SystemDatabase
+from .connector import Connector, Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,30 +39,35 @@ def _counts(row: Row | None) -> GcCounts:
     )
 
 
-def delete_finished_batch(
-    db: SystemDatabase, *, older_than_s: float, statuses: Sequence[str], batch_size: int
-) -> GcCounts:
-    """Delete the oldest ``batch_size`` workflows with one of ``statuses`` that finished
-    more than ``older_than_s`` seconds ago (database clock), with their rows, in one
-    statement. Fewer than ``batch_size`` deleted means nothing (unlocked) is left."""
-    return _counts(
-        db.one(
-            "delete_finished_workflows",
-            "delete finished workflows",
-            statuses=list(statuses),
-            older_than=older_than_s,
-            batch_size=batch_size,
-        )
-    )
+class RetentionStore:
+    """Deleting finished workflows with everything keyed by their ids."""
 
+    def __init__(self, db: Connector) -> None:
+        self._db = db
 
-def count_finished(db: SystemDatabase, *, older_than_s: float, statuses: Sequence[str]) -> GcCounts:
-    """What :func:`delete_finished_batch`, repeated, would delete now (reads only)."""
-    return _counts(
-        db.one(
-            "count_finished_workflows",
-            "count finished workflows",
-            statuses=list(statuses),
-            older_than=older_than_s,
+    def delete_batch(
+        self, *, older_than_s: float, statuses: Sequence[str], batch_size: int
+    ) -> GcCounts:
+        """Delete the oldest ``batch_size`` workflows with one of ``statuses`` that finished
+        more than ``older_than_s`` seconds ago (database clock), with their rows, in one
+        statement. Fewer than ``batch_size`` deleted means nothing (unlocked) is left."""
+        return _counts(
+            self._db.one(
+                "delete_finished_workflows",
+                "delete finished workflows",
+                statuses=list(statuses),
+                older_than=older_than_s,
+                batch_size=batch_size,
+            )
         )
-    )
+
+    def count(self, *, older_than_s: float, statuses: Sequence[str]) -> GcCounts:
+        """What :meth:`delete_batch`, repeated, would delete now (reads only)."""
+        return _counts(
+            self._db.one(
+                "count_finished_workflows",
+                "count finished workflows",
+                statuses=list(statuses),
+                older_than=older_than_s,
+            )
+        )

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 import psycopg
 
 from ..errors import DatabaseUnavailableError
-from .database import SystemDatabase, _q
+from .database import SystemDatabase
 from .outages import describe, is_transient
 from .processes import known_gone, process_key
+from .sql_files import query
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,8 @@ class ExecutorSession:
         if conn is None or conn.closed:
             return
         try:
-            conn.execute(_q("forget_idle_executor"), {"session_key": self.key})
-            conn.execute(_q("end_executor"), {"session_key": self.key})
+            conn.execute(query("forget_idle_executor"), {"session_key": self.key})
+            conn.execute(query("end_executor"), {"session_key": self.key})
             conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self.key))
         except psycopg.Error as exc:
             log.warning("could not end executor session %s cleanly: %s", self.key, describe(exc))
@@ -158,7 +159,7 @@ class ExecutorSession:
             else:
                 try:
                     row = self._conn.execute(
-                        _q("heartbeat_executor"), {"session_key": self.key}
+                        query("heartbeat_executor"), {"session_key": self.key}
                     ).fetchone()
                 except psycopg.Error:
                     self._drop_connection()
@@ -217,7 +218,7 @@ class ExecutorSession:
 
     def _take_new_key(self, conn: psycopg.Connection[tuple[object, ...]]) -> int:
         for _ in range(100):
-            row = conn.execute(_q("next_session_key")).fetchone()
+            row = conn.execute(query("next_session_key")).fetchone()
             assert row is not None
             key = int(str(row[0]))
             if self._try_lock(conn, key):
@@ -231,7 +232,7 @@ class ExecutorSession:
 
     def _register(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
         conn.execute(
-            _q("register_executor"),
+            query("register_executor"),
             {
                 "session_key": key,
                 "executor_id": self.executor_id,
@@ -283,7 +284,7 @@ def end_dead_local_sessions(db: SystemDatabase) -> int:
     """Declare dead, at once, the sessions of processes on this host that no longer run
     (their lock is free and their pid gone): a restart after kill -9 need not wait."""
     ended = 0
-    for session in db.list_unlocked_sessions():
+    for session in db.recovery.unlocked_sessions():
         if session.process_key is not None and known_gone(session.process_key):
-            ended += db.end_dead_session(session.session_key, session.process_key)
+            ended += db.recovery.end_dead_session(session.session_key, session.process_key)
     return ended

@@ -3,7 +3,8 @@
 The fixtures in `dbos_agent.testing.plugin` are registered automatically with pytest.
 """
 
+from .databases import fresh_database
 from .faults import RestartablePostgres
-from .plugin import fresh_database, postgres_server
+from .plugin import postgres_server
 
 __all__ = ["RestartablePostgres", "fresh_database", "postgres_server"]

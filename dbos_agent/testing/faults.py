@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psycopg
 
 from ..storage.embedded import LocalCluster
-from .plugin import fresh_database
+from .databases import fresh_database
 
 __all__ = ["RestartablePostgres"]
 

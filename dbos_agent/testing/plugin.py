@@ -21,17 +21,16 @@ import contextlib
 import importlib
 import logging
 import os
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
-from psycopg import sql
 
-from ..storage.dsn import redact_url, with_dbname
+from ..storage.dsn import redact_url
 from ..storage.embedded import LocalCluster, PostgresNotFoundError
+from .databases import fresh_database
+from .faults import RestartablePostgres
 
 __all__ = [
     "dbos_agent_database_url",
@@ -40,9 +39,6 @@ __all__ = [
     "fresh_database",
     "postgres_server",
 ]
-
-if TYPE_CHECKING:
-    from .faults import RestartablePostgres
 
 logger = logging.getLogger(__name__)
 
@@ -151,31 +147,6 @@ def postgres_server() -> Iterator[str]:
         )
 
 
-@contextlib.contextmanager
-def fresh_database(server_url: str) -> Iterator[str]:
-    """Create an empty database on `server_url`, yield its URL, drop it afterwards.
-
-    Each database is isolated from the others, so tests can use one each without cleanup.
-    """
-    name = f"dbos_agent_test_{secrets.token_hex(6)}"
-    ident = sql.Identifier(name)
-    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
-    try:
-        yield with_dbname(server_url, name)
-    finally:
-        try:
-            with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
-        except psycopg.Error as exc:
-            logger.warning(
-                "could not drop test database %s on %s: %s",
-                name,
-                redact_url(server_url),
-                redact_url(str(exc)),
-            )
-
-
 @pytest.fixture(scope="session")
 def dbos_agent_postgres_url() -> Iterator[str]:
     """URL of a throwaway Postgres server shared by the whole test session."""
@@ -193,8 +164,6 @@ def dbos_agent_database_url(dbos_agent_postgres_url: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def dbos_agent_restartable_postgres() -> Iterator[RestartablePostgres]:
     """A server of this test module alone that tests may restart (a LocalCluster)."""
-    from .faults import RestartablePostgres
-
     try:
         cluster = LocalCluster.start()
     except PostgresNotFoundError as exc:

@@ -1,0 +1,237 @@
+-- The dbos_agent schema as the numbered migrations leave it, in one file to read.
+--
+-- Databases are built by the migrations (migrations/NNN_*.sql, applied in order
+-- under an advisory lock, see storage/migrations.py); tests/test_schema.py builds
+-- one from this file and one from the migrations and checks they are the same.
+-- Correctness lives here, as constraints and single guarded statements: the
+-- Python side never reads a row to decide what to write.
+
+CREATE SCHEMA IF NOT EXISTS dbos_agent;
+
+-- == workflows =========================================================================
+
+-- One row per workflow: its call, who runs it, how it ended.
+CREATE TABLE dbos_agent.workflows (
+    workflow_id           text        PRIMARY KEY CHECK (workflow_id <> ''),
+    name                  text        NOT NULL,
+    status                text        NOT NULL CHECK (status IN (
+                              'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED', 'ENQUEUED',
+                              'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')),
+    -- {"param": value, ...}: the bound arguments, JSON through pydantic.
+    inputs                jsonb       NOT NULL,
+    output                jsonb,
+    -- {"type": "module.Class", "message": "...", "args": [...], "traceback": "..."}
+    error                 jsonb,
+    executor_id           text        NOT NULL,
+    app_version           text,
+    recovery_attempts     integer     NOT NULL DEFAULT 0 CHECK (recovery_attempts >= 0),
+    max_recovery_attempts integer     NOT NULL CHECK (max_recovery_attempts >= 0),
+    created_at            timestamptz NOT NULL DEFAULT now(),
+    updated_at            timestamptz NOT NULL DEFAULT now(),
+    finished_at           timestamptz,
+    -- The executor session running a PENDING workflow; every log write is guarded on it.
+    owner_key             integer,
+    -- Queues: an ENQUEUED workflow waits for a worker; dequeuing sets dequeued_at.
+    queue_name            text,
+    priority              integer     NOT NULL DEFAULT 0,
+    dequeued_at           timestamptz,
+    -- A fork: the workflow and step it was copied from (no foreign key: the
+    -- original may be deleted by retention).
+    forked_from           text,
+    forked_from_step      integer     CHECK (forked_from_step >= 0),
+    -- A finished workflow carries exactly the outcome its status says.
+    CONSTRAINT workflows_outcome_matches_status CHECK (
+        (status = 'SUCCESS' AND error IS NULL AND finished_at IS NOT NULL)
+        OR (status IN ('ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')
+            AND output IS NULL)
+        OR (status IN ('PENDING', 'ENQUEUED') AND output IS NULL AND error IS NULL)
+    ),
+    CONSTRAINT workflows_fork_origin_complete
+        CHECK ((forked_from IS NULL) = (forked_from_step IS NULL))
+);
+
+-- Recovery at start: "pending workflows of executor X", oldest first.
+CREATE INDEX workflows_pending_by_executor
+    ON dbos_agent.workflows (executor_id, created_at) WHERE status = 'PENDING';
+-- Listing by status, by name, and by time (retention walks these too).
+CREATE INDEX workflows_by_status ON dbos_agent.workflows (status, created_at);
+CREATE INDEX workflows_by_name ON dbos_agent.workflows (name, created_at);
+CREATE INDEX workflows_by_created ON dbos_agent.workflows (created_at);
+-- Claims: the PENDING workflows of dead sessions.
+CREATE INDEX workflows_pending_by_owner
+    ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';
+-- Queues: what waits, what runs, what started within a rate-limit period.
+CREATE INDEX workflows_enqueued
+    ON dbos_agent.workflows (queue_name, priority, created_at) WHERE status = 'ENQUEUED';
+CREATE INDEX workflows_in_flight_by_queue
+    ON dbos_agent.workflows (queue_name, owner_key)
+    WHERE status = 'PENDING' AND queue_name IS NOT NULL;
+CREATE INDEX workflows_dequeued_by_queue
+    ON dbos_agent.workflows (queue_name, dequeued_at) WHERE dequeued_at IS NOT NULL;
+
+-- == the step log ======================================================================
+
+-- One row per step position. A result is written once and never changed: the
+-- primary key makes "two runs both record step N" impossible. A non-idempotent
+-- step first writes an intent (status PENDING, with its inputs); its result then
+-- fills that row, once. An intent without a result after a crash is in doubt.
+-- No foreign key to workflows: every insert is guarded by the workflow's status
+-- and owner in the same statement, and a foreign key would lock the parent row
+-- on every step.
+CREATE TABLE dbos_agent.steps (
+    workflow_id text        NOT NULL,
+    seq         integer     NOT NULL CHECK (seq >= 0),
+    name        text        NOT NULL,
+    status      text        NOT NULL CHECK (status IN ('PENDING', 'SUCCESS', 'ERROR')),
+    inputs      jsonb,
+    output      jsonb,
+    error       jsonb,
+    attempts    integer     NOT NULL DEFAULT 1 CHECK (attempts >= 1),
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz DEFAULT now(),
+    PRIMARY KEY (workflow_id, seq),
+    CONSTRAINT steps_outcome_matches_status CHECK (
+        (status = 'SUCCESS' AND error IS NULL AND finished_at IS NOT NULL)
+        OR (status = 'ERROR' AND error IS NOT NULL AND output IS NULL
+            AND finished_at IS NOT NULL)
+        OR (status = 'PENDING' AND output IS NULL AND error IS NULL AND finished_at IS NULL)
+    )
+);
+
+-- The status a session may write under: the workflow's status, or NOT_OWNER
+-- when it is PENDING under another session (NULL when there is no such
+-- workflow). Every statement that appends to the log guards on it.
+CREATE FUNCTION dbos_agent.write_status(wid text, session integer) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN owner_key IS DISTINCT FROM session AND status = 'PENDING'
+                THEN 'NOT_OWNER' ELSE status END
+    FROM dbos_agent.workflows
+    WHERE workflow_id = wid
+$$;
+
+-- == executor sessions =================================================================
+
+-- Every launched process registers a session and holds the session-level
+-- advisory lock (classid 233710, objid = session_key) on a connection of its
+-- own. Postgres releases the lock when that connection dies: when the process
+-- died, but also when only the connection did (a restart, a killed backend),
+-- and a live process takes its own key back within moments. So others declare
+-- a session dead only when
+--   * it is gone from this table, or its lease ran out (a hung or partitioned
+--     process; a clean exit sets heartbeat_at to -infinity), or
+--   * its lock has been free for longer than its grace, counted from the first
+--     time someone saw it free (lock_lost_at) and from its last heartbeat, so
+--     that after a Postgres restart every live process has the grace to
+--     reconnect.
+-- A process on the same host (same boot and pid namespace, see process_key)
+-- may also see at once that the pid is gone and end the session itself. The
+-- owner keeps a fence that mirrors these rules (storage/session.py).
+CREATE TABLE dbos_agent.executors (
+    session_key   integer     PRIMARY KEY,
+    executor_id   text        NOT NULL,
+    app_version   text,
+    hostname      text        NOT NULL,
+    pid           integer     NOT NULL,
+    lease_seconds double precision NOT NULL CHECK (lease_seconds > 0),
+    started_at    timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at  timestamptz NOT NULL DEFAULT now(),
+    grace_seconds double precision NOT NULL DEFAULT 3 CHECK (grace_seconds > 0),
+    lock_lost_at  timestamptz,
+    -- 'boot id/pid namespace/pid/start time', NULL where the platform cannot say.
+    process_key   text
+);
+CREATE INDEX executors_by_id ON dbos_agent.executors (executor_id);
+
+-- Keys are never handed out twice (until 2^31 registrations), so a process
+-- that reconnects can always take its own key back.
+CREATE SEQUENCE dbos_agent.session_keys AS integer MINVALUE 1 CYCLE;
+
+-- The sessions whose advisory lock is held now (their connection is open).
+CREATE FUNCTION dbos_agent.locked_sessions() RETURNS SETOF integer
+LANGUAGE sql STABLE AS $$
+    SELECT l.objid::bigint::integer
+    FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.classid = 233710 AND l.objsubid = 2 AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+$$;
+
+-- The sessions whose PENDING workflows others may take over (see the rules above).
+CREATE FUNCTION dbos_agent.dead_sessions() RETURNS SETOF integer
+LANGUAGE sql STABLE AS $$
+    SELECT e.session_key
+    FROM dbos_agent.executors AS e
+    WHERE e.heartbeat_at < now() - make_interval(secs => e.lease_seconds)
+       OR (e.lock_lost_at < now() - make_interval(secs => e.grace_seconds)
+           AND e.heartbeat_at < now() - make_interval(secs => e.grace_seconds)
+           AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
+$$;
+
+-- One session, for single-row checks (a direct call of a workflow someone owns).
+CREATE FUNCTION dbos_agent.session_is_dead(key integer) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT key IS NULL
+        OR NOT EXISTS (SELECT 1 FROM dbos_agent.executors WHERE session_key = key)
+        OR key IN (SELECT dbos_agent.dead_sessions())
+$$;
+
+-- == messages and events ===============================================================
+
+-- A message is consumed by marking it with the step position of the recv that
+-- took it, in the statement that records that step: it is never deleted while
+-- its workflow lives, so an idempotency key keeps deduplicating after the
+-- message was consumed. Inserting a message or setting an event NOTIFYs (by
+-- trigger, in the inserting transaction); waiters also poll, so a lost
+-- notification only delays them.
+CREATE TABLE dbos_agent.messages (
+    message_id      bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    destination_id  text        NOT NULL,
+    -- '' is the default topic (topic=None).
+    topic           text        NOT NULL DEFAULT '',
+    message         jsonb       NOT NULL,
+    idempotency_key text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    -- The position of the destination's recv step that consumed it.
+    consumed_seq    integer     CHECK (consumed_seq >= 0),
+    consumed_at     timestamptz,
+    CONSTRAINT messages_consumed_together CHECK ((consumed_seq IS NULL) = (consumed_at IS NULL)),
+    -- Same key, same destination: one message. NULL keys never collide. Its
+    -- index (destination_id first) also serves retention.
+    CONSTRAINT messages_idempotency_key UNIQUE (destination_id, idempotency_key)
+);
+-- recv: the oldest unconsumed message of (workflow, topic).
+CREATE INDEX messages_unconsumed
+    ON dbos_agent.messages (destination_id, topic, message_id) WHERE consumed_seq IS NULL;
+
+-- Events published by a workflow: the last value per key wins.
+CREATE TABLE dbos_agent.events (
+    workflow_id text        NOT NULL,
+    key         text        NOT NULL,
+    value       jsonb       NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, key)
+);
+
+-- The payload is the workflow id; an id too long for a NOTIFY payload sends ''
+-- instead, which wakes every waiter on the channel.
+CREATE FUNCTION dbos_agent.notify_message() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('dbos_agent_messages',
+                      CASE WHEN octet_length(NEW.destination_id) < 7000
+                           THEN NEW.destination_id ELSE '' END);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION dbos_agent.notify_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('dbos_agent_events',
+                      CASE WHEN octet_length(NEW.workflow_id) < 7000
+                           THEN NEW.workflow_id ELSE '' END);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER messages_notify AFTER INSERT ON dbos_agent.messages
+    FOR EACH ROW EXECUTE FUNCTION dbos_agent.notify_message();
+CREATE TRIGGER events_notify AFTER INSERT OR UPDATE ON dbos_agent.events
+    FOR EACH ROW EXECUTE FUNCTION dbos_agent.notify_event();

@@ -1,0 +1,250 @@
+"""How every statement runs: pooled connections, outages ridden out, values checked.
+
+Each call is one round trip on an autocommit connection (or one short
+transaction), so a write is durable when the call returns. A call rides out an
+outage (see ``outages.py``): it is retried with backoff until the outage bound,
+and a statement is re-sent only where its query makes a second run harmless (a
+guarded insert, a claim whose workflows the owner takes back later).
+
+What goes in is checked here, once for every caller: each JSON value against the
+checkpoint limit, NUL characters made storable (``jsonb.py``), and a value that
+Postgres still refuses reported as the caller's :class:`SerializationError`.
+Rows come back as dicts, read by column name.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+
+from ..errors import (
+    CheckpointError,
+    CheckpointTooLargeError,
+    DatabaseUnavailableError,
+    SerializationError,
+)
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
+from . import jsonb
+from .dsn import redact_url
+from .outages import (
+    DEFAULT_OUTAGE_TIMEOUT_S,
+    OutageMonitor,
+    Retrier,
+    describe,
+    is_transient,
+    is_value_error,
+)
+from .pool import ConnectionPool
+from .sql_files import query
+
+T = TypeVar("T")
+Row = dict[str, Any]
+Connection = psycopg.Connection[DictRow]
+
+CONNECT_TIMEOUT_S = 10
+_WEED_EVERY_S = 0.5
+
+
+class _OutcomeUnknown(Exception):
+    """A statement that must not run twice lost its connection after it was sent."""
+
+
+def connection_options(application_name: str, keepalives_idle: int = 30) -> dict[str, Any]:
+    """The options of every connection: a bounded connect, and dead peers noticed."""
+    return {
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "application_name": application_name,
+        "keepalives": 1,
+        "keepalives_idle": keepalives_idle,
+        "keepalives_interval": max(1, keepalives_idle // 3),
+        "keepalives_count": 3,
+    }
+
+
+class Connector:
+    """A pool of connections to the system database and the one way statements run on it.
+
+    ``outage_timeout`` bounds how long each call retries through an outage;
+    ``max_checkpoint_bytes`` is the largest JSON value one write may carry.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 20,
+        outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+    ) -> None:
+        if max_checkpoint_bytes < 1:
+            raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes}")
+        self.url = url
+        self.redacted_url = redact_url(url)
+        self.max_checkpoint_bytes = max_checkpoint_bytes
+        self.monitor = OutageMonitor(self.redacted_url)
+        self.retrier = Retrier(self.monitor, outage_timeout)
+        self._weeded_at = 0.0
+        self._weed_lock = threading.Lock()
+        self._pool = ConnectionPool(self._connect_pooled, max(1, pool_size))
+
+    def _connect_pooled(self) -> Connection:
+        return psycopg.connect(
+            self.url, autocommit=True, row_factory=dict_row, **connection_options("dbos_agent")
+        )
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check the server answers: a clear error within ~10 s, not retries for minutes."""
+        try:
+            with self._pool.connection(timeout=CONNECT_TIMEOUT_S):
+                pass
+        except psycopg.Error as exc:
+            raise DatabaseUnavailableError(
+                f"cannot connect to the dbos_agent database at {self.redacted_url}: {describe(exc)}"
+            ) from None
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A pooled autocommit connection, rows as dicts (for tests and tools)."""
+        with self._pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+            yield conn
+
+    def connect_dedicated(
+        self, application_name: str, *, keepalives_idle: int = 30
+    ) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection of its own (not pooled, autocommit): the session's, the listener's."""
+        return psycopg.connect(
+            self.url, autocommit=True, **connection_options(application_name, keepalives_idle)
+        )
+
+    @staticmethod
+    def listen(conn: psycopg.Connection[Any], channel: str) -> None:
+        """``LISTEN channel`` on a listener connection (the name is quoted, not trusted)."""
+        conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+    # -- running statements ------------------------------------------------------------
+
+    def _weed(self, exc: BaseException) -> None:
+        """After a connection failure, drop the idle connections in one go (they died with
+        it, most likely), so that the retry does not walk through them one by one."""
+        now = time.monotonic()
+        with self._weed_lock:
+            if now - self._weeded_at < _WEED_EVERY_S:
+                return
+            self._weeded_at = now
+        self._pool.drop_idle()
+
+    def _attempt_wait(self) -> float:
+        """How long one attempt waits for a pooled connection."""
+        return max(0.1, min(5.0, self.retrier.timeout))
+
+    def run(
+        self,
+        what: str,
+        body: Callable[[Connection], T],
+        *,
+        where: str | None = None,
+        resend: bool = True,
+        transaction: bool = False,
+    ) -> T:
+        """``body(conn)`` on a pooled connection, through outages.
+
+        ``what`` completes "could not ..." in errors. ``where`` names the value being
+        written: a value Postgres refuses then raises SerializationError naming it.
+        With ``resend=False`` the statement is not sent again once it may have run.
+        """
+
+        def once(conn: Connection) -> T:
+            if not transaction:
+                return body(conn)
+            with conn.transaction():
+                return body(conn)
+
+        def attempt() -> T:
+            with self._pool.connection(timeout=self._attempt_wait()) as conn:
+                try:
+                    if resend:
+                        return once(conn)
+                    conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
+                    try:
+                        return once(conn)
+                    except psycopg.Error as exc:
+                        if is_transient(exc):
+                            raise _OutcomeUnknown(describe(exc)) from exc
+                        raise
+                except psycopg.Error as exc:
+                    if is_transient(exc):  # e.g. read-only after a failover: never reuse it
+                        conn.close()
+                    raise
+
+        try:
+            return self.retrier.call(attempt, what, on_failure=self._weed)
+        except _OutcomeUnknown as exc:
+            raise DatabaseUnavailableError(
+                f"could not {what}: the connection to the database was lost while it ran "
+                f"({exc}); check whether it took effect before trying again"
+            ) from None
+        except psycopg.Error as exc:
+            if where is not None and is_value_error(exc):
+                raise SerializationError(
+                    f"{where}: Postgres refused the value ({describe(exc)})"
+                ) from None
+            raise
+
+    def one(
+        self, name: str, what: str, /, *, where: str | None = None, **params: Any
+    ) -> Row | None:
+        """The first row of the named query ``name`` (None when it returns none)."""
+        return self.run(what, lambda c: c.execute(query(name), params).fetchone(), where=where)
+
+    def all(self, name: str, what: str, /, **params: Any) -> list[Row]:
+        """Every row of the named query ``name``."""
+        return self.run(what, lambda c: c.execute(query(name), params).fetchall())
+
+    # -- values going in ---------------------------------------------------------------
+
+    def json_in(self, text: str, where: str) -> str:
+        """A JSON value ready to be written: within the size limit, NUL characters storable.
+
+        Raises CheckpointTooLargeError naming ``where``, the size and the limit.
+        """
+        limit = self.max_checkpoint_bytes
+        if len(text) * 4 > limit:  # only then can it be over the limit: count the bytes
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise CheckpointTooLargeError(where, size, limit)
+        return jsonb.to_db(text)
+
+    def json_in_optional(self, text: str | None, where: str) -> str | None:
+        """:meth:`json_in`, letting None (SQL NULL) through."""
+        return None if text is None else self.json_in(text, where)
+
+    @contextmanager
+    def log_write(self, workflow_id: str, seq: int) -> Iterator[None]:
+        """Failures while writing the step log are CheckpointError, so that no caller
+        mistakes them for the step's own error. A refused value stays SerializationError."""
+        try:
+            yield
+        except (SerializationError, CheckpointError):
+            raise
+        except DatabaseUnavailableError as exc:
+            raise CheckpointError(
+                f"could not write step {seq} of workflow {workflow_id!r}: {exc}"
+            ) from None
+        except psycopg.Error as exc:
+            raise CheckpointError(
+                f"could not write step {seq} of workflow {workflow_id!r} to the log at "
+                f"{self.redacted_url}: {describe(exc)}",
+                retryable=False,
+            ) from exc

@@ -1,0 +1,49 @@
+"""Queues: handing ENQUEUED workflows to a worker as every limit allows."""
+
+from __future__ import annotations
+
+from .connector import Connection, Connector, Row
+from .rows import text_of
+from .sql_files import query
+
+
+class QueueStore:
+    """Dequeues, each one transaction serialised per queue."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def dequeue(
+        self,
+        *,
+        queue_name: str,
+        names: list[str],
+        owner_key: int,
+        executor_id: str,
+        app_version: str | None,
+        free_slots: int,
+        concurrency: int | None,
+        worker_concurrency: int | None,
+        rate_limit: tuple[int, float] | None,
+    ) -> list[tuple[str, str, str]]:
+        """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow."""
+        limit, period = rate_limit if rate_limit else (None, 1.0)
+        params = {
+            "queue_name": queue_name,
+            "names": names,
+            "owner_key": owner_key,
+            "executor_id": executor_id,
+            "app_version": app_version,
+            "free_slots": free_slots,
+            "concurrency": concurrency,
+            "worker_concurrency": worker_concurrency,
+            "rate_limit": limit,
+            "rate_period": period,
+        }
+
+        def body(conn: Connection) -> list[Row]:
+            conn.execute(query("lock_queue"), {"queue_name": queue_name})
+            return conn.execute(query("dequeue_workflows"), params).fetchall()
+
+        rows = self._db.run(f"dequeue from queue {queue_name!r}", body, transaction=True)
+        return [(r["workflow_id"], r["name"], text_of(r["inputs"]) or "{}") for r in rows]

@@ -1,0 +1,158 @@
+"""What the storage layer hands the engine: rows as small frozen records.
+
+JSON columns stay text (the engine parses them through the right codec), read
+back through ``jsonb.from_db`` so NUL-escaped values come back as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..records import StepStatus, WorkflowInfo, WorkflowStatus
+from . import jsonb
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRow:
+    """What the engine needs of a workflow row; JSON columns stay text."""
+
+    workflow_id: str
+    name: str
+    status: WorkflowStatus
+    inputs: str
+    output: str | None
+    error: str | None
+    owner_key: int | None = None
+    owner_live: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One recorded step as the engine replays it; JSON columns stay text."""
+
+    seq: int
+    name: str
+    status: StepStatus
+    output: str | None
+    error: str | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """The outcome of a log write: whether it wrote, and what the workflow and the
+    position held instead when it did not."""
+
+    written: bool
+    workflow_status: WorkflowStatus | None
+    existing: StepRow | None
+    #: False when the workflow is PENDING under another session (it was taken over).
+    owned: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryClaim:
+    """A PENDING workflow taken for recovery (or dead-lettered by the claim)."""
+
+    workflow_id: str
+    name: str
+    status: WorkflowStatus
+    inputs: str
+    created_at: datetime
+    recovery_attempts: int
+    max_recovery_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What :meth:`SystemDatabase.cancel_workflow` found and did."""
+
+    cancelled: bool
+    previous: WorkflowStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    """What :meth:`SystemDatabase.resume_workflow` found and did, and what a runner needs."""
+
+    resumed: bool
+    previous: WorkflowStatus
+    #: PENDING, or ENQUEUED for a queued workflow that had not left its queue (None: refused).
+    now: WorkflowStatus | None
+    #: The first step whose intent has no result (why an IN_DOUBT workflow was refused).
+    open_intent: int | None
+    name: str
+    inputs: str
+    executor_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    """What :meth:`SystemDatabase.fork_workflow` found and did, and what a runner needs."""
+
+    forked: bool
+    copied_steps: int
+    name: str
+    inputs: str
+    executor_id: str
+    last_seq: int | None
+    #: The first in-doubt step below ``from_step`` (why a fork was refused).
+    open_intent: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnlockedSession:
+    """An executor session whose lock is free and which is not yet known dead."""
+
+    session_key: int
+    pid: int
+    process_key: str | None
+
+
+def text_of(value: Any) -> str | None:
+    """A JSON column read as text, as the caller stored it."""
+    return jsonb.from_db(value)
+
+
+def workflow_info(row: Row) -> WorkflowInfo:
+    return WorkflowInfo(
+        workflow_id=row["workflow_id"],
+        name=row["name"],
+        status=WorkflowStatus(row["status"]),
+        inputs=jsonb.parse(row["inputs"]),
+        output=jsonb.parse(row["output"]),
+        error=jsonb.parse(row["error"]),
+        executor_id=row["executor_id"],
+        app_version=row["app_version"],
+        recovery_attempts=row["recovery_attempts"],
+        max_recovery_attempts=row["max_recovery_attempts"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def step_row(row: Row, seq: int | None = None) -> StepRow:
+    return StepRow(
+        row["seq"] if seq is None else seq,
+        row["name"],
+        StepStatus(row["status"]),
+        text_of(row["output"]),
+        text_of(row["error"]),
+        row["attempts"],
+    )
+
+
+def step_write(seq: int, row: Row | None) -> StepWrite:
+    assert row is not None
+    existing = None if row["name"] is None else step_row(row, seq)
+    status = row["workflow_status"]
+    if status == "NOT_OWNER":
+        return StepWrite(bool(row["written"]), WorkflowStatus.PENDING, existing, owned=False)
+    return StepWrite(
+        bool(row["written"]), None if status is None else WorkflowStatus(status), existing
+    )

@@ -1,0 +1,167 @@
+"""The step log: where a step is checkpointed, where an intent is written, how a log is read.
+
+Every write is guarded on the workflow being PENDING and owned by the writing
+session (``write_status`` in the schema): a run that lost its workflow cannot write.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import psycopg
+
+from ..records import StepInfo, StepStatus, WorkflowStatus
+from . import jsonb
+from .connector import Connection, Connector
+from .rows import StepRow, StepWrite, step_row, step_write, text_of
+from .sql_files import query
+
+
+class StepStore:
+    """The ``steps`` table: one row per position, written once."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def record(
+        self,
+        *,
+        workflow_id: str,
+        seq: int,
+        name: str,
+        status: StepStatus,
+        output: str | None,
+        error: str | None,
+        attempts: int,
+        started_at: datetime,
+        owner_key: int | None,
+        fresh: bool = False,
+    ) -> StepWrite:
+        """Append one step to the log: the checkpoint. One round trip, one commit.
+
+        ``fresh`` says no intent row can hold the position (an idempotent step),
+        which allows the cheap plain insert; every other case, and every
+        surprise, goes through the statement that explains and adopts.
+        """
+        where = f"workflow {workflow_id!r} step {seq} ({name}) output"
+        with self._db.log_write(workflow_id, seq):
+            params = {
+                "owner_key": owner_key,
+                "workflow_id": workflow_id,
+                "seq": seq,
+                "name": name,
+                "status": status,
+                "output": self._db.json_in_optional(output, where),
+                "error": jsonb.to_db_optional(error),  # clipped when recorded
+                "attempts": attempts,
+                "started_at": started_at,
+            }
+
+            def body(conn: Connection) -> StepWrite:
+                if fresh:
+                    try:
+                        if conn.execute(query("append_step"), params).fetchone() is not None:
+                            return StepWrite(True, WorkflowStatus.PENDING, None)
+                    except psycopg.errors.UniqueViolation:
+                        pass  # the position is taken (a retry, a race): explain and adopt below
+                return step_write(seq, conn.execute(query("record_step"), params).fetchone())
+
+            return self._db.run(f"write step {seq} of workflow {workflow_id!r}", body, where=where)
+
+    def record_intent(
+        self, *, workflow_id: str, seq: int, name: str, inputs: str, owner_key: int | None
+    ) -> StepWrite:
+        """Durably note that a non-idempotent step is about to run (one round trip)."""
+        where = f"workflow {workflow_id!r} step {seq} ({name}) inputs"
+        with self._db.log_write(workflow_id, seq):
+            row = self._db.one(
+                "record_step_intent",
+                f"write the intent of step {seq} of workflow {workflow_id!r}",
+                where=where,
+                workflow_id=workflow_id,
+                seq=seq,
+                name=name,
+                inputs=self._db.json_in(inputs, where),
+                owner_key=owner_key,
+            )
+        return step_write(seq, row)
+
+    def settle_in_doubt(
+        self, workflow_id: str, seq: int, output: str | None, owner_key: int | None
+    ) -> tuple[str, str] | None:
+        """Settle step ``seq``'s intent (fill it with ``output``, or delete it when None)
+        and make the IN_DOUBT workflow PENDING again, in one transaction.
+
+        Returns the workflow's ``(name, inputs)``, or None if there was nothing to settle.
+        """
+        where = f"workflow {workflow_id!r} step {seq} result"
+        params = {
+            "workflow_id": workflow_id,
+            "seq": seq,
+            "output": self._db.json_in_optional(output, where),
+            "owner_key": owner_key,
+        }
+        settle = query("delete_step_intent" if output is None else "resolve_step_intent")
+
+        def body(conn: Connection) -> tuple[str, str] | None:
+            step = conn.execute(settle, params).fetchone()
+            reopened = conn.execute(query("reopen_in_doubt_workflow"), params).fetchone()
+            if step is None or reopened is None:
+                raise psycopg.Rollback()
+            return reopened["name"], text_of(reopened["inputs"]) or "{}"
+
+        result: tuple[str, str] | None = self._db.run(
+            f"settle step {seq} of workflow {workflow_id!r}",
+            body,
+            where=where,
+            resend=False,
+            transaction=True,
+        )
+        return result
+
+    def load(self, workflow_id: str) -> dict[int, StepRow]:
+        """One workflow's whole log, keyed by position."""
+        rows = self._db.all(
+            "load_steps", f"read the log of workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        return {row["seq"]: step_row(row) for row in rows}
+
+    def load_many(self, workflow_ids: list[str]) -> dict[str, dict[int, StepRow]]:
+        """The logs of many workflows in one query."""
+        logs: dict[str, dict[int, StepRow]] = {wid: {} for wid in workflow_ids}
+        for row in self._db.all(
+            "load_steps_of_many", "read workflow logs", workflow_ids=workflow_ids
+        ):
+            logs[row["workflow_id"]][row["seq"]] = step_row(row)
+        return logs
+
+    def list(self, workflow_id: str) -> list[StepInfo]:
+        """Every recorded step of a workflow, in order, for people and tools."""
+        rows = self._db.all(
+            "list_steps", f"list the steps of workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        return [
+            StepInfo(
+                workflow_id=row["workflow_id"],
+                seq=row["seq"],
+                name=row["name"],
+                status=StepStatus(row["status"]),
+                output=jsonb.parse(row["output"]),
+                error=jsonb.parse(row["error"]),
+                attempts=row["attempts"],
+                started_at=row["started_at"],
+                finished_at=row["finished_at"],
+                inputs=jsonb.parse(row["inputs"]),
+            )
+            for row in rows
+        ]
+
+    def inputs(self, workflow_id: str, seq: int) -> str | None:
+        """The inputs JSON of step ``seq`` (None when the row or its inputs are missing)."""
+        row = self._db.one(
+            "get_step_inputs",
+            f"read step {seq} of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            seq=seq,
+        )
+        return None if row is None else text_of(row["inputs"])

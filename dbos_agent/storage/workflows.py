@@ -1,0 +1,150 @@
+"""Workflow rows: recording a call (idempotent start), its owner, its outcome; reading them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ..records import WorkflowInfo, WorkflowStatus
+from . import jsonb
+from .connector import Connector
+from .rows import WorkflowRow, text_of, workflow_info
+
+
+class WorkflowStore:
+    """The ``workflows`` table."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def insert(
+        self,
+        *,
+        workflow_id: str,
+        name: str,
+        inputs: str,
+        executor_id: str,
+        app_version: str | None,
+        max_recovery_attempts: int,
+        owner_key: int | None,
+        queue_name: str | None = None,
+        priority: int = 0,
+    ) -> tuple[bool, WorkflowRow]:
+        """Record a new workflow; ``(False, existing)`` when the id is taken.
+
+        It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given.
+        """
+        status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
+        where = f"the inputs of workflow {workflow_id!r} ({name})"
+        row = self._db.one(
+            "insert_workflow",
+            f"record workflow {workflow_id!r}",
+            where=where,
+            workflow_id=workflow_id,
+            name=name,
+            status=status,
+            inputs=self._db.json_in(inputs, where),
+            executor_id=executor_id,
+            app_version=app_version,
+            max_recovery_attempts=max_recovery_attempts,
+            owner_key=None if queue_name is not None else owner_key,
+            queue_name=queue_name,
+            priority=priority,
+        )
+        assert row is not None
+        if row["inserted"]:  # the statement's snapshot cannot see its own insert
+            return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
+        return False, WorkflowRow(
+            workflow_id,
+            row["name"],
+            WorkflowStatus(row["status"]),
+            text_of(row["inputs"]) or "{}",
+            text_of(row["output"]),
+            text_of(row["error"]),
+            row["owner_key"],
+            bool(row["owner_live"]),
+        )
+
+    def take_over(
+        self, workflow_id: str, old_owner_key: int | None, owner_key: int, executor_id: str
+    ) -> bool:
+        """Compare-and-set the owner of a PENDING workflow whose session is dead."""
+        row = self._db.one(
+            "take_over_workflow",
+            f"take over workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            old_owner_key=old_owner_key,
+            owner_key=owner_key,
+            executor_id=executor_id,
+        )
+        return row is not None
+
+    def owner(self, workflow_id: str) -> tuple[WorkflowStatus, int | None] | None:
+        """``(status, owning session)`` of a workflow, or None when there is no such one."""
+        row = self._db.one(
+            "get_workflow_owner",
+            f"read the owner of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+        )
+        return None if row is None else (WorkflowStatus(row["status"]), row["owner_key"])
+
+    def finish(
+        self,
+        workflow_id: str,
+        status: WorkflowStatus,
+        output: str | None,
+        error: str | None,
+        owner_key: int | None,
+    ) -> tuple[bool, WorkflowStatus, str | None, str | None]:
+        """Record a PENDING workflow's outcome; if it was finished already, return that one.
+
+        Raises CheckpointTooLargeError (writing nothing) for an output over the limit.
+        """
+        where = f"the output of workflow {workflow_id!r}"
+        row = self._db.one(
+            "finish_workflow",
+            f"record the outcome of workflow {workflow_id!r}",
+            where=where,
+            workflow_id=workflow_id,
+            status=status,
+            output=self._db.json_in_optional(output, where),
+            error=jsonb.to_db_optional(error),  # clipped when recorded: never over the limit
+            owner_key=owner_key,
+        )
+        if row is None:
+            raise LookupError(workflow_id)
+        return (
+            bool(row["updated"]),
+            WorkflowStatus(row["status"]),
+            text_of(row["output"]),
+            text_of(row["error"]),
+        )
+
+    def get(self, workflow_id: str) -> WorkflowInfo | None:
+        """The stored workflow, or None."""
+        row = self._db.one(
+            "get_workflow", f"read workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        return None if row is None else workflow_info(row)
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        executor_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Workflows matching every given filter, newest first."""
+        rows = self._db.all(
+            "list_workflows",
+            "list workflows",
+            status=status,
+            name=name,
+            executor_id=executor_id,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+        )
+        return [workflow_info(row) for row in rows]
