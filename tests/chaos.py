@@ -34,9 +34,8 @@ import psycopg
 
 import dbos_agent as da
 from dbos_agent.testing import RestartablePostgres
-from tests.fault_app import expected
-
-ROOT = Path(__file__).parent.parent
+from tests.fault_app import expected, read_log
+from tests.processes import ROOT, start_worker
 
 
 @dataclass
@@ -67,35 +66,11 @@ def _env(url: str, log: Path, step_seconds: float) -> dict[str, str]:
 
 
 def _worker(env: dict[str, str], lease: float) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dbos_agent.worker",
-            "--app",
-            "tests.fault_app",
-            "--quiet",
-            "--poll",
-            "0.3",
-            "--lease",
-            str(lease),
-            "--workers",
-            "32",
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    args = ("--quiet", "--poll", "0.3", "--lease", str(lease), "--workers", "32")
+    return start_worker(env["DBOS_AGENT_DATABASE_URL"], "tests.fault_app", *args, env=env)
 
 
-def _log_lines(log: Path) -> list[tuple[str, int, str, int, float]]:
-    rows = []
-    for line in log.read_text().splitlines():
-        kind, pid, wid, seq, at = line.split()
-        rows.append((kind, int(pid), wid, int(seq), float(at)))
-    return rows
+_log_lines = read_log
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:

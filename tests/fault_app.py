@@ -40,6 +40,16 @@ def chain(wid: str, steps: int) -> int:
     return sum(work(wid, i) for i in range(steps))
 
 
+def read_log(path: object) -> list[tuple[str, int, str, int, float]]:
+    """The side-effect log: ``(kind, pid, workflow id, step, time)`` per line."""
+    rows = []
+    with open(str(path)) as f:
+        for line in f.read().splitlines():
+            kind, pid, wid, seq, at = line.split()
+            rows.append((kind, int(pid), wid, int(seq), float(at)))
+    return rows
+
+
 def expected(steps: int) -> int:
     return sum(i * i for i in range(steps))
 

@@ -5,10 +5,8 @@ their lease. Side effects are counted from outside, in the step log of fault_app
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,10 +19,9 @@ import pytest
 import dbos_agent as da
 from dbos_agent.testing import RestartablePostgres
 from tests import fault_app
-from tests.fault_app import chain, expected
+from tests.fault_app import chain, expected, read_log
 from tests.helpers import new_id, wait_until
-
-ROOT = Path(__file__).parent.parent
+from tests.processes import start_worker, stop_workers
 
 
 @pytest.fixture
@@ -47,12 +44,7 @@ def step_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def _lines(log: Path) -> list[tuple[str, int, str, int, float]]:
-    rows = []
-    for line in log.read_text().splitlines():
-        kind, pid, wid, seq, at = line.split()
-        rows.append((kind, int(pid), wid, int(seq), float(at)))
-    return rows
+_lines = read_log
 
 
 def _starts(log: Path) -> Counter[tuple[str, int]]:
@@ -94,47 +86,11 @@ def _check_results(url: str, ids: list[str], steps: int) -> None:
 
 
 def _worker(url: str, log: Path, *extra: str, step_seconds: float = 0.1) -> subprocess.Popen[str]:
-    env = dict(
-        os.environ,
-        DBOS_AGENT_DATABASE_URL=url,
-        FAULT_APP_LOG=str(log),
-        FAULT_APP_STEP_SECONDS=str(step_seconds),
-        PYTHONPATH=str(ROOT),
-    )
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dbos_agent.worker",
-            "--app",
-            "tests.fault_app",
-            "--poll",
-            "0.2",
-            *extra,
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = {"FAULT_APP_LOG": str(log), "FAULT_APP_STEP_SECONDS": str(step_seconds)}
+    return start_worker(url, "tests.fault_app", *extra, env=env)
 
 
-def _stop(procs: list[subprocess.Popen[str]]) -> str:
-    """SIGTERM (SIGCONT first, in case one is paused); returns what they logged."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGCONT)
-            p.send_signal(signal.SIGTERM)
-    logs = []
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-        logs.append(err or "")
-    return "\n".join(logs)
+_stop = stop_workers
 
 
 def _enqueue(url: str, ids: list[str], steps: int, workflow: str = "chain") -> None:

@@ -17,36 +17,14 @@ import pytest
 
 import dbos_agent as da
 from tests.helpers import new_id
+from tests.processes import start_worker, stop_workers
 
 ROOT = Path(__file__).parent.parent
 
 
 def _worker(url: str, log: Path, *extra: str, step_seconds: float = 0.1) -> subprocess.Popen[str]:
-    env = dict(
-        os.environ,
-        DBOS_AGENT_DATABASE_URL=url,
-        WORKER_APP_LOG=str(log),
-        WORKER_APP_STEP_SECONDS=str(step_seconds),
-        PYTHONPATH=str(ROOT),
-    )
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dbos_agent.worker",
-            "--app",
-            "tests.worker_app",
-            "--quiet",
-            "--poll",
-            "0.2",
-            *extra,
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = {"WORKER_APP_LOG": str(log), "WORKER_APP_STEP_SECONDS": str(step_seconds)}
+    return start_worker(url, "tests.worker_app", "--quiet", *extra, env=env)
 
 
 def _statuses(url: str, ids: list[str]) -> dict[str, str]:
@@ -77,14 +55,7 @@ def _executions(log: Path) -> list[tuple[int, str, int, float, float]]:
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_workers(procs)
 
 
 def test_three_workers_one_killed_mid_way_all_workflows_finish_once(
