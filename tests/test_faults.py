@@ -262,8 +262,8 @@ def test_a_paused_worker_runs_nothing_after_it_wakes_up(
         paused.send_signal(signal.SIGCONT)
         woke_at = time.time()
         time.sleep(3.0)  # let the paused worker run whatever it would run now
-        more = [new_id("after") for _ in range(4)]  # and it is a healthy worker again
-        _enqueue(url, more, 3)
+        more = [new_id("after") for _ in range(8)]  # and it is a healthy worker again,
+        _enqueue(url, more, 3, workflow)  # not a zombie whose new work others take from it
         wait_until(lambda: _all_succeeded(url, more), 30, "new work finished")
     finally:
         logs = _stop([paused, *([other] if other else [])])
@@ -279,6 +279,14 @@ def test_a_paused_worker_runs_nothing_after_it_wakes_up(
         if first_other is not None:
             assert all(at < first_other for at, pid in starts if pid == paused.pid), wid
     assert max(_starts(step_log).values()) <= 2  # only the steps in flight at the pause
+    _check_results(url, more, 3)
+    assert all(_starts(step_log)[(wid, seq)] == 1 for wid in more for seq in range(3))
+    attempts = _rows(
+        url,
+        "SELECT max(recovery_attempts) FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)",
+        more,
+    )
+    assert attempts == [(0,)]  # nothing dequeued after the wake was taken from either worker
     assert stopped_at < woke_at
     assert "Traceback" not in logs
 
