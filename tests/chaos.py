@@ -35,6 +35,7 @@ import psycopg
 import dbos_agent as da
 from dbos_agent.testing import RestartablePostgres
 from tests.fault_app import expected, read_log
+from tests.helpers import wait_until
 from tests.processes import ROOT, start_worker
 
 
@@ -71,14 +72,6 @@ def _worker(env: dict[str, str], lease: float) -> subprocess.Popen[str]:
 
 
 _log_lines = read_log
-
-
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"chaos: timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def run_chaos(
@@ -120,7 +113,7 @@ def run_chaos(
             return lambda: sum(1 for r in _log_lines(log) if r[0] == "S") >= share * total
 
         def fault(name: str, at: float, action: Callable[[], object]) -> None:
-            _wait(progressed(at), 120, f"{at:.0%} of the steps before: {name}")
+            wait_until(progressed(at), 120, f"{at:.0%} of the steps before: {name}")
             action()
             report.faults.append(f"{name} at {sum(1 for r in _log_lines(log) if r[0] == 'S')}")
 
@@ -138,7 +131,7 @@ def run_chaos(
             def pause() -> None:
                 nonlocal paused_at, woke_at
                 second.send_signal(signal.SIGSTOP)
-                _wait(lambda: _stopped(second.pid), 10, "the worker to stop")
+                wait_until(lambda: _stopped(second.pid), 10, "the worker to stop")
                 paused_at = time.time()  # its threads may run a moment after the signal
                 time.sleep(lease + 3.0)
                 second.send_signal(signal.SIGCONT)
@@ -165,7 +158,7 @@ def run_chaos(
                 if results != {wid: expected(steps) for wid in app_ids}:
                     report.problems.append(f"wrong application results: {results}")
             ids = queued + app_ids
-            _wait(lambda: _finished(url, ids), 300, "every workflow to finish")
+            wait_until(lambda: _finished(url, ids), 300, "every workflow to finish")
         finally:
             if app.poll() is None:
                 app.kill()

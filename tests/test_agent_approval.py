@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
-from tests.helpers import new_id
+from tests.helpers import new_id, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "coding_agent.py"
@@ -57,11 +56,15 @@ def _waiting_for_approval(url: str, task: str) -> bool:
     return row is not None and row[0] is not None
 
 
-def _wait(predicate: object, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+def _owner_pid(url: str, task: str) -> int | None:
+    """The pid of the process whose session owns the workflow now."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT e.pid FROM dbos_agent.workflows AS w JOIN dbos_agent.executors AS e"
+            " ON e.session_key = w.owner_key WHERE w.workflow_id = %s",
+            (task,),
+        ).fetchone()
+    return None if row is None else int(row[0])
 
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -81,7 +84,7 @@ def test_the_agent_waits_for_a_human_across_a_crash(
     url, task, workdir = dbos_agent_database_url, new_id("approval"), tmp_path / "work"
     first = _agent(url, task, workdir)
     try:
-        _wait(lambda: _waiting_for_approval(url, task))
+        wait_until(lambda: _waiting_for_approval(url, task), 60, "the agent to wait for approval")
         first.send_signal(signal.SIGKILL)  # killed while it waits for the human
         first.wait(10)
     finally:
@@ -94,7 +97,7 @@ def test_the_agent_waits_for_a_human_across_a_crash(
 
     second = _agent(url, task, workdir)
     try:
-        time.sleep(1.0)  # it resumes and waits again (nothing is re-run meanwhile)
+        wait_until(lambda: _owner_pid(url, task) == second.pid, 60, "the second run took over")
         decision = {"approved": True} if approved else {"approved": False, "reason": "no"}
         sent = _cli(url, "send", task, json.dumps(decision), "--topic", "approval")
         assert sent.returncode == 0, sent.stderr

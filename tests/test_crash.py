@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.helpers import new_id
+from tests.helpers import new_id, wait_until
 
 APP = Path(__file__).with_name("crashy_app.py")
 N = 4
@@ -133,10 +133,12 @@ def test_killed_from_outside_at_random_moments(
             text=True,
         )
         target = len(_lines(tmp_path / "effects.log")) + 3
-        deadline = time.monotonic() + 60
-        while len(_lines(tmp_path / "effects.log")) < target and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.013 * (round_ + 1))  # land at different offsets inside a step
+
+        def three_more(n: int = target) -> bool:
+            return len(_lines(tmp_path / "effects.log")) >= n
+
+        wait_until(three_more, 60, "3 more steps")
+        time.sleep(0.013 * (round_ + 1))  # not a wait: lands the kill at another offset
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finished = _run(["recover", wid], env)

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,6 +25,7 @@ from dbos_agent.storage.embedded import (
     release_embedded_database,
 )
 from dbos_agent.testing import fresh_database
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,15 +80,6 @@ def _start_time(url: str) -> str:
         row = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
     assert row is not None
     return str(row[0].isoformat())
-
-
-def _wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 class Children:
@@ -151,7 +143,7 @@ def embedded_dir(tmp_path: Path) -> Iterator[Path]:
     pid = _server_pid(directory)
     if pid is not None and _alive(pid):
         os.kill(pid, signal.SIGQUIT)  # immediate shutdown
-        _wait_until(lambda: not _alive(pid), timeout=15)
+        wait_until(lambda: not _alive(pid), 15, f"postmaster {pid} to exit")
 
 
 @pytest.fixture
@@ -234,7 +226,7 @@ def test_stale_postmaster_pid_from_killed_server(embedded_dir: Path) -> None:
     pid = _server_pid(embedded_dir)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    assert _wait_until(lambda: not _alive(pid))
+    wait_until(lambda: not _alive(pid), 10, f"postmaster {pid} to die")
     assert (embedded_dir / "pgdata" / "postmaster.pid").exists()
 
     assert embedded_database_url(embedded_dir) == url  # the port is reused when free

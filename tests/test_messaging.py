@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 import dbos_agent as da
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, wait_until
 
 CRASH: set[str] = set()
 
@@ -43,10 +43,9 @@ def _mailbox(url: str, wid: str) -> list[tuple[str, Any, int | None]]:
 
 def _wait_for_step(wid: str, name: str, timeout: float = 10.0) -> None:
     """Until ``wid`` has a step row named ``name`` (a waiting recv writes its deadline)."""
-    deadline = time.monotonic() + timeout
-    while not any(s.name == name for s in da.list_steps(wid)):
-        assert time.monotonic() < deadline, f"{wid} never reached {name}"
-        time.sleep(0.01)
+    wait_until(
+        lambda: any(s.name == name for s in da.list_steps(wid)), timeout, f"{wid} reaches {name}"
+    )
 
 
 class Approval(BaseModel):
@@ -99,8 +98,8 @@ def test_get_event_waits_for_a_value_set_later(runtime: da.Runtime) -> None:
     got: list[Any] = []
     reader = threading.Thread(target=lambda: got.append(da.get_event(wid, "decided_by", 10)))
     reader.start()
-    time.sleep(0.3)  # the reader is waiting; nothing is set under that key yet
-    assert not got
+    _wait_for_step(wid, "dbos_agent.recv")  # the workflow waits: nothing is set under that key
+    assert not got and reader.is_alive()
     da.send(wid, {"approved": False, "by": "bob"}, topic="approval")
     reader.join(15)
     assert got == ["bob"]
@@ -261,11 +260,13 @@ def test_subscribe_delivers_notifications_of_other_channels(runtime: da.Runtime)
         arrived.set()
 
     unsubscribe = runtime.notifications.subscribe("dbos_agent_cancel", on_cancel)
-    deadline = time.monotonic() + 10
     with psycopg.connect(runtime.db.url, autocommit=True) as conn:
-        while not arrived.is_set() and time.monotonic() < deadline:  # LISTEN starts shortly
+
+        def notified() -> bool:  # LISTEN starts shortly: notify until it is heard
             conn.execute("SELECT pg_notify('dbos_agent_cancel', 'wf-1')")
-            arrived.wait(0.1)
+            return arrived.wait(0.1)
+
+        wait_until(notified, 10, "the subscriber to hear a NOTIFY")
     unsubscribe()
     assert got and set(got) == {"wf-1"}
 
@@ -351,10 +352,12 @@ def test_a_message_is_received_once_across_a_crash(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while runtime.db.workflows.get(wid) is None:
-            assert app.poll() is None and time.monotonic() < deadline, app.communicate()
-            time.sleep(0.02)
+        wait_until(
+            lambda: runtime.db.workflows.get(wid) is not None or app.poll() is not None,
+            30,
+            "the app to record its workflow",
+        )
+        assert app.poll() is None, app.communicate()
         da.send(wid, "first", topic="inbox")
         da.send(wid, "second", topic="inbox")
         _, err = app.communicate(timeout=60)

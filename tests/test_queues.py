@@ -11,7 +11,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.state import forget_queues
-from tests.helpers import new_id
+from tests.helpers import new_id, wait_until
 
 ORDER: list[str] = []
 RUNS: Counter[str] = Counter()
@@ -67,7 +67,7 @@ def test_enqueue_runs_and_dedups(queue_runtime: da.Runtime) -> None:
 def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
     q = da.Queue(new_id("q"), worker_concurrency=1)
     gate = q.enqueue(queued, "first", 0.3)
-    time.sleep(0.1)  # "first" holds the only slot while the rest wait
+    wait_until(lambda: "first" in ORDER, 10, '"first" holds the only slot')
     handles = [q.enqueue(queued, f"p{p}", priority=p) for p in (5, 1, 3)]
     for h in [gate, *handles]:
         h.result(30)
@@ -131,7 +131,7 @@ def test_enqueued_inputs_that_do_not_fit_fail_clearly(
 def test_a_cancelled_queued_workflow_resumes_into_its_queue(queue_runtime: da.Runtime) -> None:
     q = da.Queue(new_id("q"), worker_concurrency=1)
     blocker = q.enqueue(queued, "blocker", 0.5)
-    time.sleep(0.1)  # the blocker holds the only slot
+    wait_until(lambda: "blocker" in ORDER, 10, "the blocker holds the only slot")
     waiting = q.enqueue(queued, "waiting")
     da.cancel(waiting.workflow_id)
     assert waiting.status() == da.WorkflowStatus.CANCELLED

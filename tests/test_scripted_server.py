@@ -39,6 +39,7 @@ from dbos_agent.agent.scripted_server import (
     text,
     tool_use,
 )
+from tests.helpers import wait_until
 
 MODEL = "claude-scripted-1"
 HELLO: list[MessageParam] = [{"role": "user", "content": "Say hello."}]
@@ -327,12 +328,12 @@ def start_subprocess(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes
         env=env,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 10
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"server did not start: {proc.communicate()[1].decode()}")
-        time.sleep(0.02)
+    try:
+        wait_until(lambda: port_file.exists() or proc.poll() is not None, 10, "the server")
+        assert port_file.exists()
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(f"server did not start: {proc.communicate()[1].decode()}") from None
     return proc, int(port_file.read_text())
 
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.test_messaging import APP, app_env
 
 CRASH: set[str] = set()
@@ -95,10 +95,7 @@ def test_async_workflows_sleep_on_the_event_loop(runtime: da.Runtime) -> None:
 
 
 def _wait_for_step(wid: str, name: str) -> None:
-    deadline = time.monotonic() + 10
-    while not any(s.name == name for s in da.list_steps(wid)):
-        assert time.monotonic() < deadline, f"{wid} never reached {name}"
-        time.sleep(0.01)
+    wait_until(lambda: any(s.name == name for s in da.list_steps(wid)), 10, f"{wid}: {name}")
 
 
 def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
@@ -151,11 +148,13 @@ def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_pat
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not _has_step(url, wid, "dbos_agent.sleep"):
-            assert app.poll() is None and time.monotonic() < deadline, app.communicate()
-            time.sleep(0.02)
-        time.sleep(1.0)  # a third of the way into the sleep
+        wait_until(
+            lambda: _has_step(url, wid, "dbos_agent.sleep") or app.poll() is not None,
+            30,
+            "the app's sleep to begin",
+        )
+        assert app.poll() is None, app.communicate()
+        time.sleep(1.0)  # not a wait for a condition: the kill lands a third into the sleep
         app.send_signal(signal.SIGKILL)
         app.communicate(timeout=30)
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.storage.database import SystemDatabase
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, wait_until
 
 RUNS: Counter[str] = Counter()
 GATES: dict[str, threading.Event] = {}
@@ -76,9 +76,7 @@ def test_a_pending_workflow_is_attached_to_not_run_twice(runtime: da.Runtime) ->
     wid = new_id()
     GATES[wid] = threading.Event()
     first = da.start(squares, wid, 3, workflow_id=wid)
-    deadline = time.monotonic() + 5
-    while RUNS[f"{wid}:1"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: RUNS[f"{wid}:1"] > 0, 5, "step 1 under way")
     second = da.start(squares, wid, 3, workflow_id=wid)
     assert second.status() == da.WorkflowStatus.PENDING
     GATES[wid].set()
@@ -189,9 +187,7 @@ def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
     wid = new_id()
     GATES[wid] = threading.Event()
     first = da.start(squares, wid, 3, workflow_id=wid)
-    deadline = time.monotonic() + 5
-    while RUNS[f"{wid}:1"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: RUNS[f"{wid}:1"] > 0, 5, "step 1 under way")
     other = _second_runtime(dbos_agent_database_url, "other")
     try:
         definition = squares.__dbos_agent_workflow__  # type: ignore[attr-defined]
@@ -226,11 +222,17 @@ def _hung_owner_scenario(url: str, executor_id: str) -> None:
     try:
         GATES[wid] = gate = threading.Event()
         first = da.start(squares, wid, 3, workflow_id=wid)
-        deadline = time.monotonic() + 5
-        while RUNS[f"{wid}:1"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: RUNS[f"{wid}:1"] > 0, 5, "step 1 under way")
         hung.session._stop.set()  # the heartbeat stops: the process looks hung
-        time.sleep(0.6)
+
+        def lease_ran_out() -> bool:
+            with psycopg.connect(url) as conn:
+                row = conn.execute(
+                    "SELECT %s IN (SELECT dbos_agent.dead_sessions())", (hung.session_key,)
+                ).fetchone()
+            return bool(row and row[0])
+
+        wait_until(lease_ran_out, 10, "the hung session's lease to run out")
         del GATES[wid]
         other = _second_runtime(url, new_id("other"))
         report = RecoveryReport()
@@ -303,7 +305,11 @@ def test_recovery_at_launch_and_dead_letter(dbos_agent_database_url: str, execut
             assert rt.last_recovery is not None
             if attempt == 1:
                 assert da.retrieve(ok_id).result(10) == 5
-            time.sleep(0.2)
+
+            def crashed_again(runs: int = attempt + 1) -> bool:
+                return RUNS[crash_id] == runs
+
+            wait_until(crashed_again, 10, "the recovered run")
             info = da.retrieve(crash_id).get_info()
             assert info.status == da.WorkflowStatus.PENDING
             assert info.recovery_attempts == attempt
