@@ -184,3 +184,16 @@ def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
             handle.result(timeout=10)
         assert handle.status() == da.WorkflowStatus.CANCELLED
     assert time.monotonic() - started < 5.0
+
+
+def test_the_database_clock_moves_for_tests_instead_of_sleeping(runtime: da.Runtime) -> None:
+    before = runtime.db.messages.database_time()
+    runtime.db.advance_clock(3600)
+    try:
+        after = runtime.db.messages.database_time()
+        assert 3600 <= after - before < 3660
+        with runtime.db.connection() as conn:  # every connection the library uses moves
+            row = conn.execute("SELECT extract(epoch FROM dbos_agent.now()) AS t").fetchone()
+        assert row is not None and float(row["t"]) - before >= 3600
+    finally:
+        runtime.db.advance_clock(-3600)

@@ -186,7 +186,7 @@ WITH locked AS (
     SELECT dbos_agent.locked_sessions() AS session_key
 ), stamped AS (
     UPDATE dbos_agent.executors AS e
-    SET lock_lost_at = now()
+    SET lock_lost_at = dbos_agent.now()
     WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
     RETURNING e.session_key
 ), page AS (
@@ -287,14 +287,14 @@ SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
 -- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
     (session_key, executor_id, app_version, hostname, pid, process_key, lease_seconds,
-     grace_seconds)
+     grace_seconds, heartbeat_at)
 VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(hostname)s, %(pid)s,
-        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s)
+        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now())
 ON CONFLICT (session_key) DO UPDATE
     SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
         hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
         lease_seconds = EXCLUDED.lease_seconds, grace_seconds = EXCLUDED.grace_seconds,
-        heartbeat_at = now(), lock_lost_at = NULL;
+        heartbeat_at = dbos_agent.now(), lock_lost_at = NULL;
 
 -- name: heartbeat_executor
 -- Renew the lease (on the connection that holds the lock). Returns whether the
@@ -303,15 +303,16 @@ ON CONFLICT (session_key) DO UPDATE
 -- No row: the session was forgotten (it looked dead) and must register again.
 WITH before AS (
     SELECT session_key,
-           heartbeat_at < now() - make_interval(secs => lease_seconds)
-           OR (lock_lost_at < now() - make_interval(secs => grace_seconds)
-               AND heartbeat_at < now() - make_interval(secs => grace_seconds)) AS was_dead
+           heartbeat_at < dbos_agent.now() - make_interval(secs => lease_seconds)
+           OR (lock_lost_at < dbos_agent.now() - make_interval(secs => grace_seconds)
+               AND heartbeat_at < dbos_agent.now() - make_interval(secs => grace_seconds))
+           AS was_dead
     FROM dbos_agent.executors
     WHERE session_key = %(session_key)s
     FOR UPDATE
 )
 UPDATE dbos_agent.executors AS e
-SET heartbeat_at = now(), lock_lost_at = NULL
+SET heartbeat_at = dbos_agent.now(), lock_lost_at = NULL
 FROM before
 WHERE e.session_key = before.session_key
 RETURNING before.was_dead;
@@ -386,7 +387,7 @@ WITH in_flight AS (
     SELECT count(*) AS started
     FROM dbos_agent.workflows
     WHERE queue_name = %(queue_name)s
-      AND dequeued_at > now() - make_interval(secs => %(rate_period)s)
+      AND dequeued_at > dbos_agent.now() - make_interval(secs => %(rate_period)s)
 ), room AS (
     SELECT GREATEST(0, LEAST(
                %(free_slots)s,
@@ -406,7 +407,7 @@ WITH in_flight AS (
 )
 UPDATE dbos_agent.workflows AS w
 SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
-    dequeued_at = now(), updated_at = now()
+    dequeued_at = dbos_agent.now(), updated_at = now()
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.inputs::text;
@@ -550,7 +551,7 @@ SELECT coalesce(max(version), 0) AS version FROM dbos_agent.schema_migrations;
 -- name: get_database_time
 -- The database's clock, in seconds since the epoch: durable timers and
 -- deadlines use it, so every executor agrees on when a workflow wakes.
-SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
+SELECT extract(epoch FROM dbos_agent.now())::float8 AS now;
 
 -- name: insert_message
 -- Send a message to a workflow (which must exist). A repeated idempotency
@@ -677,8 +678,8 @@ WITH picked AS (
     SELECT workflow_id
     FROM dbos_agent.workflows
     WHERE status = ANY(%(statuses)s)
-      AND finished_at < now() - make_interval(secs => %(older_than)s)
-      AND created_at < now() - make_interval(secs => %(older_than)s)
+      AND finished_at < dbos_agent.now() - make_interval(secs => %(older_than)s)
+      AND created_at < dbos_agent.now() - make_interval(secs => %(older_than)s)
     ORDER BY created_at
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -714,8 +715,8 @@ WITH picked AS NOT MATERIALIZED (
     SELECT workflow_id
     FROM dbos_agent.workflows
     WHERE status = ANY(%(statuses)s)
-      AND finished_at < now() - make_interval(secs => %(older_than)s)
-      AND created_at < now() - make_interval(secs => %(older_than)s)
+      AND finished_at < dbos_agent.now() - make_interval(secs => %(older_than)s)
+      AND created_at < dbos_agent.now() - make_interval(secs => %(older_than)s)
 )
 SELECT (SELECT count(*) FROM picked) AS workflows,
        (SELECT count(*) FROM dbos_agent.steps

@@ -8,6 +8,19 @@
 
 CREATE SCHEMA IF NOT EXISTS dbos_agent;
 
+-- == the clock =========================================================================
+
+-- The database clock, which tests can move: the statement's time plus the session
+-- setting dbos_agent.clock_offset (an interval; unset means none). Leases, the grace
+-- of a lost lock, durable timers, rate limits and retention read time through it;
+-- records (created_at, finished_at, ...) keep the real time.
+CREATE FUNCTION dbos_agent.now() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT now()
+           + coalesce(nullif(current_setting('dbos_agent.clock_offset', true), '')::interval,
+                      interval '0')
+$$;
+
 -- == workflows =========================================================================
 
 -- One row per workflow: its call, who runs it, how it ended.
@@ -160,9 +173,9 @@ CREATE FUNCTION dbos_agent.dead_sessions() RETURNS SETOF integer
 LANGUAGE sql STABLE AS $$
     SELECT e.session_key
     FROM dbos_agent.executors AS e
-    WHERE e.heartbeat_at < now() - make_interval(secs => e.lease_seconds)
-       OR (e.lock_lost_at < now() - make_interval(secs => e.grace_seconds)
-           AND e.heartbeat_at < now() - make_interval(secs => e.grace_seconds)
+    WHERE e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.lease_seconds)
+       OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+           AND e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
            AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
 $$;
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -92,6 +93,10 @@ class Connector:
         self._weeded_at = 0.0
         self._weed_lock = threading.Lock()
         self._pool = ConnectionPool(self._connect_pooled, max(1, pool_size))
+        #: Seconds added to the database clock (``dbos_agent.now()``) on every connection
+        #: this process uses: tests move time with :meth:`advance_clock` instead of sleeping.
+        self.clock_offset = 0.0
+        self._clocks: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     def _connect_pooled(self) -> Connection:
         return psycopg.connect(
@@ -127,6 +132,21 @@ class Connector:
         return psycopg.connect(
             self.url, autocommit=True, **connection_options(application_name, keepalives_idle)
         )
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move this process's database clock forward (for tests): leases run out, timers
+        come due and rate-limit periods pass as if ``seconds`` had gone by."""
+        self.clock_offset += seconds
+
+    def sync_clock(self, conn: psycopg.Connection[Any]) -> None:
+        """Set the clock offset on ``conn`` if it differs from what that connection has (a
+        dictionary lookup in the common case)."""
+        if self._clocks.get(conn, 0.0) != self.clock_offset:
+            conn.execute(
+                "SELECT set_config('dbos_agent.clock_offset', %s, false)",
+                (f"{self.clock_offset} seconds",),
+            )
+            self._clocks[conn] = self.clock_offset
 
     @staticmethod
     def listen(conn: psycopg.Connection[Any], channel: str) -> None:
@@ -174,6 +194,7 @@ class Connector:
         def attempt() -> T:
             with self._pool.connection(timeout=self._attempt_wait()) as conn:
                 try:
+                    self.sync_clock(conn)
                     if resend:
                         return once(conn)
                     conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly

@@ -158,6 +158,7 @@ class ExecutorSession:
                 fresh = True
             else:
                 try:
+                    self.db.sync_clock(self._conn)
                     row = self._conn.execute(
                         query("heartbeat_executor"), {"session_key": self.key}
                     ).fetchone()
@@ -231,6 +232,7 @@ class ExecutorSession:
         return bool(row and row[0])
 
     def _register(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
+        self.db.sync_clock(conn)
         conn.execute(
             query("register_executor"),
             {
