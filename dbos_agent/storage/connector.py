@@ -123,6 +123,7 @@ class Connector:
     def connection(self) -> Iterator[Connection]:
         """A pooled autocommit connection, rows as dicts (for tests and tools)."""
         with self._pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+            self.sync_clock(conn)
             yield conn
 
     def connect_dedicated(
