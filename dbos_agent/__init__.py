@@ -32,6 +32,7 @@ from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
     CheckpointError,
     CheckpointTooLargeError,
+    ConfigurationError,
     DatabaseUnavailableError,
     DbosAgentError,
     InvalidIdentifierError,
@@ -58,6 +59,7 @@ __all__ = [
     "CheckpointTooLargeError",
     "Client",
     "ClientHandle",
+    "ConfigurationError",
     "DatabaseUnavailableError",
     "DbosAgentError",
     "GcReport",

@@ -38,6 +38,15 @@ class CheckpointError(DatabaseUnavailableError):
     """
 
 
+class ConfigurationError(DbosAgentError):
+    """The process lacks configuration a step needs: a model client, an API key.
+
+    That is not the step's outcome, so it is never recorded: the run stops, the workflow
+    stays PENDING, and a process that has the configuration continues it (the next
+    recovery, a restarted worker, ``resume``). The message never holds a secret.
+    """
+
+
 class SchemaVersionError(DbosAgentError):
     """The database holds a dbos_agent schema newer than this library knows."""
 

@@ -289,3 +289,42 @@ def test_retry_classification() -> None:
     too_long = status_error(anthropic.RateLimitError, 429, headers={"retry-after": "600"})
     assert policy.delay_before_retry(1, too_long) is None  # give up rather than block
     assert policy.delay_before_retry(4, rate_limited) is None  # retries used up
+
+
+@pytest.mark.parametrize("problem", ["no key", "refused key"])
+def test_missing_credentials_leave_the_workflow_pending_not_failed(
+    dbos_agent_postgres_url: str, executor_id: str, monkeypatch: pytest.MonkeyPatch, problem: str
+) -> None:
+    """No API key is this process's configuration, not the model call's outcome: nothing is
+    recorded, and a process that has the configuration finishes the workflow."""
+    from dbos_agent.testing import fresh_database
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    script: list[ScriptItem] = [Reply([text("hi")])]
+    if problem == "refused key":
+        script.insert(0, Fail(401, "authentication_error"))
+    with serve(script) as server, fresh_database(dbos_agent_postgres_url) as url:
+        wid = new_id("unconfigured")
+        rt = da.launch(url, executor_id=executor_id, workers=2)
+        try:
+            key = None if problem == "no key" else "wrong"
+            CURRENT["model"] = Model(
+                anthropic.Anthropic(base_url=server.url, api_key=key, auth_token=None),
+                model="claude-sonnet-4-5",
+                max_tokens=64,
+            )
+            with (
+                pytest.raises(da.ConfigurationError, match="ANTHROPIC_API_KEY"),
+                da.workflow_id(wid),
+            ):
+                conversation(1)
+            assert da.retrieve(wid).status() == da.WorkflowStatus.PENDING
+            assert da.list_steps(wid) == []
+        finally:
+            rt.shutdown()
+        CURRENT["model"] = fast_model(server)  # the next process has a client
+        rt = da.launch(url, executor_id=executor_id, workers=2)
+        try:
+            assert da.retrieve(wid).result(timeout=30) == ["hi"]
+        finally:
+            rt.shutdown()

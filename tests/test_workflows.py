@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -487,3 +489,43 @@ def test_a_failed_checkpoint_leaves_the_workflow_pending_not_failed(
             assert da.retrieve(wid).result(timeout=30) == 1  # the step ran again, recorded
         finally:
             rt.shutdown()
+
+
+NO_WITH = """
+import asyncio, logging, sys
+logging.basicConfig(level=logging.INFO)
+import dbos_agent as da
+
+@da.durable_workflow
+def hello() -> str:
+    return "hi"
+
+@da.durable_workflow
+async def hello_async() -> str:
+    return "hi async"
+
+if sys.argv[2] == "async":
+    async def main() -> None:
+        async with da.launch(sys.argv[1], executor_id="exits-async"):
+            print(await hello_async())
+    asyncio.run(main())
+else:
+    da.launch(sys.argv[1], executor_id="exits-plainly")  # no with, no shutdown()
+    print(hello())
+"""
+
+
+@pytest.mark.parametrize("mode", ["no-with", "async"])
+def test_a_program_ends_quietly_with_or_without_shutdown(
+    dbos_agent_database_url: str, mode: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_WITH, dbos_agent_database_url, mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("hi async" if mode == "async" else "hi")
+    noise = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert noise == [] and "Traceback" not in done.stderr, done.stderr

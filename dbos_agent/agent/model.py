@@ -9,8 +9,9 @@ request: it is neither streamed again nor paid again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -18,6 +19,7 @@ import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
 from ..engine.step import step as durable_step
+from ..errors import ConfigurationError
 from .accounting import MODEL_STEP_NAMES
 from .replay import note_step
 from .retrying import RETRYABLE_TYPES, ModelRetryPolicy
@@ -154,12 +156,33 @@ class Model:
         return result
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
-        client = self.client()
-        if not stream:
-            return cast(Message, client.messages.create(**request))
-        on_text = _on_text.get()
-        with client.messages.stream(**request) as events:
-            for chunk in events.text_stream:
-                if on_text is not None:
-                    on_text(chunk)
-            return events.get_final_message()
+        with _configuration_errors():
+            client = self.client()
+            if not stream:
+                return cast(Message, client.messages.create(**request))
+            on_text = _on_text.get()
+            with client.messages.stream(**request) as events:
+                for chunk in events.text_stream:
+                    if on_text is not None:
+                        on_text(chunk)
+                return events.get_final_message()
+
+
+@contextlib.contextmanager
+def _configuration_errors() -> Iterator[None]:
+    """No API key, or one the API refuses, is this process's configuration, not the model
+    call's outcome: a ConfigurationError, never recorded, and the workflow stays PENDING."""
+    try:
+        yield
+    except anthropic.AuthenticationError as exc:
+        raise ConfigurationError(
+            f"the Messages API refused this process's credentials (HTTP {exc.status_code}): "
+            f"set ANTHROPIC_API_KEY or configure(client=...) and run the workflow again"
+        ) from None
+    except TypeError as exc:
+        if "authentication" not in str(exc).lower():
+            raise
+        raise ConfigurationError(
+            "no model client is configured in this process (no ANTHROPIC_API_KEY): set it or "
+            "call dbos_agent.agent.configure(client=...) before the workflow runs"
+        ) from None

@@ -83,6 +83,9 @@ class StopReason(IntEnum):
     #: The database failed under the log: nothing is recorded, the workflow stays
     #: PENDING and this process takes it back once the database answers.
     DATABASE = 5
+    #: The process lacks configuration (a model client, an API key): nothing is
+    #: recorded, the workflow stays PENDING for a process that has it.
+    UNCONFIGURED = 6
 
 
 @dataclass(eq=False)

@@ -9,6 +9,7 @@ admitted (idempotent start), executed and finished. Recovery lives in
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import threading
@@ -21,6 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    ConfigurationError,
     DatabaseUnavailableError,
     NotLaunchedError,
     SerializationError,
@@ -138,10 +140,12 @@ class Runtime:
         #: Workflows this process stopped for a failure that retrying will not fix (a
         #: broken schema): left PENDING for the next process, not taken back here.
         self._parked: set[str] = set()
+        self._shut_down = False
 
     def open(self) -> Runtime:
         """Register this process's executor session (it heartbeats from now on)."""
         self.session_key = self.session.open()
+        atexit.register(self._shutdown_at_exit)
         return self
 
     def ownership_mark(self) -> int:
@@ -346,7 +350,7 @@ class Runtime:
         try:
             if reason is StopReason.CANCELLED:
                 return self._stop_cancelled(run)
-            if reason in (StopReason.NOT_OWNER, StopReason.DATABASE):
+            if reason in (StopReason.NOT_OWNER, StopReason.DATABASE, StopReason.UNCONFIGURED):
                 assert stop_error is not None
                 return self._stop_unfinished(run, stop_error)
             status = WorkflowStatus.SUCCESS
@@ -404,12 +408,17 @@ class Runtime:
         """This run ends without an outcome; the workflow stays PENDING. After a database
         failure this process takes it back once the database answers (unless retrying
         cannot help: then it waits for the next process)."""
-        if isinstance(why, DatabaseUnavailableError):
-            if why.retryable:
-                self.take_back_wanted.set()
-            else:
-                with self._lock:
-                    self._parked.add(run.workflow_id)
+        if isinstance(why, DatabaseUnavailableError) and why.retryable:
+            self.take_back_wanted.set()
+        elif isinstance(why, DatabaseUnavailableError | ConfigurationError):
+            with self._lock:
+                self._parked.add(run.workflow_id)
+            log.error(
+                "workflow %s stopped and stays PENDING until a process that can run it "
+                "continues it (resume, recovery): %s",
+                run.workflow_id,
+                why,
+            )
         self._abandon(run, why)
         return Outcome(error=why)
 
@@ -581,8 +590,16 @@ class Runtime:
     def shutdown(self, grace: float = 10.0) -> None:
         """Stop taking work; running workflows stop at their next step and stay PENDING.
 
-        Waits up to ``grace`` seconds for them, then closes the database pool.
+        Waits up to ``grace`` seconds for them, then ends the executor session (its
+        unfinished workflows are claimable at once) and closes the database pool. Called
+        by ``with``/``async with launch()``, and at interpreter exit for a runtime that
+        was never shut down. A second call does nothing.
         """
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+        atexit.unregister(self._shutdown_at_exit)
         self.stopping = True
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
@@ -597,6 +614,11 @@ class Runtime:
         self.db.close()
         state.clear_runtime(self)
 
+    def _shutdown_at_exit(self) -> None:
+        """A runtime launched without ``with`` ends cleanly when the program does, before
+        an embedded Postgres it uses is stopped under it."""
+        self.shutdown(grace=2.0)
+
     def __enter__(self) -> Runtime:
         return self
 
@@ -607,3 +629,14 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.shutdown)

@@ -15,7 +15,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ..errors import DatabaseUnavailableError, StepInDoubtError, WorkflowDivergedError
+from ..errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    StepInDoubtError,
+    WorkflowDivergedError,
+)
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.rows import StepWrite
@@ -157,10 +162,13 @@ def _position(
 
 
 def _not_an_outage(ctx: WorkflowContext, outcome: Outcome) -> Outcome:
-    """A step that failed because the database did (a library call inside it) records
-    nothing: the run stops unfinished, as when its own checkpoint fails."""
+    """A step that failed because the database did (a library call inside it), or because
+    this process lacks configuration, records nothing: the run stops unfinished, as when
+    its own checkpoint fails, and the workflow stays PENDING."""
     if isinstance(outcome.error, DatabaseUnavailableError):
         raise ctx.halt(StopReason.DATABASE, outcome.error)
+    if isinstance(outcome.error, ConfigurationError):
+        raise ctx.halt(StopReason.UNCONFIGURED, outcome.error)
     return outcome
 
 
