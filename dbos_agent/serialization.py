@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 
 
 def _unserializable(value: Any, where: str, cause: Exception) -> SerializationError:
+    if inspect.iscoroutine(value) or inspect.isawaitable(value):
+        return SerializationError(
+            f"{where}: got a coroutine ({getattr(value, '__qualname__', type(value).__name__)}), "
+            f"not a value: an async function was called without await. An async step must "
+            f"be awaited in an async workflow (or make the step a plain def)."
+        )
     return SerializationError(
         f"{where}: cannot store a value of type {type(value).__qualname__} as JSON "
         f"({cause}). Use JSON-friendly values: pydantic models, dataclasses, "

@@ -148,3 +148,16 @@ def test_the_size_error_names_size_and_limit() -> None:
     err = CheckpointTooLargeError("workflow 'w' step 2 (fetch) output", 20_000_000, 16_777_216)
     assert "20,000,000" in str(err) and "16,777,216" in str(err) and "step 2" in str(err)
     assert isinstance(err, SerializationError)
+
+
+def test_a_coroutine_is_named_as_a_missing_await() -> None:
+    async def fetch() -> int:
+        return 1
+
+    pending = fetch()
+    try:
+        with pytest.raises(SerializationError, match="called without await") as err:
+            codec_for(Any).dumps(pending, "workflow 'w' result")
+        assert "fetch" in str(err.value)
+    finally:
+        pending.close()
