@@ -117,6 +117,21 @@ def _url_server(stack: contextlib.ExitStack) -> str:
     return url
 
 
+_BACKEND_NAMES = {
+    "docker": f"a testcontainers container ({DOCKER_IMAGE})",
+    "local": "a throwaway local cluster",
+    "url": f"the server of ${URL_ENV}",
+}
+#: Which server this test session used, said once in pytest's summary.
+_chosen: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line at the end of the run: which Postgres the dbos_agent fixtures used."""
+    for chosen in _chosen:
+        terminalreporter.write_line(f"dbos_agent: the tests' Postgres was {chosen}")
+
+
 _STARTERS: dict[str, Callable[[contextlib.ExitStack], str]] = {
     "docker": _docker_server,
     "local": _local_server,
@@ -139,6 +154,7 @@ def postgres_server() -> Iterator[str]:
                 reasons.append(f"  {name}: {exc}")
                 continue
             logger.info("dbos_agent test server (%s): %s", name, redact_url(url))
+            _chosen.append(f"{_BACKEND_NAMES[name]} at {redact_url(url)}")
             yield url
             return
         pytest.fail(
