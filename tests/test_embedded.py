@@ -221,6 +221,18 @@ def test_sigkilled_caller_leaves_server_for_next_caller(
 
 
 @needs_binaries
+def test_a_server_whose_users_were_all_killed_stops_by_itself(
+    embedded_dir: Path, children: Children
+) -> None:
+    only = children.spawn("wait")
+    children.first_line(only)
+    assert _server_running(embedded_dir)
+    only.send_signal(signal.SIGKILL)
+    only.wait(30)
+    wait_until(lambda: not _server_running(embedded_dir), 30, "the orphaned server to stop")
+
+
+@needs_binaries
 def test_stale_postmaster_pid_from_killed_server(embedded_dir: Path) -> None:
     url = embedded_database_url(embedded_dir)
     pid = _server_pid(embedded_dir)

@@ -23,6 +23,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -556,8 +557,9 @@ def embedded_database_url(directory: Path | str = ".dbos_agent") -> str:
     """URL of the project's embedded database, initialising and starting it as needed.
 
     The cluster lives in ``<directory>/pgdata`` and is shared by every process using the same
-    directory; the last registered process to exit normally stops it, while a process killed
-    with SIGKILL leaves it running for the next caller.
+    directory; the last registered process to exit normally stops it. When the last users
+    were killed instead (SIGKILL), a watcher process stops it a few seconds later; a caller
+    that comes back within those seconds reuses the running server.
     """
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
@@ -580,6 +582,7 @@ def embedded_database_url(directory: Path | str = ".dbos_agent") -> str:
             port = _start_server(pgdata, _bin_for(pgdata), user, log_file, preferred_port=preferred)
             port_file.write_text(f"{port}\n")
             logger.info("started PostgreSQL for %s on port %d", directory, port)
+            _spawn_watcher(directory)
         users_dir.mkdir(exist_ok=True)
         pid = os.getpid()
         (users_dir / str(pid)).write_text(proc_start_time(pid))
@@ -613,6 +616,47 @@ def _release(directory: Path) -> None:
             return
         _stop_server(pgdata, _bin_for(pgdata), _service_user())
         logger.info("stopped PostgreSQL for %s", directory)
+
+
+#: A server whose users are all gone (killed -9, so they never said goodbye) is stopped
+#: this long after the last one went: a restart within it reuses the running server.
+_ORPHAN_GRACE_S = 5.0
+_WATCH_EVERY_S = 1.0
+
+
+def _spawn_watcher(directory: Path) -> None:
+    """Start the process that stops the server once no user of it runs any more.
+
+    Users end it themselves when they exit normally; the watcher covers the ones that
+    are killed. It is detached (its own session) and holds no lock between checks.
+    """
+    subprocess.Popen(
+        [sys.executable, "-m", "dbos_agent.storage.embedded", "watch", str(directory)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def watch(directory: Path) -> None:
+    """The watcher's loop: stop the server once it has had no live user for the grace."""
+    pgdata = directory / "pgdata"
+    idle_since: float | None = None
+    while True:
+        time.sleep(_WATCH_EVERY_S)
+        with _locked(directory):
+            if _running_port(pgdata, wait_s=0) is None:
+                return  # stopped by its last user, or by someone else
+            if _live_users(directory / "users"):
+                idle_since = None
+                continue
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= _ORPHAN_GRACE_S:
+                _stop_server(pgdata, _bin_for(pgdata), _service_user())
+                logger.info("stopped PostgreSQL for %s: its users are gone", directory)
+                return
 
 
 def _release_at_exit(directory: Path) -> None:
@@ -734,3 +778,8 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(url={self.url!r}, directory={str(self.directory)!r})"
+
+
+if __name__ == "__main__":  # the watcher: python -m dbos_agent.storage.embedded watch DIR
+    if len(sys.argv) == 3 and sys.argv[1] == "watch":
+        watch(Path(sys.argv[2]))
