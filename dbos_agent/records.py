@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -75,3 +76,46 @@ class StepInfo:
         if self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds() * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepDigest:
+    """What a layer that knows a step's output says about it, for people reading a log.
+
+    The operator tools show any workflow's log from the database alone; only the layer
+    that wrote a step knows what its output means (e.g. an agent's model reply: its
+    text, tokens and cost). ``None`` means "nothing to say"; the tools then fall back
+    to the output as JSON.
+    """
+
+    summary: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cost_usd: float | None = None
+
+
+StepDescriber = Callable[[StepInfo], StepDigest | None]
+_describers: list[StepDescriber] = []
+
+
+def register_step_describer(describer: StepDescriber) -> StepDescriber:
+    """Add a describer, tried after those registered before it (a second registration of
+    the same function does nothing). Returns it, so it can be used as a decorator.
+
+    It lives here, below every layer, so that a higher layer (the agent) can register
+    its knowledge and an interface (the CLI) can use it without importing that layer's
+    internals."""
+    if describer not in _describers:
+        _describers.append(describer)
+    return describer
+
+
+def describe_step(step: StepInfo) -> StepDigest | None:
+    """The digest of the first registered describer that recognises ``step``, else None."""
+    for describer in _describers:
+        digest = describer(step)
+        if digest is not None:
+            return digest
+    return None

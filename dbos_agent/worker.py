@@ -33,11 +33,13 @@ from .errors import DbosAgentError
 log = logging.getLogger(__name__)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dbos-agent worker",
-        description="Run durable workflows: recover, take over orphans, run queues.",
-    )
+PROG = "dbos-agent worker"
+DESCRIPTION = "Run durable workflows: recover, take over orphans, run queues."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every option of the worker to ``parser``: ``python -m dbos_agent.worker`` and
+    ``dbos-agent worker`` share them, so both take and document the same ones."""
     parser.add_argument(
         "--app",
         required=True,
@@ -46,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--database-url",
-        default=None,
+        # Absent unless given, so that `dbos-agent --database-url URL worker` keeps it.
+        default=argparse.SUPPRESS,
         help="system database (default: $DBOS_AGENT_DATABASE_URL, else the "
         "embedded Postgres in ./.dbos_agent)",
     )
@@ -102,7 +105,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--version", action="version", version=f"dbos-agent {__version__}")
-    return parser
 
 
 def import_app(spec: str) -> object:
@@ -123,8 +125,15 @@ def import_app(spec: str) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the daemon until a signal; returns the exit status."""
-    args = _parser().parse_args(argv)
+    """``python -m dbos_agent.worker``: parse ``argv`` and :func:`run`."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the daemon with the options of :func:`add_arguments` until a signal; returns
+    the exit status."""
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import_app(args.app)
         runtime = launch(
-            args.database_url,
+            getattr(args, "database_url", None),
             executor_id=executor_id,
             app_version=args.app_version,
             workers=args.workers,

@@ -233,7 +233,8 @@ def test_no_api_key_ever_lands_in_the_database(
         ok, failed = new_id(), new_id()
         with da.workflow_id(ok):
             conversation(2)
-        with pytest.raises(anthropic.AuthenticationError), da.workflow_id(failed):
+        # a refused key is configuration: not recorded, the workflow stays PENDING
+        with pytest.raises(da.ConfigurationError), da.workflow_id(failed):
             conversation(1)
     with psycopg.connect(dbos_agent_database_url) as conn:
         dumped = [

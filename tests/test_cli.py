@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ import dbos_agent as da
 from dbos_agent.engine.recovery import recover_pending
 from dbos_agent.testing.plugin import fresh_database
 from tests.helpers import SimulatedCrash, new_id
+from tests.processes import ROOT
 
 RUNS: Counter[str] = Counter()
 PAUSE: dict[str, threading.Event] = {}
@@ -59,8 +61,14 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def refused(result: subprocess.CompletedProcess[str], status: int, message: str) -> None:
+    """Failed with ``status`` and ``message``: one line on stderr; on stdout nothing, or,
+    for an operational error (1) under ``--json``, the error as a JSON document."""
     assert result.returncode == status, (result.stdout, result.stderr)
-    assert result.stdout == ""
+    if status == 1 and "--json" in result.args:
+        error = json.loads(result.stdout)
+        assert sorted(error) == ["error", "type"] and message in error["error"], error
+    else:
+        assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("dbos-agent: error: "), result.stderr
     assert message in result.stderr, result.stderr
@@ -312,3 +320,97 @@ def test_send_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) ->
     out = ok(cli(dbos_agent_database_url, "send", key, '{"approved": true}', "--topic", "approval"))
     assert f"to {key} on topic 'approval'" in out
     assert handle.result(timeout=20) == f"{key}: {{'approved': True}}"
+
+
+def test_the_worker_command_takes_the_workers_options(
+    tmp_path: Path, dbos_agent_database_url: str
+) -> None:
+    """``dbos-agent worker`` is the daemon's own parser, with --database-url before or after."""
+    out = ok(cli(None, "worker", "--help", cwd=tmp_path))
+    assert "--app MODULE[:OBJECT]" in out and "--lease LEASE" in out and "--retention" in out
+    refused(cli(None, "worker", "--lease", "soon", cwd=tmp_path), 2, "argument --lease")
+    given, ignored = "postgresql://u:pw@127.0.0.1:1/given", "postgresql://u:pw@127.0.0.1:2/ignored"
+    for args in (
+        ["--database-url", given, "worker", "--app", "tests.worker_app"],
+        ["worker", "--app", "tests.worker_app", "--database-url", given],
+    ):
+        result = cli(ignored, *args, cwd=ROOT)
+        assert result.returncode == 1, result.stderr
+        assert "127.0.0.1:1/given" in result.stderr and "ignored" not in result.stderr
+    # Before the command, on a real database: it runs, and stops cleanly on SIGTERM.
+    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
+    command = ["--database-url", dbos_agent_database_url, "worker", "--app", "tests.worker_app"]
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "dbos_agent", *command, "--poll", "0.2"],
+        env={**env, "DBOS_AGENT_DATABASE_URL": ignored, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stderr is not None
+        while "started" not in (line := worker.stderr.readline()):
+            assert line, "the worker exited before it started"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_only_migrate_creates_a_database(tmp_path: Path) -> None:
+    """In a folder without ./.dbos_agent and no URL, reading commands refuse (exit 1),
+    naming the folder they looked in and how to point elsewhere, and create nothing."""
+    folder = tmp_path / ".dbos_agent"
+    for args in (["workflows", "list"], ["workflows", "show", "x"], ["gc", "--older-than", "1d"]):
+        result = cli(None, *args, cwd=tmp_path)
+        refused(result, 1, f"no embedded Postgres in {folder}/")
+        assert "--database-url" in result.stderr and "$DBOS_AGENT_DATABASE_URL" in result.stderr
+    refused(cli(None, "--json", "workflows", "list", cwd=tmp_path), 1, str(folder))
+    assert not folder.exists()
+    # migrate goes on to create it (here it stops short: no server binaries to start).
+    no_binaries = tmp_path / "no-binaries"
+    no_binaries.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "dbos_agent", "migrate"],
+        env={**env, "DBOS_AGENT_PG_BIN": str(no_binaries)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    refused(result, 1, f"cannot start the embedded Postgres in {folder}/")
+    assert "no embedded Postgres" not in result.stderr
+
+
+def test_errors_under_json_are_json(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+    result = cli(dbos_agent_database_url, "--json", "workflows", "show", "unknown-id")
+    refused(result, 1, "no workflow with id 'unknown-id'")
+    assert json.loads(result.stdout) == {
+        "error": "no workflow with id 'unknown-id'",
+        "type": "WorkflowNotFoundError",
+    }
+    usage = cli(dbos_agent_database_url, "--json", "workflows", "show")
+    refused(usage, 2, "the following arguments are required: ID")
+
+
+def test_send_to_a_finished_workflow_warns(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    url, key = dbos_agent_database_url, new_id()
+    with da.workflow_id(key):
+        chat(key, 0)
+    result = cli(url, "send", key, '"too late"')
+    assert result.returncode == 0, result.stderr
+    assert f'sent "too late" to {key}' in result.stdout
+    assert result.stderr.startswith("dbos-agent: warning: ")
+    assert len(result.stderr.splitlines()) == 1
+    assert "already finished with status SUCCESS" in result.stderr
+    assert "nothing will ever receive it" in result.stderr
+    result = cli(url, "send", key, "again", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["sent"] is True and document["message"] == "again"
+    assert "nothing will ever receive it" in document["warning"]
+    assert document["warning"] in result.stderr

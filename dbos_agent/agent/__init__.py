@@ -11,13 +11,17 @@ Write the agent loop yourself, as a ``@durable_workflow``; this package gives it
 
 The scripted offline Messages API server lives in :mod:`dbos_agent.agent.scripted_server`.
 Names are imported on first use, so that running that server (which needs no client) does
-not pay for importing ``anthropic``.
+not pay for importing ``anthropic``. Only :mod:`.describe` (light: no client) is imported
+at once: it registers how a recorded model step reads in the operator tools (``dbos-agent
+workflows show``), which import this package for nothing else.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from . import describe  # noqa: F401  (registers how model steps read in `dbos-agent`)
 
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals

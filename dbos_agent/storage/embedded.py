@@ -48,6 +48,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PG_BIN_ENV = "DBOS_AGENT_PG_BIN"
+#: Where a project's embedded database lives, relative to the working directory.
+DEFAULT_DIRECTORY = ".dbos_agent"
 _BINARIES = ("initdb", "pg_ctl", "postgres")
 _SERVICE_USERS = ("postgres", "nobody")
 _SUPERUSER = "postgres"
@@ -553,7 +555,7 @@ def _live_users(users_dir: Path) -> list[int]:
     return live
 
 
-def embedded_database_url(directory: Path | str = ".dbos_agent") -> str:
+def embedded_database_url(directory: Path | str = DEFAULT_DIRECTORY) -> str:
     """URL of the project's embedded database, initialising and starting it as needed.
 
     The cluster lives in ``<directory>/pgdata`` and is shared by every process using the same
@@ -593,7 +595,7 @@ def embedded_database_url(directory: Path | str = ".dbos_agent") -> str:
     return _url(port)
 
 
-def release_embedded_database(directory: Path | str = ".dbos_agent") -> None:
+def release_embedded_database(directory: Path | str = DEFAULT_DIRECTORY) -> None:
     """Unregister this process now (normally done at exit); stops the server if it was last."""
     directory = Path(directory).expanduser().resolve()
     if not (directory / "lock").exists():

@@ -1,0 +1,83 @@
+"""What the command line accepts: its name, its environment variable, and the types of
+its values. A value that does not fit is a usage error (exit 2), reported by argparse
+with the message raised here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+
+from ..engine.retention import check_statuses, parse_duration
+from ..records import WorkflowStatus
+
+PROG = "dbos-agent"
+URL_ENV = "DBOS_AGENT_DATABASE_URL"
+
+
+def when(text: str) -> datetime:
+    """An ISO time (UTC unless it says otherwise) or a duration ago: 30m, 2h, 7d."""
+    try:
+        return datetime.now(UTC) - parse_duration(text, unit_required=True)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO time (2026-12-02, 2026-12-02T17:30Z) "
+            f"nor a duration ago (90s, 30m, 2h, 7d, 1w)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def status(text: str) -> WorkflowStatus:
+    """A workflow status, in any case."""
+    try:
+        return WorkflowStatus(text.strip().upper())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a status; choose from {', '.join(WorkflowStatus)}"
+        ) from None
+
+
+def gc_status(text: str) -> WorkflowStatus:
+    """A status `gc` may delete (never one that may still run or wait for a person)."""
+    try:
+        return check_statuses([status(text)])[0]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def natural(text: str) -> int:
+    """A whole number >= 0 (a step position)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
+
+
+def positive(text: str) -> int:
+    """A whole number >= 1 (a limit, a batch size)."""
+    value = natural(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def json_value(text: str) -> str:
+    """Validate JSON text and return it normalised (parsed once here, stored as jsonb)."""
+    try:
+        return json.dumps(json.loads(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+
+
+def nonempty(text: str) -> str:
+    """Any text but the empty string (an id is never replaced by a fresh one)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text

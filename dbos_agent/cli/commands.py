@@ -1,0 +1,337 @@
+"""One function per command, each ``(args, db)``: read or change the database, then show
+the outcome as text or, with ``--json``, as one JSON document.
+
+Nothing here imports or runs workflow code: cancel, resume, fork and settle change
+status and log in guarded statements (``engine/operations.py``) and leave the run to a
+process that has the function. How a step reads (a model reply's text, tokens and cost)
+comes from the layer that wrote it, through :func:`dbos_agent.records.describe_step`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from .. import agent  # noqa: F401  (registers how model steps are described)
+from ..engine.operations import (
+    cancel_workflow,
+    fork_workflow,
+    resume_workflow,
+    settle_in_doubt_step,
+)
+from ..engine.retention import (
+    DEFAULT_STATUSES,
+    check_statuses,
+    format_duration,
+    garbage_collect_db,
+)
+from ..errors import WorkflowNotFoundError
+from ..records import WorkflowInfo, WorkflowStatus, describe_step
+from ..serialization import codec_for
+from ..storage.database import SystemDatabase
+from ..storage.sql_files import migrations
+from . import render
+from .arguments import PROG
+
+#: A message sent to a workflow in one of these is stored, but nothing will receive it.
+_ENDED = (WorkflowStatus.SUCCESS, WorkflowStatus.ERROR)
+
+
+def _get(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
+    info = db.workflows.get(workflow_id)
+    if info is None:
+        raise WorkflowNotFoundError(workflow_id)
+    return info
+
+
+def _who_runs_it(executor_id: str) -> str:
+    return (
+        f"it continues from its log in the first process with its function that claims it "
+        f"(`{PROG} worker`, or a launch() with executor_id={executor_id!r})"
+    )
+
+
+def _warn(message: str) -> None:
+    """One line on stderr for what worked but may not do what the caller wants."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def migrate(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Apply the missing migrations; name each one applied, and the database."""
+    before = db.schema_version()
+    after = db.migrate()
+    if args.json:
+        render.print_json(
+            {"database_url": db.redacted_url, "schema_version": after, "previous_version": before}
+        )
+        return
+    for version, name, _ in migrations():
+        if before < version <= after:
+            print(f"applied migration {name}")
+    if before == after:
+        print(f"dbos_agent schema is up to date (version {after}) at {db.redacted_url}")
+    else:
+        print(f"dbos_agent schema migrated from version {before} to {after} at {db.redacted_url}")
+
+
+def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Workflows matching the filters, newest first."""
+    found = db.workflows.list(
+        status=args.status,
+        name=args.name,
+        executor_id=args.executor,
+        created_after=args.since,
+        created_before=args.until,
+        limit=args.limit,
+    )
+    if args.json:
+        render.print_json([render.workflow_json(info) for info in found])
+        return
+    if not found:
+        print("no workflows match")
+        return
+    rows = [
+        [
+            info.workflow_id,
+            info.name,
+            str(info.status),
+            info.executor_id,
+            render.ts(info.created_at),
+            render.duration(render.wall_seconds(info)),
+            str(info.recovery_attempts),
+            info.app_version or "-",
+        ]
+        for info in found
+    ]
+    headers = ["WORKFLOW ID", "NAME", "STATUS", "EXECUTOR", "CREATED (UTC)", "DURATION"]
+    render.print_table([*headers, "RECOVERIES", "APP VERSION"], rows, status_column=2)
+
+
+def show(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """One workflow: inputs, status, outcome, timings, its origin, steps and tokens."""
+    info = _get(db, args.workflow_id)
+    steps = db.steps.list(info.workflow_id)
+    origin = db.operations.fork_origin(info.workflow_id)
+    digests = [describe_step(step) for step in steps]
+    totals = render.token_totals(digests)
+    if args.json:
+        document = render.workflow_json(info)
+        document["forked_from"] = origin[0] if origin else None
+        document["forked_from_step"] = origin[1] if origin else None
+        document["steps"] = [render.step_json(s, d) for s, d in zip(steps, digests, strict=True)]
+        document["usage"] = totals
+        render.print_json(document)
+        return
+    version = f" (app version {info.app_version})" if info.app_version else ""
+    fields: list[render.Field] = [
+        ("Workflow", info.workflow_id),
+        ("Name", info.name),
+        ("Status", render.status_text(info.status)),
+        ("Executor", info.executor_id + version),
+        ("Created", render.ts(info.created_at) + " UTC"),
+        ("Updated", render.ts(info.updated_at) + " UTC"),
+        ("Finished", render.ts(info.finished_at) + (" UTC" if info.finished_at else "")),
+        ("Duration", render.duration(render.wall_seconds(info))),
+        ("Recoveries", f"{info.recovery_attempts} of at most {info.max_recovery_attempts}"),
+    ]
+    if origin:
+        fields.append(("Forked from", f"{origin[0]} at step {origin[1]}"))
+    fields.append(("Inputs", render.clip(render.compact(info.inputs), render.DETAIL_CHARS)))
+    if info.status is WorkflowStatus.SUCCESS:
+        fields.append(("Output", render.clip(render.compact(info.output), render.DETAIL_CHARS)))
+    if info.error:
+        fields.append(("Error", render.clip(render.error_text(info.error), render.DETAIL_CHARS)))
+    if totals is not None:
+        fields.append(("Tokens", render.tokens_line(totals)))
+    render.print_fields(fields)
+    print()
+    if steps:
+        print(f"Steps ({len(steps)})")
+        render.print_steps(steps, digests)
+    else:
+        print("No steps recorded.")
+
+
+def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """The recorded steps of a workflow."""
+    _get(db, args.workflow_id)
+    found = db.steps.list(args.workflow_id)
+    digests = [describe_step(step) for step in found]
+    if args.json:
+        render.print_json([render.step_json(s, d) for s, d in zip(found, digests, strict=True)])
+    elif found:
+        render.print_steps(found, digests)
+    else:
+        print("no steps recorded")
+
+
+def cancel(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Cancel a workflow; cancelling a cancelled one changes nothing (scripts may retry)."""
+    previous = cancel_workflow(db, args.workflow_id)
+    changed = previous is not WorkflowStatus.CANCELLED
+    if args.json:
+        render.print_json(
+            {
+                "workflow_id": args.workflow_id,
+                "status": WorkflowStatus.CANCELLED,
+                "previous_status": previous,
+                "changed": changed,
+            }
+        )
+    elif changed:
+        print(
+            f"cancelled {args.workflow_id} (it was {previous}); a run in progress stops at its "
+            f"next step boundary"
+        )
+    else:
+        print(f"{args.workflow_id} was already CANCELLED; nothing changed")
+
+
+def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Make a cancelled or dead-lettered workflow PENDING again."""
+    result = resume_workflow(db, args.workflow_id, executor_id=args.executor)
+    if args.json:
+        render.print_json(
+            {
+                "workflow_id": args.workflow_id,
+                "status": WorkflowStatus.PENDING,
+                "previous_status": result.previous,
+                "executor_id": result.executor_id,
+            }
+        )
+    else:
+        print(
+            f"resumed {args.workflow_id} (it was {result.previous}); it is PENDING on executor "
+            f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
+        )
+
+
+def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Start a new workflow that reuses the recorded steps below ``--from-step``."""
+    new_id, result = fork_workflow(
+        db, args.workflow_id, args.from_step, new_workflow_id=args.new_id, executor_id=args.executor
+    )
+    if args.json:
+        render.print_json(
+            {
+                "workflow_id": new_id,
+                "status": WorkflowStatus.PENDING,
+                "forked_from": args.workflow_id,
+                "forked_from_step": args.from_step,
+                "copied_steps": result.copied_steps,
+                "executor_id": result.executor_id,
+            }
+        )
+    else:
+        print(
+            f"forked {args.workflow_id} from step {args.from_step} as {new_id} "
+            f"({result.copied_steps} recorded step(s) reused); it is PENDING on executor "
+            f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
+        )
+
+
+def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Settle an in-doubt step: record the result it had, or let it run again."""
+    output = None if args.rerun else args.result
+    settle_in_doubt_step(db, args.workflow_id, args.seq, output=output)
+    info = _get(db, args.workflow_id)
+    if args.json:
+        render.print_json(
+            {
+                "workflow_id": args.workflow_id,
+                "seq": args.seq,
+                "settled": "rerun" if args.rerun else "result",
+                "result": None if output is None else json.loads(output),
+                "status": info.status,
+            }
+        )
+    else:
+        how = "it will run again" if args.rerun else "its result is recorded"
+        print(
+            f"settled step {args.seq} of {args.workflow_id} ({how}); the workflow is "
+            f"{info.status}: {_who_runs_it(info.executor_id)}"
+        )
+
+
+def send(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Send a message durably. To a workflow that already ended it is still stored (the
+    sender may not know), with a warning that nothing will receive it."""
+    value: Any = args.message
+    if not args.text:
+        try:
+            value = json.loads(args.message)
+        except ValueError:
+            value = args.message
+    payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
+    status = _get(db, args.workflow_id).status
+    found, inserted = db.messages.send(
+        destination_id=args.workflow_id,
+        topic=args.topic or "",
+        message=payload,
+        idempotency_key=args.idempotency_key,
+    )
+    if not found:
+        raise WorkflowNotFoundError(args.workflow_id)
+    warning = None
+    if inserted and status in _ENDED:
+        warning = (
+            f"workflow {args.workflow_id!r} already finished with status {status}: the message "
+            f"is stored but nothing will ever receive it"
+        )
+        _warn(warning)
+    if args.json:
+        document = {
+            "workflow_id": args.workflow_id,
+            "topic": args.topic,
+            "message": value,
+            "sent": inserted,
+        }
+        render.print_json(document if warning is None else {**document, "warning": warning})
+    elif inserted:
+        topic = f" on topic {args.topic!r}" if args.topic else ""
+        print(f"sent {render.clip(payload, render.SUMMARY_CHARS)} to {args.workflow_id}{topic}")
+    else:
+        print(
+            f"a message with idempotency key {args.idempotency_key!r} was already sent to "
+            f"{args.workflow_id}; nothing sent"
+        )
+
+
+def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Delete finished workflows older than ``--older-than``, oldest first, in batches."""
+    statuses = check_statuses(args.statuses or DEFAULT_STATUSES)
+    with render.gc_progress(shown=not args.json) as progress:
+        report = garbage_collect_db(
+            db,
+            args.older_than,
+            statuses=statuses,
+            batch_size=args.batch_size,
+            dry_run=args.dry_run,
+            progress=progress,
+        )
+    if args.json:
+        render.print_json(
+            {
+                **dataclasses.asdict(report),
+                "older_than_seconds": args.older_than.total_seconds(),
+                "statuses": statuses,
+                "batch_size": args.batch_size,
+            }
+        )
+        return
+    what = (
+        f"{report.workflows:,} workflow(s) finished more than {format_duration(args.older_than)} "
+        f"ago ({', '.join(statuses)}), with {report.steps:,} step(s), {report.messages:,} "
+        f"message(s) and {report.events:,} event(s) at {db.redacted_url}"
+    )
+    took = render.duration(report.seconds)
+    if report.dry_run:
+        print(
+            f"would delete {what}, in {report.batches:,} batch(es) of at most "
+            f"{args.batch_size:,}; dry run, nothing deleted ({took})"
+        )
+    else:
+        print(f"deleted {what}, in {report.batches:,} batch(es) ({took})")

@@ -1,0 +1,296 @@
+"""The command tree of ``dbos-agent``: every command, its options, and its help."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from .. import __version__, worker
+from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, parse_duration
+from ..records import WorkflowStatus
+from ..storage.database import SystemDatabase
+from . import arguments as types
+from . import commands
+from .arguments import PROG, URL_ENV
+
+#: What a command runs, on the database ``main`` opened for it (set as ``run``).
+Run = Callable[[argparse.Namespace, SystemDatabase], None]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the Unix tool's error line: ``dbos-agent: error: ...``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{PROG}: error: {message}\n")
+
+
+_DESCRIPTION = """\
+Operate dbos_agent durable workflows from the database: list and inspect them, cancel,
+resume or fork them, settle in-doubt steps, send them messages, delete old finished ones.
+None of this needs your workflow code: resumed and forked workflows are run by a process
+that has it (`dbos-agent worker --app ...`, or your app's next launch()).
+
+database: --database-url, else $DBOS_AGENT_DATABASE_URL, else the embedded Postgres in
+./.dbos_agent/ (only `migrate` and `worker` create it). Output: tables, or one JSON
+document with --json (on an error: {"error": ..., "type": ...}).
+exit status: 0 ok; 1 operational error (unknown id, wrong status, database unreachable);
+2 usage error."""
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options accepted before or after the command (``dbos-agent workflows list --json``).
+
+    Their default is "absent", so that a subcommand's parse never overwrites a value
+    given before the command."""
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--database-url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help=f"system database (default: ${URL_ENV}, else the embedded Postgres)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print one JSON document instead of tables",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree (exposed for tests and documentation)."""
+    common = _common()
+    parser = _Parser(
+        prog=PROG,
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    tree = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    tree.required = True
+    _command(
+        tree,
+        common,
+        "migrate",
+        "apply the dbos_agent schema (numbered migrations) to the database",
+        commands.migrate,
+    )
+    _add_workflows(tree, common)
+    _add_steps(tree, common)
+    _add_send(tree, common)
+    _add_gc(tree, common)
+    _add_worker(tree)
+    return parser
+
+
+_Group = argparse._SubParsersAction  # the object add_subparsers() returns
+
+
+def _command(
+    group: _Group[Any],
+    common: argparse.ArgumentParser,
+    name: str,
+    help_text: str,
+    run: Run | None,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """A (sub)command that accepts the common options; ``run`` is what it does."""
+    command: argparse.ArgumentParser = group.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text,
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.set_defaults(run=run)
+    return command
+
+
+def _actions(command: argparse.ArgumentParser) -> _Group[Any]:
+    actions = command.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    actions.required = True
+    return actions
+
+
+def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    group = "list, inspect, cancel, resume and fork workflows"
+    wf = _actions(_command(tree, common, "workflows", group, None))
+    listing = _command(wf, common, "list", "list workflows, newest first", commands.list_workflows)
+    listing.add_argument("--status", type=types.status, help=f"one of {', '.join(WorkflowStatus)}")
+    listing.add_argument("--name", help="workflow (function) name")
+    listing.add_argument("--executor", metavar="ID", help="executor id")
+    listing.add_argument(
+        "--since",
+        type=types.when,
+        metavar="WHEN",
+        help="created at or after: ISO time or 30m, 2h, 7d",
+    )
+    listing.add_argument("--until", type=types.when, metavar="WHEN", help="created before WHEN")
+    listing.add_argument(
+        "--limit", type=types.positive, default=50, metavar="N", help="at most N (default 50)"
+    )
+
+    show = _command(
+        wf,
+        common,
+        "show",
+        "one workflow: inputs, status, outcome, timings, steps, tokens",
+        commands.show,
+    )
+    show.add_argument("workflow_id", metavar="ID", help="workflow id")
+    steps = _command(wf, common, "steps", "the recorded steps of a workflow", commands.steps)
+    steps.add_argument("workflow_id", metavar="ID", help="workflow id")
+
+    cancel = _command(
+        wf,
+        common,
+        "cancel",
+        "cancel a workflow (a running one stops at its next step boundary)",
+        commands.cancel,
+        "Cancel a PENDING, ENQUEUED, IN_DOUBT or dead-lettered workflow: it becomes CANCELLED.\n"
+        "A run in progress stops at its next step boundary. Cancelling a CANCELLED workflow\n"
+        "does nothing; a finished one (SUCCESS, ERROR) is an error. `resume` undoes a cancel.",
+    )
+    cancel.add_argument("workflow_id", metavar="ID", help="workflow id")
+
+    resume = _command(
+        wf,
+        common,
+        "resume",
+        "continue a cancelled or dead-lettered workflow from its log",
+        commands.resume,
+        "Make a CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow (or an IN_DOUBT one whose\n"
+        "steps are all settled) PENDING again; a dead letter gets its recovery attempts back.\n"
+        "It continues from its log, without re-running recorded steps, in the first process\n"
+        "that has its function and claims it: `dbos-agent worker`, or a launch() of its\n"
+        "executor. An in-doubt step is settled with `dbos-agent steps resolve` instead.",
+    )
+    resume.add_argument("workflow_id", metavar="ID", help="workflow id")
+    resume.add_argument(
+        "--executor", metavar="ID", help="hand it to this executor id (default: its own)"
+    )
+
+    fork = _command(
+        wf,
+        common,
+        "fork",
+        "start a new workflow that reuses the steps before N and runs live from N",
+        commands.fork,
+        "Start a new workflow with the same function and inputs whose log is a copy of the\n"
+        "original's recorded steps 0..N-1: it replays those and runs live from step N (rerun\n"
+        "an agent from turn N with a fixed tool). The original is not changed.",
+    )
+    fork.add_argument("workflow_id", metavar="ID", help="the workflow to fork")
+    fork.add_argument(
+        "--from-step", type=types.natural, required=True, metavar="N", help="first step to run live"
+    )
+    fork.add_argument("--id", dest="new_id", type=types.nonempty, help="id of the new workflow")
+    fork.add_argument(
+        "--executor", metavar="ID", help="executor id of the new workflow (default: the original's)"
+    )
+
+
+def _add_steps(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    st = _actions(_command(tree, common, "steps", "settle in-doubt steps", None))
+    resolve = _command(
+        st,
+        common,
+        "resolve",
+        "settle an in-doubt step of an IN_DOUBT workflow, which then continues",
+        commands.resolve,
+        "A non-idempotent step started before a crash and recorded no result: it may or may\n"
+        "not have taken effect. Check the outside world, then either record the result it had\n"
+        "(--result JSON: it happened) or let it run again (--rerun: it did not). The workflow\n"
+        "becomes PENDING and continues in the first process with its function that claims it.",
+    )
+    resolve.add_argument("workflow_id", metavar="ID", help="workflow id")
+    resolve.add_argument("seq", type=types.natural, metavar="SEQ", help="position of the step")
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument(
+        "--result", type=types.json_value, metavar="JSON", help="the result it had (JSON)"
+    )
+    outcome.add_argument("--rerun", action="store_true", help="it did not happen: run it again")
+
+
+def _add_send(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    send = _command(
+        tree,
+        common,
+        "send",
+        "send a message to a workflow (it receives it with recv)",
+        commands.send,
+        "Send MESSAGE to the workflow ID, durably: it waits in the database until the\n"
+        "workflow receives it with da.recv(topic). MESSAGE is a JSON value; text that is not\n"
+        "JSON is sent as a string (--text always sends a string). Sending to a workflow that\n"
+        "already finished (SUCCESS, ERROR) stores the message with a warning: nothing will\n"
+        "receive it.",
+    )
+    send.add_argument("workflow_id", metavar="ID", help="destination workflow id")
+    send.add_argument("message", metavar="MESSAGE", help="a JSON value, or text")
+    send.add_argument("--topic", help="topic (default: the default topic)")
+    send.add_argument(
+        "--idempotency-key", metavar="KEY", help="send at most once with this key (for retries)"
+    )
+    send.add_argument("--text", action="store_true", help="send MESSAGE as a string, as is")
+
+
+def _add_gc(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    gc = _command(
+        tree,
+        common,
+        "gc",
+        "delete finished workflows older than an age, with their steps, messages and events",
+        commands.gc,
+        "Delete the workflows that finished more than AGE ago (SUCCESS, ERROR, CANCELLED and\n"
+        "MAX_RECOVERY_ATTEMPTS_EXCEEDED unless --status says otherwise; never PENDING,\n"
+        "ENQUEUED or IN_DOUBT) with their steps, the messages sent to them and their events.\n"
+        "Oldest first, in batches of --batch-size workflows, each its own short transaction:\n"
+        "safe while workers run. --dry-run only counts. `launch(retention=...)` and\n"
+        f"`{PROG} worker --retention AGE` do the same in the background.",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=parse_duration,
+        required=True,
+        metavar="AGE",
+        help="finished more than AGE ago: 45s, 90m, 12h, 30d, 2w, or seconds",
+    )
+    gc.add_argument(
+        "--status",
+        dest="statuses",
+        type=types.gc_status,
+        action="extend",
+        nargs="+",
+        metavar="STATUS",
+        help=f"delete only these (default: {' '.join(DEFAULT_STATUSES)})",
+    )
+    gc.add_argument(
+        "--batch-size",
+        type=types.positive,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"workflows per transaction (default {DEFAULT_BATCH_SIZE})",
+    )
+    gc.add_argument(
+        "--dry-run", action="store_true", help="count what would be deleted; delete nothing"
+    )
+
+
+def _add_worker(tree: _Group[Any]) -> None:
+    """``worker``: the daemon's own options (:func:`dbos_agent.worker.add_arguments`).
+
+    It runs an executor on connections of its own, so it has no ``run`` on the CLI's
+    database: ``main`` hands it to :func:`dbos_agent.worker.run`. Its ``--database-url``
+    may also come before the command (``dbos-agent --database-url URL worker ...``): the
+    worker leaves it absent unless given."""
+    command: argparse.ArgumentParser = tree.add_parser(
+        "worker",
+        help="run the recovery daemon for your app: recover, take over orphans, run queues",
+        description=worker.DESCRIPTION,
+    )
+    worker.add_arguments(command)

@@ -1,0 +1,298 @@
+"""Everything the CLI shows: tables, fields, times, durations, JSON documents, progress.
+
+Tables and fields go through rich. On a terminal they get colour (the status) and the
+terminal's width; anywhere else (a pipe, a file, a test) they are plain text that is
+never cut, wrapped or coloured, one record a line, so ``head``, ``grep`` and
+``line.split()`` see whole cells. ``--json`` documents never go through rich.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..engine.retention import GcReport
+from ..records import StepDigest, StepInfo, StepStatus, WorkflowInfo
+from .arguments import PROG
+
+SUMMARY_CHARS = 60
+DETAIL_CHARS = 400
+#: A long `gc` off a terminal prints how far it got this often (on stderr).
+PROGRESS_EVERY_S = 2.0
+#: Off a terminal a line is as long as it needs to be.
+_UNLIMITED_WIDTH = 1 << 20
+_STATUS_STYLES = {
+    "SUCCESS": "green",
+    "ERROR": "red",
+    "PENDING": "yellow",
+    "ENQUEUED": "cyan",
+    "CANCELLED": "magenta",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "bold red",
+    "IN_DOUBT": "bold yellow",
+}
+#: A ``Label  value`` line of :func:`print_fields`; a Text value keeps its colour.
+Field = tuple[str, str | Text]
+
+
+# -- values as text -----------------------------------------------------------------------
+
+
+def ts(when: datetime | None) -> str:
+    """A UTC time to the second, ``-`` for none."""
+    return "-" if when is None else when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    """A duration in the unit people read it in: 12 ms, 3.4 s, 5m 07s, 2h 03m."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms" if seconds >= 0.001 else f"{seconds * 1000:.2f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def clip(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters (whitespace runs become one space)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def compact(value: Any) -> str:
+    """A JSON value on one line."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def error_text(error: dict[str, Any] | None) -> str:
+    """A recorded error as ``Type: message`` (the type without its module)."""
+    if not error:
+        return ""
+    kind = str(error.get("type") or "Error").rsplit(".", 1)[-1]
+    return f"{kind}: {error.get('message', '')}"
+
+
+def wall_seconds(info: WorkflowInfo) -> float | None:
+    """Creation to finish, for a finished workflow."""
+    end = info.finished_at if info.status.finished else None
+    return None if end is None else (end - info.created_at).total_seconds()
+
+
+def status_text(status: str) -> Text:
+    """A status, coloured by what it means (the colour shows on terminals only)."""
+    return Text(status, style=_STATUS_STYLES.get(status, ""))
+
+
+# -- tables and fields ------------------------------------------------------------------
+
+
+def _console(file: TextIO) -> Console:
+    """A terminal gets colour and its width; anything else plain, uncut, unwrapped text.
+
+    Decided here from ``isatty`` rather than by rich, so that an inherited FORCE_COLOR
+    never puts escape codes into a pipe."""
+    quiet: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
+    if file.isatty():
+        return Console(file=file, force_terminal=True, **quiet)
+    return Console(
+        file=file,
+        force_terminal=False,
+        color_system=None,
+        no_color=True,
+        width=_UNLIMITED_WIDTH,
+        soft_wrap=True,
+        **quiet,
+    )
+
+
+def _emit(renderable: Table | Text, file: TextIO | None) -> None:
+    out = sys.stdout if file is None else file
+    console = _console(out)
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    out.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    status_column: int | None = None,
+    file: TextIO | None = None,
+) -> None:
+    """Columns two spaces apart under upper-case headers, without a frame; on a terminal
+    a cell too wide for it folds within its column (nothing is cut), and the
+    ``status_column`` is coloured."""
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(
+            *(status_text(cell) if i == status_column else Text(cell) for i, cell in enumerate(row))
+        )
+    _emit(table, file)
+
+
+def print_fields(fields: Sequence[Field], *, file: TextIO | None = None) -> None:
+    """``Label   value`` lines, the values aligned."""
+    width = max(len(label) for label, _ in fields)
+    lines = [Text.assemble(label.ljust(width), "  ", value) for label, value in fields]
+    _emit(Text("\n").join(lines), file)
+
+
+def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None]) -> None:
+    """The steps table: what each step did, in log order, one line each."""
+    rows = []
+    for step, digest in zip(steps, digests, strict=True):
+        if step.status is StepStatus.PENDING:
+            result = "intent, no result (in doubt) inputs " + compact(step.inputs)
+        elif step.status is StepStatus.ERROR:
+            result = error_text(step.error)
+        elif digest is not None and digest.summary is not None:
+            result = digest.summary
+        else:
+            result = compact(step.output)
+        tokens = _tokens(digest)
+        rows.append(
+            [
+                str(step.seq),
+                step.name,
+                str(step.status),
+                str(step.attempts),
+                ts(step.started_at),
+                duration(None if step.duration_ms is None else step.duration_ms / 1000),
+                "" if tokens is None else f"{tokens[0]}/{tokens[1]}",
+                clip(result, SUMMARY_CHARS),
+            ]
+        )
+    headers = ["SEQ", "NAME", "STATUS", "ATTEMPTS", "STARTED (UTC)", "DURATION", "TOKENS IN/OUT"]
+    print_table([*headers, "RESULT"], rows, status_column=2)
+
+
+# -- tokens ------------------------------------------------------------------------------
+
+
+def _tokens(digest: StepDigest | None) -> tuple[int, int] | None:
+    """(input, output) tokens of a step that is a model call, else None."""
+    if digest is None or (digest.input_tokens is None and digest.output_tokens is None):
+        return None
+    return digest.input_tokens or 0, digest.output_tokens or 0
+
+
+def token_totals(digests: Sequence[StepDigest | None]) -> dict[str, Any] | None:
+    """Tokens and cost over a workflow's model calls (None without any): the ``usage`` of
+    ``workflows show --json``. The cost is the exactly rounded sum of the calls' costs,
+    None when one of them has no known price."""
+    calls = [d for d in digests if d is not None and _tokens(d) is not None]
+    if not calls:
+        return None
+    costs = [d.cost_usd for d in calls]
+    return {
+        "model_calls": len(calls),
+        "input_tokens": sum(d.input_tokens or 0 for d in calls),
+        "output_tokens": sum(d.output_tokens or 0 for d in calls),
+        "cache_creation_input_tokens": sum(d.cache_creation_input_tokens or 0 for d in calls),
+        "cache_read_input_tokens": sum(d.cache_read_input_tokens or 0 for d in calls),
+        "cost_usd": None if None in costs else math.fsum(c for c in costs if c is not None),
+    }
+
+
+def tokens_line(totals: dict[str, Any]) -> str:
+    """The ``Tokens`` field of ``workflows show``, from :func:`token_totals`."""
+    cost = totals["cost_usd"]
+    return (
+        f"{totals['input_tokens']} in, {totals['output_tokens']} out over "
+        f"{totals['model_calls']} model call(s)" + ("" if cost is None else f", about ${cost:.4f}")
+    )
+
+
+# -- JSON --------------------------------------------------------------------------------
+
+
+def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
+    """A workflow as in ``--json`` documents."""
+    data = dataclasses.asdict(info)
+    data["duration_seconds"] = wall_seconds(info)
+    return data
+
+
+def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
+    """A step as in ``--json`` documents; ``tokens`` for a model call, else None."""
+    data = dataclasses.asdict(step)
+    data["duration_ms"] = step.duration_ms
+    tokens = _tokens(digest)
+    data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}
+    return data
+
+
+def print_json(document: Any) -> None:
+    """The one JSON document of a ``--json`` command, on stdout."""
+    json.dump(document, sys.stdout, indent=2, ensure_ascii=False, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+# -- progress ----------------------------------------------------------------------------
+
+
+def _gc_so_far(report: GcReport) -> str:
+    rate = report.workflows / max(report.seconds, 1e-9)
+    return (
+        f"{report.workflows:,} workflows deleted so far, {report.batches:,} batches, "
+        f"{duration(report.seconds)} ({rate:,.0f}/s)"
+    )
+
+
+@contextmanager
+def gc_progress(*, shown: bool) -> Iterator[Callable[[GcReport], None]]:
+    """The ``progress`` callback of a long ``gc``, on stderr (stdout stays the result): a
+    live display on a terminal, else a line every :data:`PROGRESS_EVERY_S` seconds (a
+    log file gets a few lines, not one per batch)."""
+    if not shown:
+        yield lambda so_far: None
+    elif sys.stderr.isatty():
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn(f"{PROG} gc: {{task.description}}", markup=False),
+            console=Console(file=sys.stderr, force_terminal=True),
+            transient=True,
+        ) as display:
+            task = display.add_task("deleting the oldest finished workflows", total=None)
+            yield lambda so_far: display.update(task, description=_gc_so_far(so_far))
+    else:
+        last_line = time.monotonic()
+
+        def line(so_far: GcReport) -> None:
+            nonlocal last_line
+            if time.monotonic() - last_line < PROGRESS_EVERY_S:
+                return
+            last_line = time.monotonic()
+            sys.stderr.write(f"{PROG} gc: {_gc_so_far(so_far)}\n")
+            sys.stderr.flush()
+
+        yield line
