@@ -1,7 +1,7 @@
 """One function per command, each ``(args, db)``: read or change the database, then show
 the outcome as text or, with ``--json``, as one JSON document.
 
-Nothing here imports or runs workflow code: cancel, resume, fork and settle change
+Nothing here imports or runs workflow code: cancel, resume, fork and resolve change
 status and log in guarded statements (``engine/operations.py``) and leave the run to a
 process that has the function. How a step reads (a model reply's text, tokens and cost)
 comes from the layer that wrote it, through :func:`dbos_agent.records.describe_step`.
@@ -19,8 +19,8 @@ from .. import agent  # noqa: F401  (registers how model steps are described)
 from ..engine.operations import (
     cancel_workflow,
     fork_workflow,
+    resolve_in_doubt_step,
     resume_workflow,
-    settle_in_doubt_step,
 )
 from ..engine.retention import (
     DEFAULT_STATUSES,
@@ -234,9 +234,9 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Settle an in-doubt step: record the result it had, or let it run again."""
+    """Resolve an in-doubt step: record the result it had, or let it run again."""
     output = None if args.rerun else args.result
-    settle_in_doubt_step(db, args.workflow_id, args.seq, output=output)
+    resolve_in_doubt_step(db, args.workflow_id, args.seq, output=output)
     info = _get(db, args.workflow_id)
     if args.json:
         render.print_json(

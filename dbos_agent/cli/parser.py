@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
 _DESCRIPTION = """\
 Operate dbos_agent durable workflows from the database: list and inspect them, cancel,
-resume or fork them, settle in-doubt steps, send them messages, delete old finished ones.
+resume or fork them, resolve in-doubt steps, send them messages, delete old finished ones.
 None of this needs your workflow code: resumed and forked workflows are run by a process
 that has it (`dbos-agent worker --app ...`, or your app's next launch()).
 
@@ -165,10 +165,10 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "continue a cancelled or dead-lettered workflow from its log",
         commands.resume,
         "Make a CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow (or an IN_DOUBT one whose\n"
-        "steps are all settled) PENDING again; a dead letter gets its recovery attempts back.\n"
+        "steps are all resolved) PENDING again; a dead letter gets its recovery attempts back.\n"
         "It continues from its log, without re-running recorded steps, in the first process\n"
         "that has its function and claims it: `dbos-agent worker`, or a launch() of its\n"
-        "executor. An in-doubt step is settled with `dbos-agent steps resolve` instead.",
+        "executor. An in-doubt step is resolved with `dbos-agent steps resolve` instead.",
     )
     resume.add_argument("workflow_id", metavar="ID", help="workflow id")
     resume.add_argument(
@@ -196,12 +196,12 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
 
 
 def _add_steps(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
-    st = _actions(_command(tree, common, "steps", "settle in-doubt steps", None))
+    st = _actions(_command(tree, common, "steps", "resolve in-doubt steps", None))
     resolve = _command(
         st,
         common,
         "resolve",
-        "settle an in-doubt step of an IN_DOUBT workflow, which then continues",
+        "resolve an in-doubt step of an IN_DOUBT workflow, which then continues",
         commands.resolve,
         "A non-idempotent step started before a crash and recorded no result: it may or may\n"
         "not have taken effect. Check the outside world, then either record the result it had\n"

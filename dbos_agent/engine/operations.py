@@ -1,4 +1,4 @@
-"""Operator actions on stored workflows: cancel, resume, fork, settle an in-doubt step.
+"""Operator actions on stored workflows: cancel, resume, fork, resolve an in-doubt step.
 
 Each action comes in two layers. The functions taking a ``SystemDatabase``
 work from the database alone: the CLI uses them, and it never has the user's
@@ -85,7 +85,7 @@ def resume_workflow(
     executor_id: str | None = None,
     owner_key: int | None = None,
 ) -> ResumeResult:
-    """Make a cancelled, dead-lettered or settled in-doubt workflow PENDING again.
+    """Make a cancelled, dead-lettered or resolved in-doubt workflow PENDING again.
 
     ``owner_key`` None leaves it to whichever process claims it;
     ``executor_id`` None keeps its executor.
@@ -99,14 +99,14 @@ def resume_workflow(
     status = result.previous
     if status is WorkflowStatus.IN_DOUBT and result.open_intent is not None:
         detail = (
-            f"its step {result.open_intent} is still in doubt; settle it with "
+            f"its step {result.open_intent} is still in doubt; resolve it with "
             f"{_resolve_hint(workflow_id, result.open_intent)}, which also resumes it"
         )
     elif not status.finished:
         detail = "it has not stopped: it runs, or its executor recovers it"
     else:
         detail = (
-            f"only {', '.join(RESUMABLE)} and settled IN_DOUBT workflows can be resumed; "
+            f"only {', '.join(RESUMABLE)} and resolved IN_DOUBT workflows can be resumed; "
             f"to run it again from some step, fork it"
         )
     raise WorkflowStatusError(
@@ -151,7 +151,7 @@ def fork_workflow(
     if result.open_intent is not None:
         raise DbosAgentError(
             f"cannot fork workflow {workflow_id!r} from step {from_step}: its step "
-            f"{result.open_intent} is in doubt; settle it first with "
+            f"{result.open_intent} is in doubt; resolve it first with "
             f"{_resolve_hint(workflow_id, result.open_intent)}, or fork from step "
             f"{result.open_intent} or earlier to run it again on purpose",
         )
@@ -167,7 +167,7 @@ def fork_workflow(
     raise WorkflowIdConflictError(f"workflow id {new_id!r} is already taken")
 
 
-def settle_in_doubt_step(
+def resolve_in_doubt_step(
     db: SystemDatabase,
     workflow_id: str,
     seq: int,
@@ -175,7 +175,7 @@ def settle_in_doubt_step(
     output: str | None,
     owner_key: int | None = None,
 ) -> tuple[str, str]:
-    """Settle the in-doubt step ``seq`` (``output`` JSON text, or None to allow a rerun).
+    """Resolve the in-doubt step ``seq`` (``output`` JSON text, or None to allow a rerun).
 
     The IN_DOUBT workflow becomes PENDING. Returns its ``(name, inputs)``.
     """
@@ -191,18 +191,18 @@ def settle_in_doubt_step(
         raise WorkflowStatusError(
             workflow_id,
             info.status,
-            f"workflow {workflow_id!r} has no in-doubt step {seq} to settle "
+            f"workflow {workflow_id!r} has no in-doubt step {seq} to resolve "
             f"(workflow status {info.status}, step "
             f"{'missing' if step is None else step.status})",
         )
-    settled = db.steps.settle_in_doubt(workflow_id, seq, output, owner_key)
-    if settled is None:
+    resolved = db.steps.resolve_in_doubt(workflow_id, seq, output, owner_key)
+    if resolved is None:
         raise WorkflowStatusError(
             workflow_id,
             info.status,
-            f"workflow {workflow_id!r} step {seq} was settled concurrently",
+            f"workflow {workflow_id!r} step {seq} was resolved concurrently",
         )
-    return settled
+    return resolved
 
 
 # -- through the launched runtime (da.cancel, da.resume, ...) -------------------------------
@@ -229,7 +229,7 @@ def _run_here(
     active = runtime.active_future(workflow_id)
     if active is None:
         try:
-            return runtime.resume(definition, workflow_id, inputs)
+            return runtime.run_from_log(definition, workflow_id, inputs)
         except WorkflowInputsError as exc:  # as recovery does: it can never run
             runtime.db.workflows.finish(
                 workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
@@ -242,7 +242,7 @@ def _run_here(
             try:
                 outcome = done.result()
                 if isinstance(outcome.error, WorkflowInterruptedError) and not runtime.stopping:
-                    outcome = runtime.resume(definition, workflow_id, inputs).result()
+                    outcome = runtime.run_from_log(definition, workflow_id, inputs).result()
             except Exception as exc:
                 outcome = Outcome(error=exc)
             follow.set_result(outcome)
@@ -275,7 +275,7 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
     Recorded steps are not run again. A dead letter gets its recovery attempts
     back. If this process has the workflow's function it runs here now (and
     this executor owns it); otherwise it stays PENDING for the next recovery
-    of its executor or any worker. An IN_DOUBT workflow is settled (and so
+    of its executor or any worker. An IN_DOUBT workflow is resolved (and so
     resumed) with :func:`resolve_in_doubt` instead.
     """
     runtime = current_runtime()
@@ -328,7 +328,7 @@ def fork(
 def resolve_in_doubt(
     workflow_id: str, seq: int, *, result: Any = _UNSET, rerun: bool = False
 ) -> WorkflowHandle[Any]:
-    """Settle the in-doubt step ``seq`` of an IN_DOUBT workflow, and let it continue.
+    """Resolve the in-doubt step ``seq`` of an IN_DOUBT workflow, and let it continue.
 
     Pass ``result=`` when the effect did happen (the step returns that value,
     stored as JSON), or ``rerun=True`` when it did not (the step runs again).
@@ -341,7 +341,7 @@ def resolve_in_doubt(
     definition = _definition_of(runtime, workflow_id)
     output = None if rerun else codec_for(Any).dumps(result, f"workflow {workflow_id!r} step {seq}")
     owner = runtime.session_key if definition is not None else None
-    _, inputs = settle_in_doubt_step(runtime.db, workflow_id, seq, output=output, owner_key=owner)
+    _, inputs = resolve_in_doubt_step(runtime.db, workflow_id, seq, output=output, owner_key=owner)
     future = None
     if definition is not None:
         future = _run_here(runtime, definition, workflow_id, inputs)

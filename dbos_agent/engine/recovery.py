@@ -112,7 +112,7 @@ def run_claimed(
     ``owned_streak`` is the ownership mark taken before the claim (-1: check first).
     """
     try:
-        runtime.resume(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
+        runtime.run_from_log(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
     except WorkflowInputsError as exc:
         log.error("cannot run workflow %s: %s", workflow_id, exc)
         runtime.db.workflows.finish(

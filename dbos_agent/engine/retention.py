@@ -3,7 +3,7 @@
 Nothing else ever deletes a workflow, so without retention the tables only grow.
 Only workflows that will not run again by themselves go: SUCCESS, ERROR,
 CANCELLED and dead letters (MAX_RECOVERY_ATTEMPTS_EXCEEDED). PENDING and ENQUEUED
-ones may still run, and an IN_DOUBT one waits for a person to settle it, so those
+ones may still run, and an IN_DOUBT one waits for a person to resolve it, so those
 are refused at any age.
 
 The work is done in batches of ``batch_size`` workflows, each one statement and
@@ -135,7 +135,7 @@ def check_statuses(statuses: Iterable[WorkflowStatus | str]) -> tuple[WorkflowSt
         if not status.finished or status is WorkflowStatus.IN_DOUBT:
             raise ValueError(
                 f"{status} workflows are never garbage-collected (they may still run or wait "
-                f"to be settled); choose from {', '.join(DEFAULT_STATUSES)}"
+                f"to be resolved); choose from {', '.join(DEFAULT_STATUSES)}"
             )
         if status not in checked:
             checked.append(status)

@@ -274,7 +274,7 @@ class Runtime:
             self._active[run.workflow_id] = _Active(run.definition.name, inputs, run.future)
         return True
 
-    def resume(
+    def run_from_log(
         self,
         definition: WorkflowDefinition,
         workflow_id: str,

@@ -113,7 +113,7 @@ def checkpoint(
     return outcome if write.written else adopt_recorded(ctx, step, seq, write)
 
 
-def _settle_in_doubt(
+def _resolve_in_doubt(
     ctx: WorkflowContext,
     step: StepDefinition,
     seq: int,
@@ -135,7 +135,7 @@ def _settle_in_doubt(
 def _position(
     ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[int, Outcome | None]:
-    """Take the step's position and settle it without running the step if possible.
+    """Take the step's position and resolve it without running the step if possible.
 
     Returns the recorded (or guarded) outcome, or None when the step must run
     live; for a non-idempotent step the intent is durable by then.
@@ -146,7 +146,7 @@ def _position(
             row.status, row.output, row.error, step.result, _where(ctx, seq, step)
         )
     if row is not None:
-        return seq, _settle_in_doubt(ctx, step, seq, args, kwargs)
+        return seq, _resolve_in_doubt(ctx, step, seq, args, kwargs)
     if step.inputs is None:  # idempotent: nothing to write before running
         return seq, None
     inputs = step.inputs.dumps(args, kwargs)

@@ -26,7 +26,7 @@ class OperationStore:
     def resume(
         self, workflow_id: str, *, executor_id: str | None, owner_key: int | None
     ) -> ResumeResult | None:
-        """Make a cancelled, dead-lettered or settled in-doubt workflow PENDING; None if unknown.
+        """Make a cancelled, dead-lettered or resolved in-doubt workflow PENDING; None if unknown.
 
         ``owner_key`` is the session that will run it now (None: whoever claims it);
         ``executor_id`` None keeps the workflow's executor.

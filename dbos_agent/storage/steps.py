@@ -86,13 +86,13 @@ class StepStore:
             )
         return step_write(seq, row)
 
-    def settle_in_doubt(
+    def resolve_in_doubt(
         self, workflow_id: str, seq: int, output: str | None, owner_key: int | None
     ) -> tuple[str, str] | None:
         """Settle step ``seq``'s intent (fill it with ``output``, or delete it when None)
         and make the IN_DOUBT workflow PENDING again, in one transaction.
 
-        Returns the workflow's ``(name, inputs)``, or None if there was nothing to settle.
+        Returns the workflow's ``(name, inputs)``, or None if there was nothing to resolve.
         """
         where = f"workflow {workflow_id!r} step {seq} result"
         params = {
@@ -101,17 +101,17 @@ class StepStore:
             "output": self._db.json_in_optional(output, where),
             "owner_key": owner_key,
         }
-        settle = query("delete_step_intent" if output is None else "resolve_step_intent")
+        resolve = query("delete_step_intent" if output is None else "resolve_step_intent")
 
         def body(conn: Connection) -> tuple[str, str] | None:
-            step = conn.execute(settle, params).fetchone()
+            step = conn.execute(resolve, params).fetchone()
             reopened = conn.execute(query("reopen_in_doubt_workflow"), params).fetchone()
             if step is None or reopened is None:
                 raise psycopg.Rollback()
             return reopened["name"], text_of(reopened["inputs"]) or "{}"
 
         result: tuple[str, str] | None = self._db.run(
-            f"settle step {seq} of workflow {workflow_id!r}",
+            f"resolve step {seq} of workflow {workflow_id!r}",
             body,
             where=where,
             resend=False,
