@@ -26,11 +26,11 @@ import psycopg
 from .. import worker
 from ..errors import DbosAgentError
 from ..storage.database import SystemDatabase
-from ..storage.dsn import scrub
+from ..storage.dsn import URL_ENV, configured_url, scrub
 from ..storage.embedded import DEFAULT_DIRECTORY, embedded_database_url
 from ..storage.sql_files import migrations
 from . import commands, render
-from .arguments import PROG, URL_ENV
+from .arguments import PROG
 from .parser import Run, build_parser
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -51,7 +51,7 @@ def _database_url(args: argparse.Namespace, *, may_create: bool) -> str:
     Only a command that creates (``migrate``) may start a new embedded cluster: anything
     else run in the wrong folder would otherwise make an empty database and report that
     nothing is there."""
-    url: str | None = args.database_url or os.environ.get(URL_ENV)
+    url = configured_url(args.database_url)
     if url:
         return url
     directory = _embedded_directory()

@@ -12,7 +12,6 @@ from ..engine.retention import check_statuses, parse_duration
 from ..records import WorkflowStatus
 
 PROG = "dbos-agent"
-URL_ENV = "DBOS_AGENT_DATABASE_URL"
 
 
 def when(text: str) -> datetime:

@@ -11,9 +11,10 @@ from .. import __version__, worker
 from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, parse_duration
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
+from ..storage.dsn import URL_ENV
 from . import arguments as types
 from . import commands
-from .arguments import PROG, URL_ENV
+from .arguments import PROG
 
 #: What a command runs, on the database ``main`` opened for it (set as ``run``).
 Run = Callable[[argparse.Namespace, SystemDatabase], None]

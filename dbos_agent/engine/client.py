@@ -8,7 +8,6 @@ signature by the worker that runs them.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from types import TracebackType
 from typing import Any
@@ -18,6 +17,7 @@ from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
+from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .waiting import wait_for_stored_outcome
 
@@ -60,13 +60,8 @@ class Client:
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     ) -> None:
-        url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
-        if not url:
-            from ..storage.embedded import embedded_database_url
-
-            url = embedded_database_url()
         self.db = SystemDatabase(
-            url,
+            resolve_url(database_url),
             pool_size=pool_size,
             outage_timeout=outage_timeout,
             max_checkpoint_bytes=max_checkpoint_bytes,

@@ -8,12 +8,12 @@ but no longer runs, the queue dispatcher and, if asked, retention.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 from ..errors import DbosAgentError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..storage.database import SystemDatabase
+from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from . import state
 from .queues import run_dispatcher
@@ -78,11 +78,7 @@ def launch(
                 "call shutdown() on the runtime first"
             )
         check_identifier(executor_id, "executor id")
-        url = database_url or os.environ.get("DBOS_AGENT_DATABASE_URL")
-        if not url:
-            from ..storage.embedded import embedded_database_url
-
-            url = embedded_database_url()
+        url = resolve_url(database_url)
         db = SystemDatabase(
             url,
             pool_size=pool_size or workers + 4,

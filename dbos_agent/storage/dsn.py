@@ -6,12 +6,20 @@ reports; everything that prints one goes through `redact_url` first.
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-__all__ = ["is_url", "redact_url", "scrub", "with_dbname"]
+__all__ = [
+    "URL_ENV",
+    "configured_url",
+    "is_url",
+    "redact_url",
+    "scrub",
+    "with_dbname",
+]
 
 _SCHEME_RE = re.compile(r"^(postgres(?:ql)?://)(.*)$", re.IGNORECASE | re.DOTALL)
 # `password=...` (and `sslpassword=...`) in a URL query string: the value runs to the next `&`.
@@ -21,6 +29,8 @@ _CONNINFO_PASSWORD_RE = re.compile(
     r"(\b[a-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE | re.DOTALL
 )
 _MASK = "***"
+#: The environment variable that names the system database.
+URL_ENV = "DBOS_AGENT_DATABASE_URL"
 # A Postgres URL inside a longer text (an error message): runs to whitespace or a quote.
 _URL_IN_TEXT_RE = re.compile(r"postgres(?:ql)?://[^\s'\"]+", re.IGNORECASE)
 
@@ -86,3 +96,9 @@ def with_dbname(dsn: str, dbname: str) -> str:
     )
     path = "/" + quote(dbname, safe="")
     return urlunsplit((parts.scheme, parts.netloc, path, query, parts.fragment))
+
+
+def configured_url(explicit: str | None = None) -> str | None:
+    """The database URL given, else ``$DBOS_AGENT_DATABASE_URL``, else None (the embedded
+    default, which only the caller may decide to start)."""
+    return explicit or os.environ.get(URL_ENV) or None

@@ -35,14 +35,17 @@ from typing import Self
 
 import psycopg
 
+from .dsn import configured_url
 from .processes import pid_alive, proc_start_time
 
 __all__ = [
+    "DEFAULT_DIRECTORY",
     "LocalCluster",
     "PostgresNotFoundError",
     "embedded_database_url",
     "find_postgres_bin",
     "release_embedded_database",
+    "resolve_url",
 ]
 
 logger = logging.getLogger(__name__)
@@ -593,6 +596,12 @@ def embedded_database_url(directory: Path | str = DEFAULT_DIRECTORY) -> str:
             _registered[directory] = pid
             atexit.register(_release_at_exit, directory)
     return _url(port)
+
+
+def resolve_url(explicit: str | None = None) -> str:
+    """The database URL given, else ``$DBOS_AGENT_DATABASE_URL``, else this embedded
+    Postgres (started if need be): how ``launch()`` and ``Client`` find their database."""
+    return configured_url(explicit) or embedded_database_url()
 
 
 def release_embedded_database(directory: Path | str = DEFAULT_DIRECTORY) -> None:
