@@ -55,6 +55,7 @@ from dbos_agent.agent import (
     ReplayReport,
     ToolRegistry,
     configure,
+    next_step_replays,
     note_step,
     replay_report,
     replaying,
@@ -199,7 +200,9 @@ def show_tool_calls(reply: Message, results: list[ToolResultBlockParam]) -> None
     for block, result in zip(uses, results, strict=True):
         first_line = (str(result.get("content", "")).strip().splitlines() or [""])[0]
         mark = "✗" if result.get("is_error") else "→"
-        print(f"  ⚙ {block.name}({short(block.input)}) {mark} {short(first_line)}")
+        command = block.input.get("command") if isinstance(block.input, dict) else None
+        call = f"$ {command}" if isinstance(command, str) else short(block.input, 120)
+        print(f"  ⚙ {block.name}({call}) {mark} {short(first_line)}")
 
 
 def short(value: object, limit: int = 60) -> str:
@@ -228,7 +231,8 @@ def ask_approval(commands: list[str]) -> str | None:
     """
     wid = da.current_workflow_id()
     da.set_event("awaiting_approval", {"commands": commands})
-    if not replaying():
+    live = not next_step_replays()  # the decision is not in the log yet: we really wait
+    if live:
         print("\n⏸  waiting for approval of:")
         for command in commands:
             print(f"     $ {command}")
@@ -241,10 +245,18 @@ def ask_approval(commands: list[str]) -> str | None:
     note_step()  # the wait below is live work, not replay
     decision = da.recv(topic="approval", timeout=None)
     da.set_event("awaiting_approval", None)
-    if isinstance(decision, dict) and decision.get("approved") is True:
-        return None
-    reason = decision.get("reason") if isinstance(decision, dict) else None
-    return str(reason or "rejected by the operator")
+    approved = isinstance(decision, dict) and decision.get("approved") is True
+    reason = (
+        None
+        if approved
+        else str(
+            (decision.get("reason") if isinstance(decision, dict) else None)
+            or "rejected by the operator"
+        )
+    )
+    if live:
+        print("✓ approved: running it" if approved else f"✗ rejected: {reason}", flush=True)
+    return reason
 
 
 def refused(reply: Message, reason: str) -> list[ToolResultBlockParam]:
@@ -373,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         status = da.retrieve(args.task_id).status()
-        print(f"Workflow {args.task_id!r} exists ({status}): continuing it from its log.")
+        if status.finished:
+            print(f"Workflow {args.task_id!r} already finished ({status}): its recorded outcome.")
+        else:
+            print(f"Workflow {args.task_id!r} exists ({status}): continuing it from its log.")
     except da.WorkflowNotFoundError:
         print(f"Starting workflow {args.task_id!r} in {WORKDIR}")
     print()
@@ -385,6 +400,17 @@ def run(args: argparse.Namespace) -> int:
     except da.WorkflowIdConflictError as exc:
         print(f"{exc}\nUse another --task-id for another task or work directory.")
         return 2
+    except da.WorkflowCancelledError:
+        print(
+            f"\nWorkflow {args.task_id!r} was cancelled (`dbos-agent workflows resume` undoes it)."
+        )
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"\nInterrupted. Workflow {args.task_id!r} stays PENDING: run the same command "
+            f"again to continue it from its log."
+        )
+        return 130
     totals = usage_totals(args.task_id)
     cost = f", about ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""
     print(f"\n\n=== final answer ===\n{answer}\n")

@@ -47,8 +47,12 @@ def main() -> None:
         else:
             print(f"workflow {WORKFLOW_ID}: starting (kill me half-way, then run me again)")
         started = time.perf_counter()
-        with da.workflow_id(WORKFLOW_ID):
-            summaries = summarize_book(6)
+        try:
+            with da.workflow_id(WORKFLOW_ID):
+                summaries = summarize_book(6)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {WORKFLOW_ID} stays PENDING; run the same command to resume")
+            sys.exit(130)
         print(f"done in {time.perf_counter() - started:.1f}s:")
         for line in summaries:
             print("  " + line)

@@ -106,6 +106,8 @@ def test_the_agent_waits_for_a_human_across_a_crash(
         if second.poll() is None:
             second.kill()
     assert second.returncode == 0, out
+    assert "waiting for approval" in out  # the resumed run asks again: it is still waiting
+    assert ("✓ approved" if approved else "✗ rejected: no") in out  # and says what it got
     path = workdir / "CHANGELOG.md"
     changelog = path.read_text() if path.exists() else ""
     assert changelog.count(CHANGELOG_LINE) == (1 if approved else 0)

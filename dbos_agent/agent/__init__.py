@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .replay import (
         ReplayReport,
         last_replay_report,
+        next_step_replays,
         note_step,
         replay_report,
         replaying,
@@ -44,7 +45,7 @@ _MODULES = {
     "replay": (
         "ReplayReport",
         "last_replay_report",
-        "note_step",
+        "next_step_replays",
         "note_step",
         "replay_report",
         "replaying",
@@ -85,6 +86,7 @@ __all__ = [
     "default_client",
     "is_retryable",
     "last_replay_report",
+    "next_step_replays",
     "note_step",
     "replay_report",
     "replaying",

@@ -21,7 +21,14 @@ from ..records import StepStatus
 from ..storage.rows import StepRow
 from .accounting import MODEL_STEP_NAMES, TOOL_STEP_PREFIX, PriceTable, Usage, usage_of_reply
 
-__all__ = ["ReplayReport", "last_replay_report", "replay_report", "replaying", "track_replay"]
+__all__ = [
+    "ReplayReport",
+    "last_replay_report",
+    "next_step_replays",
+    "replay_report",
+    "replaying",
+    "track_replay",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +182,17 @@ def replaying() -> bool:
     """
     ctx = current_context()
     return ctx is not None and not _tracker(ctx).finished
+
+
+def next_step_replays() -> bool:
+    """True when the next step of this run has a recorded outcome (it will replay).
+
+    E.g. say "waiting for approval" only when the wait is live: on the first run, and on
+    a resume whose approval had not arrived yet, but not when the decision is in the log.
+    """
+    ctx = current_context()
+    row = None if ctx is None else ctx.next_recorded()
+    return row is not None and row.status is not StepStatus.PENDING
 
 
 def replay_report() -> ReplayReport | None:

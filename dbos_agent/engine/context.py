@@ -149,6 +149,12 @@ class WorkflowContext:
             )
         return seq, recorded
 
+    def next_recorded(self) -> StepRow | None:
+        """What the log recorded at the next position, if anything: the next step replays
+        (or resolves an intent) instead of running live."""
+        with self._lock:
+            return self.recorded.get(self._next_seq)
+
     def child_workflow_id(self) -> str:
         """A deterministic id for a workflow started from this one (same on replay)."""
         return derived_identifier(self.workflow_id, f"-{self.next_position()}")
