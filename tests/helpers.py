@@ -17,13 +17,21 @@ class SimulatedCrash(BaseException):
 
 
 def wait_until(
-    predicate: Callable[[], object], timeout: float = 30.0, message: str = "condition"
+    predicate: Callable[[], object],
+    timeout: float = 30.0,
+    message: str = "condition",
+    *,
+    every: float = 0.2,
 ) -> None:
-    """Poll ``predicate`` until it is true; fail the test naming ``message`` after ``timeout``."""
+    """Poll ``predicate`` until it is true; fail the test naming ``message`` after ``timeout``.
+
+    Polls quickly at first, then at most ``every`` seconds apart: lower it where the
+    moment matters (a kill that must land between two steps).
+    """
     deadline = time.monotonic() + timeout
-    delay = 0.01
+    delay = min(0.01, every)
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
         time.sleep(delay)
-        delay = min(delay * 1.5, 0.2)
+        delay = min(delay * 1.5, every)

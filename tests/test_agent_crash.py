@@ -215,7 +215,10 @@ def run_agent(result: Result, attempt: Attempt, url: str, db_url: str) -> Run:
     if kill_when is not None:  # kill it the moment the case says so (or let it end)
         with contextlib.suppress(AssertionError):  # too slow: killed below, and the case fails
             wait_until(
-                lambda: proc.poll() is not None or kill_when(case_dir), RUN_TIMEOUT, result.task_id
+                lambda: proc.poll() is not None or kill_when(case_dir),
+                RUN_TIMEOUT,
+                result.task_id,
+                every=0.01,  # the kill must land at its point, not a step later
             )
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)

@@ -134,10 +134,10 @@ def test_killed_from_outside_at_random_moments(
         )
         target = len(_lines(tmp_path / "effects.log")) + 3
 
-        def three_more(n: int = target) -> bool:
-            return len(_lines(tmp_path / "effects.log")) >= n
+        def three_more_or_done(n: int = target, app: subprocess.Popen[str] = proc) -> bool:
+            return len(_lines(tmp_path / "effects.log")) >= n or app.poll() is not None
 
-        wait_until(three_more, 60, "3 more steps")
+        wait_until(three_more_or_done, 60, "3 more steps", every=0.01)
         time.sleep(0.013 * (round_ + 1))  # not a wait: lands the kill at another offset
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
