@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.engine.recovery import recover_pending
 from dbos_agent.testing.plugin import fresh_database
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import ROOT
 
 RUNS: Counter[str] = Counter()
@@ -206,9 +205,7 @@ def test_cancel_and_resume_from_the_cli(runtime: da.Runtime, dbos_agent_database
 
     assert "cancelled " + key + " (it was PENDING)" in ok(cli(url, "workflows", "cancel", key))
     assert handle.status() == da.WorkflowStatus.CANCELLED
-    deadline = time.monotonic() + 10
-    while key not in runtime._cancelled and time.monotonic() < deadline:  # the NOTIFY arrives
-        time.sleep(0.01)
+    wait_until(lambda: key in runtime._cancelled, 10, "the cancel NOTIFY", every=0.01)
     PAUSE[f"{key}:1"].set()
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from tests.helpers import new_id
+from tests.helpers import new_id, wait_until
 from tests.processes import start_worker, stop_workers
 
 ROOT = Path(__file__).parent.parent
@@ -37,12 +37,11 @@ def _statuses(url: str, ids: list[str]) -> dict[str, str]:
 
 
 def _wait_all(url: str, ids: list[str], timeout: float) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def all_succeeded() -> bool:
         statuses = _statuses(url, ids)
-        if all(s == "SUCCESS" for s in statuses.values()) and len(statuses) == len(ids):
-            return statuses
-        time.sleep(0.1)
+        return len(statuses) == len(ids) and set(statuses.values()) == {"SUCCESS"}
+
+    wait_until(all_succeeded, timeout, f"{len(ids)} workflows to succeed")
     return _statuses(url, ids)
 
 
@@ -69,13 +68,13 @@ def test_three_workers_one_killed_mid_way_all_workflows_finish_once(
         with da.Client(url) as client:
             for wid in ids:
                 client.enqueue("worker-tests", "job", 5, workflow_id=wid)
-        deadline = time.monotonic() + 30
         victim = workers[0]
-        while time.monotonic() < deadline:  # wait until the victim is mid-way
-            mine = [r for r in _executions(log) if r[0] == victim.pid]
-            if len(mine) >= 6:
-                break
-            time.sleep(0.02)
+        wait_until(
+            lambda: sum(1 for r in _executions(log) if r[0] == victim.pid) >= 6,
+            30,
+            "the victim to be mid-way",
+            every=0.02,
+        )
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         killed_at = time.time()
@@ -122,9 +121,7 @@ def test_sigterm_is_graceful_and_the_next_worker_takes_over_at_once(
     try:
         with da.Client(url) as client:
             client.enqueue("worker-tests", "job", 10, workflow_id=wid)
-        deadline = time.monotonic() + 20
-        while len(_executions(log)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(_executions(log)) >= 2, 20, "two steps", every=0.02)
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=20) == 0
         assert _statuses(url, [wid])[wid] == "PENDING"
