@@ -17,13 +17,9 @@ if "dbos_agent.testing.plugin" not in sys.modules:  # package not installed: no 
     pytest_plugins = ["dbos_agent.testing.plugin"]
 
 from dbos_agent.storage.dsn import redact_url
-from dbos_agent.storage.embedded import (
-    LocalCluster,
-    PostgresNotFoundError,
-    embedded_database_url,
-    find_postgres_bin,
-    release_embedded_database,
-)
+from dbos_agent.storage.embedded import embedded_database_url, release_embedded_database
+from dbos_agent.storage.local_cluster import LocalCluster
+from dbos_agent.storage.pgserver import PostgresNotFoundError, find_postgres_bin
 from dbos_agent.testing import fresh_database
 from tests.helpers import wait_until
 

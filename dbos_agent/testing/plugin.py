@@ -28,7 +28,8 @@ import psycopg
 import pytest
 
 from ..storage.dsn import redact_url
-from ..storage.embedded import LocalCluster, PostgresNotFoundError
+from ..storage.local_cluster import LocalCluster
+from ..storage.pgserver import PostgresNotFoundError
 from .databases import fresh_database
 from .faults import RestartablePostgres
 
