@@ -205,7 +205,7 @@ def test_cancel_and_resume_from_the_cli(runtime: da.Runtime, dbos_agent_database
 
     assert "cancelled " + key + " (it was PENDING)" in ok(cli(url, "workflows", "cancel", key))
     assert handle.status() == da.WorkflowStatus.CANCELLED
-    wait_until(lambda: key in runtime._cancelled, 10, "the cancel NOTIFY", every=0.01)
+    wait_until(lambda: runtime.runs.cancel_flagged(key), 10, "the cancel NOTIFY", every=0.01)
     PAUSE[f"{key}:1"].set()
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)

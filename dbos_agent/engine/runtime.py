@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from .context import OwnershipLost, StopReason, WorkflowContext, entered_workflo
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, workflow_outcome
 from .registry import WorkflowDefinition
+from .runs import Admission, RunTable, WorkflowRun
 from .waiting import wait_for_stored_outcome
 from .workers import WorkerPool
 
@@ -48,54 +48,6 @@ if TYPE_CHECKING:
     from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
-
-#: A direct call of a workflow another session runs looks again this often whether
-#: that session died (and the caller should take the workflow over).
-_READMIT_EVERY_S = 1.0
-
-
-@dataclass(eq=False)
-class WorkflowRun:
-    """One execution of a workflow by this process, from admission to finish."""
-
-    definition: WorkflowDefinition
-    workflow_id: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    recorded: dict[int, StepRow]
-    future: Future[Outcome] = field(default_factory=Future)
-    #: The session streak in which this process became the owner (-1: check first).
-    owned_streak: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class _Active:
-    name: str
-    inputs: str
-    future: Future[Outcome]
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """What a workflow call must do: run it, wait for this process's run, or return."""
-
-    run: WorkflowRun | None = None
-    attached: Future[Outcome] | None = None
-    finished: Outcome | None = None
-    #: Another session runs it (or it waits in a queue): wait on the database.
-    remote: bool = False
-
-    def future(self) -> Future[Outcome] | None:
-        """The in-process future to wait on; None when only the database can tell."""
-        if self.run is not None:
-            return self.run.future
-        if self.attached is not None:
-            return self.attached
-        if self.remote:
-            return None
-        done: Future[Outcome] = Future()
-        done.set_result(self.finished or Outcome())
-        return done
 
 
 def _same_json(a: str, b: str) -> bool:
@@ -129,17 +81,12 @@ class Runtime:
         self.recovery_done = threading.Event()
         self.last_recovery: RecoveryReport | None = None
         self._lock = threading.Lock()
-        self._active: dict[str, _Active] = {}
-        #: Running here and cancelled (by da.cancel here, or a NOTIFY from elsewhere).
-        self._cancelled: set[str] = set()
+        self.runs = RunTable()
         self.notifications.subscribe(CANCEL_CHANNEL, self.note_cancelled)
         self._background: list[threading.Thread] = []
         self._dispatch_wanted = threading.Event()
         #: Woken when this process may own workflows it does not run (after an outage).
         self.take_back_wanted = threading.Event()
-        #: Workflows this process stopped for a failure that retrying will not fix (a
-        #: broken schema): left PENDING for the next process, not taken back here.
-        self._parked: set[str] = set()
         self._shut_down = False
 
     def open(self) -> Runtime:
@@ -189,10 +136,7 @@ class Runtime:
         check_identifier(workflow_id, "workflow id")
         inputs = definition.inputs.dumps(args, kwargs)
         run = WorkflowRun(definition, workflow_id, args, kwargs, {})
-        with self._lock:
-            active = self._active.get(workflow_id)
-            if active is None:
-                self._active[workflow_id] = _Active(definition.name, inputs, run.future)
+        active = self.runs.claim(run, inputs)
         if active is not None:
             self._check_same(workflow_id, definition.name, inputs, active.name, active.inputs)
             return Admission(attached=active.future)
@@ -268,11 +212,7 @@ class Runtime:
     def adopt(self, run: WorkflowRun) -> bool:
         """Register a run that recovery found; False if this process already runs it."""
         inputs = run.definition.inputs.dumps(run.args, run.kwargs)
-        with self._lock:
-            if run.workflow_id in self._active:
-                return False
-            self._active[run.workflow_id] = _Active(run.definition.name, inputs, run.future)
-        return True
+        return self.runs.claim(run, inputs) is None
 
     def run_from_log(
         self,
@@ -303,14 +243,11 @@ class Runtime:
 
     def active_ids(self) -> list[str]:
         """Ids of the workflows this process is running now."""
-        with self._lock:
-            return list(self._active)
+        return self.runs.ids()
 
     def active_future(self, workflow_id: str) -> Future[Outcome] | None:
         """The in-process future of a workflow this process runs, if it does."""
-        with self._lock:
-            active = self._active.get(workflow_id)
-        return active.future if active else None
+        return self.runs.future(workflow_id)
 
     # -- execution ---------------------------------------------------------------------
 
@@ -411,8 +348,7 @@ class Runtime:
         if isinstance(why, DatabaseUnavailableError) and why.retryable:
             self.take_back_wanted.set()
         elif isinstance(why, DatabaseUnavailableError | ConfigurationError):
-            with self._lock:
-                self._parked.add(run.workflow_id)
+            self.runs.park(run.workflow_id)
             log.error(
                 "workflow %s stopped and stays PENDING until a process that can run it "
                 "continues it (resume, recovery): %s",
@@ -423,9 +359,8 @@ class Runtime:
         return Outcome(error=why)
 
     def parked_ids(self) -> list[str]:
-        """Workflows this process will not take back by itself (see ``_parked``)."""
-        with self._lock:
-            return list(self._parked)
+        """Workflows this process will not take back by itself (see ``RunTable.park``)."""
+        return self.runs.parked()
 
     def _stop_cancelled(self, run: WorkflowRun) -> Outcome:
         """A run that saw its workflow cancelled records nothing: the cancel did.
@@ -452,9 +387,7 @@ class Runtime:
         listener for cancels from anywhere else (the CLI, another process). A
         lost NOTIFY only means the run stops at its next checkpoint instead.
         """
-        with self._lock:
-            if workflow_id in self._active:
-                self._cancelled.add(workflow_id)
+        self.runs.flag_cancelled(workflow_id)
 
     def cancellation(self, workflow_id: str) -> WorkflowCancelledError | None:
         """The error that stops a run of ``workflow_id`` at its next step, if it was cancelled.
@@ -463,21 +396,15 @@ class Runtime:
         A flagged workflow is confirmed in the database: one resumed since the
         cancel is PENDING again and goes on.
         """
-        if workflow_id not in self._cancelled:
+        if not self.runs.take_cancel_flag(workflow_id):
             return None
-        with self._lock:
-            self._cancelled.discard(workflow_id)
         info = self.db.workflows.get(workflow_id)
         if info is not None and info.status is WorkflowStatus.PENDING:
             return None
         return WorkflowCancelledError(f"workflow {workflow_id!r} was cancelled")
 
     def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
-        with self._lock:
-            active = self._active.get(run.workflow_id)
-            if active is not None and active.future is run.future:
-                del self._active[run.workflow_id]
-                self._cancelled.discard(run.workflow_id)
+        self.runs.release(run)
         self._dispatch_wanted.set()  # a slot may have freed up
         if not run.future.done():
             run.future.set_result(outcome)
@@ -509,59 +436,6 @@ class Runtime:
 
         self.pool.submit(job)
         return run.future
-
-    def call(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """A direct call of a sync workflow: run it here, now, durably."""
-        admission = self.admit(definition, workflow_id, args, kwargs)
-        while admission.remote:  # another session runs it: wait, or take it once it died
-            try:
-                return self.wait_for_outcome(workflow_id, _READMIT_EVERY_S).unwrap()
-            except TimeoutError:
-                admission = self.admit(definition, workflow_id, args, kwargs)
-        if admission.run is not None:
-            outcome = self.execute(admission.run)
-        else:
-            future = admission.future()
-            assert future is not None
-            outcome = future.result()
-        if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-            outcome = self.wait_for_outcome(workflow_id)
-        return outcome.unwrap()
-
-    async def call_async(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """A direct call of an async workflow: run it on this event loop, durably."""
-        admission = await asyncio.to_thread(self.admit, definition, workflow_id, args, kwargs)
-        while admission.remote:  # another session runs it: wait, or take it once it died
-            try:
-                found = await asyncio.to_thread(
-                    self.wait_for_outcome, workflow_id, _READMIT_EVERY_S
-                )
-                return found.unwrap()
-            except TimeoutError:
-                admission = await asyncio.to_thread(
-                    self.admit, definition, workflow_id, args, kwargs
-                )
-        future = admission.future()
-        if admission.run is not None:
-            outcome = await self.execute_async(admission.run)
-        else:
-            assert future is not None
-            outcome = await asyncio.wrap_future(future)
-        if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-            outcome = await asyncio.to_thread(self.wait_for_outcome, workflow_id)
-        return outcome.unwrap()
 
     def wait_for_outcome(self, workflow_id: str, timeout: float | None = None) -> Outcome:
         """Wait until the workflow is finished, by whichever process runs it.
@@ -606,9 +480,7 @@ class Runtime:
         self.take_back_wanted.set()
         for thread in self._background:
             thread.join(grace)
-        with self._lock:
-            futures = [a.future for a in self._active.values()]
-        wait_futures(futures, timeout=grace)
+        wait_futures(self.runs.futures(), timeout=grace)
         self.pool.stop()
         self.session.close()
         self.db.close()

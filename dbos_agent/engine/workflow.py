@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ..errors import DbosAgentError
+from ..errors import DbosAgentError, WorkflowInterruptedError
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
-from .context import current_context, in_step, take_workflow_id
+from .context import OwnershipLost, current_context, in_step, take_workflow_id
 from .handle import WorkflowHandle
 from .registry import WorkflowDefinition, register_workflow
+from .runtime import Runtime
 from .state import current_runtime
 
 P = ParamSpec("P")
@@ -69,7 +71,8 @@ def durable_workflow(
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 runtime = current_runtime()
-                return await runtime.call_async(definition, _workflow_id_for_call(), args, kwargs)
+                wid = _workflow_id_for_call()
+                return await call_here_async(runtime, definition, wid, args, kwargs)
 
             wrapper = async_wrapper
         else:
@@ -77,13 +80,71 @@ def durable_workflow(
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 runtime = current_runtime()
-                return runtime.call(definition, _workflow_id_for_call(), args, kwargs)
+                return call_here(runtime, definition, _workflow_id_for_call(), args, kwargs)
 
             wrapper = sync_wrapper
         wrapper.__dbos_agent_workflow__ = definition
         return wrapper  # type: ignore[no-any-return]
 
     return decorate(fn) if fn is not None else decorate
+
+
+#: A direct call of a workflow another session runs looks again this often whether
+#: that session died (and the caller should take the workflow over).
+_READMIT_EVERY_S = 1.0
+
+
+def call_here(
+    runtime: Runtime,
+    definition: WorkflowDefinition,
+    workflow_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A direct call of a sync workflow: run it here, now, durably."""
+    admission = runtime.admit(definition, workflow_id, args, kwargs)
+    while admission.remote:  # another session runs it: wait, or take it once it died
+        try:
+            return runtime.wait_for_outcome(workflow_id, _READMIT_EVERY_S).unwrap()
+        except TimeoutError:
+            admission = runtime.admit(definition, workflow_id, args, kwargs)
+    if admission.run is not None:
+        outcome = runtime.execute(admission.run)
+    else:
+        future = admission.future()
+        assert future is not None
+        outcome = future.result()
+    if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+        outcome = runtime.wait_for_outcome(workflow_id)
+    return outcome.unwrap()
+
+
+async def call_here_async(
+    runtime: Runtime,
+    definition: WorkflowDefinition,
+    workflow_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A direct call of an async workflow: run it on this event loop, durably."""
+    admission = await asyncio.to_thread(runtime.admit, definition, workflow_id, args, kwargs)
+    while admission.remote:  # another session runs it: wait, or take it once it died
+        try:
+            found = await asyncio.to_thread(runtime.wait_for_outcome, workflow_id, _READMIT_EVERY_S)
+            return found.unwrap()
+        except TimeoutError:
+            admission = await asyncio.to_thread(
+                runtime.admit, definition, workflow_id, args, kwargs
+            )
+    future = admission.future()
+    if admission.run is not None:
+        outcome = await runtime.execute_async(admission.run)
+    else:
+        assert future is not None
+        outcome = await asyncio.wrap_future(future)
+    if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+        outcome = await asyncio.to_thread(runtime.wait_for_outcome, workflow_id)
+    return outcome.unwrap()
 
 
 @overload
