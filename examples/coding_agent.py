@@ -34,14 +34,13 @@ from another terminal, with the command the agent prints::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 import anthropic
@@ -63,16 +62,20 @@ from dbos_agent.agent import (
     track_replay,
     usage_totals,
 )
-from dbos_agent.agent.scripted_server import ScriptedServer, coding_task_script, seed_coding_task
-
-TASK = (
-    "The Python project in {workdir} has a bug: its tests (test_calc.py) fail. Find and fix "
-    "the bug, run the tests to confirm the fix, then record it with one line appended to "
-    "CHANGELOG.md (use `echo '- ...' >> CHANGELOG.md`). Work only inside that directory."
+from dbos_agent.agent.scripted_server import (
+    ScriptedServer,
+    coding_task_prompt,
+    coding_task_script,
+    seed_coding_task,
 )
 
-# Process configuration, set by main(). Never workflow inputs: nothing here is recorded.
-WORKDIR = Path.cwd()
+# The project the tools work on: the workflow's ``workdir`` input, set for each run.
+_WORKDIR: ContextVar[Path | None] = ContextVar("coding_agent_workdir", default=None)
+
+
+def workdir() -> Path:
+    """The current run's work directory (the process's cwd outside a run)."""
+    return _WORKDIR.get() or Path.cwd()
 
 
 class CrashPlan:
@@ -105,7 +108,7 @@ CRASH = CrashPlan()
 
 def resolve(path: str) -> Path:
     """Paths are relative to the work directory."""
-    return (WORKDIR / path).resolve()
+    return (workdir() / path).resolve()
 
 
 @tool
@@ -150,7 +153,7 @@ def already_appended(command: str) -> object:
     if match is None:
         return NotDone
     line = " ".join(shlex.split(match["text"]))
-    base = Path(shlex.split(match["dir"])[0]) if match["dir"] else WORKDIR
+    base = Path(shlex.split(match["dir"])[0]) if match["dir"] else workdir()
     target = base / shlex.split(match["file"])[0]
     if target.exists() and line in target.read_text(encoding="utf-8").splitlines():
         return bash_result(0, "")
@@ -165,14 +168,31 @@ def run_bash(command: str) -> str:
         command: The command line, run with /bin/sh.
     """
     done = subprocess.run(
-        command, shell=True, cwd=WORKDIR, capture_output=True, text=True, timeout=300
+        command, shell=True, cwd=workdir(), capture_output=True, text=True, timeout=300
     )
     CRASH.check_in_tool()  # the effect happened; its result is not recorded yet
     return bash_result(done.returncode, done.stdout + done.stderr)
 
 
 TOOLS = ToolRegistry([read_file, write_file, run_bash])
-MODEL = Model(model=DEFAULT_MODEL, max_tokens=2048, tools=TOOLS)  # client: see configure()
+MODEL = Model(model=DEFAULT_MODEL, max_tokens=2048, tools=TOOLS)  # client: see below
+
+_offline: ScriptedServer | None = None
+
+
+def offline_client() -> anthropic.Anthropic:
+    """A client of the offline scripted model: a local fake Messages API (not Claude) that
+    plays the demo task for whichever work directory the conversation names."""
+    global _offline
+    if _offline is None:
+        _offline = ScriptedServer(coding_task_script()).start()
+    return anthropic.Anthropic(base_url=_offline.url, api_key="offline-scripted")
+
+
+# Chosen on import, so that every process importing this module can run the agent: this
+# script, and `dbos-agent worker --app examples.coding_agent` resuming or forking a run.
+# Configuration, never a checkpointed input (no key lands in the database).
+configure(client=anthropic.Anthropic() if os.environ.get("ANTHROPIC_API_KEY") else offline_client())
 
 
 # --------------------------------------------------------------------------- the agent
@@ -278,8 +298,11 @@ def text_of(reply: Message) -> str:
 
 
 @da.durable_workflow(name="coding_agent")
-def coding_agent(task: str, max_turns: int = 30, require_approval: bool = False) -> str:
+def coding_agent(
+    task: str, max_turns: int = 30, require_approval: bool = False, workdir: str | None = None
+) -> str:
     """The agent loop. ``messages`` is derived state: rebuilt from step results on replay."""
+    _WORKDIR.set(Path(workdir) if workdir is not None else None)
     track_replay(on_done=print_replay)
     messages: list[MessageParam] = [{"role": "user", "content": task}]
     for turn in range(max_turns):
@@ -303,23 +326,21 @@ def coding_agent(task: str, max_turns: int = 30, require_approval: bool = False)
 # --------------------------------------------------------------------------- running it
 
 
-@contextlib.contextmanager
-def model_client(args: argparse.Namespace) -> Iterator[anthropic.Anthropic]:
-    """Claude with an API key; else the offline scripted model (a real local HTTP server)."""
+def choose_model(args: argparse.Namespace) -> None:
+    """Say which model answers; ``--base-url`` or ``--offline`` override the default."""
     if args.base_url:
         print(f"Using the Messages API at {args.base_url}")
         key = os.environ.get("ANTHROPIC_API_KEY") or "scripted"
-        yield anthropic.Anthropic(base_url=args.base_url, api_key=key)
+        configure(client=anthropic.Anthropic(base_url=args.base_url, api_key=key))
     elif os.environ.get("ANTHROPIC_API_KEY") and not args.offline:
         print(f"Using Claude ({MODEL.model}) through the Anthropic API")
-        yield anthropic.Anthropic()
     else:
-        with ScriptedServer(coding_task_script(str(WORKDIR))) as server:
-            print(
-                "No ANTHROPIC_API_KEY: using the OFFLINE SCRIPTED MODEL, a local fake Messages "
-                f"API at {server.url} whose replies are scripted (not Claude)."
-            )
-            yield anthropic.Anthropic(base_url=server.url, api_key="offline-scripted")
+        client = offline_client()
+        configure(client=client)
+        print(
+            "No ANTHROPIC_API_KEY: using the OFFLINE SCRIPTED MODEL, a local fake Messages "
+            f"API at {client.base_url} whose replies are scripted (not Claude)."
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -366,23 +387,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global WORKDIR
     args = parse_args(argv)
-    WORKDIR = (args.workdir or Path("agent-work") / args.task_id).resolve()
-    if not (WORKDIR / "calc.py").exists():
-        seed_coding_task(WORKDIR)
+    project = (args.workdir or Path("agent-work") / args.task_id).resolve()
+    if not (project / "calc.py").exists():
+        seed_coding_task(project)
     CRASH.after_turn, CRASH.in_tool = args.crash_after_turn, args.crash_in_tool
-
-    with model_client(args) as client:
-        configure(client=client)  # configuration, never a checkpointed input
-        runtime = da.launch(args.database_url, recover=False)  # we resume our own id below
-        try:
-            return run(args)
-        finally:
-            runtime.shutdown()
+    choose_model(args)
+    with da.launch(args.database_url, recover=False):  # we resume our own id below
+        return run(args, project)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, project: Path) -> int:
     try:
         status = da.retrieve(args.task_id).status()
         if status.finished:
@@ -390,12 +405,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"Workflow {args.task_id!r} exists ({status}): continuing it from its log.")
     except da.WorkflowNotFoundError:
-        print(f"Starting workflow {args.task_id!r} in {WORKDIR}")
+        print(f"Starting workflow {args.task_id!r} in {project}")
     print()
     try:
         with da.workflow_id(args.task_id):
             answer = coding_agent(
-                TASK.format(workdir=WORKDIR), args.max_turns, args.require_approval
+                coding_task_prompt(project), args.max_turns, args.require_approval, str(project)
             )
     except da.WorkflowIdConflictError as exc:
         print(f"{exc}\nUse another --task-id for another task or work directory.")

@@ -13,7 +13,13 @@ The public entry point is :mod:`dbos_agent.agent.scripted_server`, which re-expo
 from __future__ import annotations
 
 from .cli import main
-from .demo_task import CHANGELOG_LINE, CODING_TASK_TOOLS, coding_task_script, seed_coding_task
+from .demo_task import (
+    CHANGELOG_LINE,
+    CODING_TASK_TOOLS,
+    coding_task_prompt,
+    coding_task_script,
+    seed_coding_task,
+)
 from .protocol import validate_request
 from .script import (
     ContentBlock,
@@ -46,6 +52,7 @@ __all__ = [
     "ScriptedServer",
     "TextContent",
     "ToolUseContent",
+    "coding_task_prompt",
     "coding_task_script",
     "dump_script",
     "item_from_json",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,9 +14,28 @@ from .script import JSONDict, Reply, ScriptFn, ScriptItem, text, tool_use
 if TYPE_CHECKING:
     from anthropic.types import ToolParam
 
-__all__ = ["CHANGELOG_LINE", "CODING_TASK_TOOLS", "coding_task_script", "seed_coding_task"]
+__all__ = [
+    "CHANGELOG_LINE",
+    "CODING_TASK_TOOLS",
+    "coding_task_prompt",
+    "coding_task_script",
+    "seed_coding_task",
+]
 
 # --------------------------------------------------------------------------- demo scenario
+
+_PROMPT = (
+    "The Python project in {workdir} has a bug: its tests (test_calc.py) fail. Find and fix "
+    "the bug, run the tests to confirm the fix, then record it with one line appended to "
+    "CHANGELOG.md (use `echo '- ...' >> CHANGELOG.md`). Work only inside that directory."
+)
+_PROMPT_WORKDIR = re.compile(r"The Python project in (?P<workdir>.+?) has a bug:")
+
+
+def coding_task_prompt(workdir: str | Path) -> str:
+    """The task given to the agent: fix the project seeded in ``workdir``."""
+    return _PROMPT.format(workdir=workdir)
+
 
 CODING_TASK_TOOLS: list[ToolParam] = [
     {
@@ -134,20 +154,34 @@ def _tool_results(messages: Sequence[Any]) -> list[str]:
     return out
 
 
-def coding_task_script(workdir: str, python: str = "python3") -> ScriptFn:
+def _workdir_of(messages: Sequence[Any]) -> Path:
+    """The work directory named by the conversation's :func:`coding_task_prompt`."""
+    first = messages[0] if messages else {}
+    content = first.get("content", "") if isinstance(first, Mapping) else ""
+    if not isinstance(content, str):
+        content = " ".join(str(b.get("text", "")) for b in _content_blocks(first))
+    match = _PROMPT_WORKDIR.search(content)
+    if match is None:
+        raise ValueError("the conversation does not start with coding_task_prompt(workdir)")
+    return Path(match["workdir"])
+
+
+def coding_task_script(workdir: str | None = None, python: str = "python3") -> ScriptFn:
     """A believable 6-turn coding task: read, test, fix, re-test, log to CHANGELOG, summarise.
 
     The turn is the number of assistant messages in the request, not a server-side counter, so
     a client that resumes a conversation after a crash gets the correct next reply. Turn 4 is
     the non-idempotent side effect (``echo ... >> CHANGELOG.md``) that crash tests look for.
+    Without ``workdir`` the project is the one the conversation's first message names (see
+    :func:`coding_task_prompt`), so one server can play the task for any work directory.
     """
-    root = Path(workdir)
-    calc = str(root / "calc.py")
-    cd = f"cd {shlex.quote(str(root))} && "
-    run_tests = cd + f"{python} test_calc.py"
 
     def script(body: JSONDict) -> ScriptItem:
         messages = body.get("messages", [])
+        root = Path(workdir) if workdir is not None else _workdir_of(messages)
+        calc = str(root / "calc.py")
+        cd = f"cd {shlex.quote(str(root))} && "
+        run_tests = cd + f"{python} test_calc.py"
         turn = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant")
         results = _tool_results(messages)
         if turn == 0:
