@@ -9,7 +9,7 @@ crash the next :func:`launch` replays the recorded steps and continues live.
 from .engine.client import Client, ClientHandle
 from .engine.context import current_workflow_id, step_key, workflow_id
 from .engine.handle import WorkflowHandle, retrieve
-from .engine.launch import launch
+from .engine.launch import Runtime, current_runtime, launch
 from .engine.messaging import (
     get_event,
     get_event_async,
@@ -24,8 +24,6 @@ from .engine.operations import cancel, fork, resolve_in_doubt, resume
 from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
 from .engine.retention import GcReport, garbage_collect
-from .engine.runtime import Runtime
-from .engine.state import current_runtime
 from .engine.step import step
 from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start

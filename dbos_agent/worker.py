@@ -19,13 +19,11 @@ import signal
 import socket
 import sys
 import threading
-import time
 from types import FrameType
 
 from . import __version__
 from .engine.launch import launch
 from .engine.queues import registered_queues
-from .engine.recovery import RecoveryReport, claim_and_resume
 from .engine.registry import workflow_names
 from .engine.retention import parse_duration
 from .errors import DbosAgentError
@@ -150,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             session_grace=args.session_grace,
             outage_timeout=args.outage_timeout,
             retention=args.retention,
+            take_over_every=args.poll,
         )
     except DbosAgentError as exc:
         print(f"dbos-agent: error: {exc}", file=sys.stderr)
@@ -169,24 +168,9 @@ def run(args: argparse.Namespace) -> int:
         len(workflow_names()),
         ", ".join(q.name for q in registered_queues()) or "none",
     )
-    last_cleanup = 0.0
-    while not stop.is_set():
-        report = RecoveryReport()
-        try:
-            claim_and_resume(runtime, orphans=True, report=report)
-            if time.monotonic() - last_cleanup > max(args.lease, 5.0):
-                last_cleanup = time.monotonic()
-                runtime.db.recovery.delete_dead_executors()
-        except Exception:
-            log.exception("taking over orphaned workflows failed; retrying")
-        if report.resumed or report.dead_lettered:
-            log.info(
-                "took over %d orphaned workflow(s), dead-lettered %d",
-                report.resumed,
-                report.dead_lettered,
-            )
-        stop.wait(args.poll)
-    running = len(runtime.active_ids())
+    while not stop.wait(1.0):  # the take-over and queue threads do the work
+        pass
+    running = len(runtime.running())
     log.info(
         "stopping: %d workflow(s) running, waiting up to %.0fs for their steps", running, args.grace
     )

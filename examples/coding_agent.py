@@ -9,7 +9,7 @@ command again: the recorded steps are replayed from the database (no token paid 
 side effect repeated) and the agent carries on from where it died.
 
     python examples/coding_agent.py --crash-after-turn 2   # killed (SIGKILL) after turn 2
-    python examples/coding_agent.py                        # resumes: replays 0-2, finishes
+    python examples/coding_agent.py                        # continues: replays 0-2, finishes
 
 With ``ANTHROPIC_API_KEY`` set it uses Claude; without it, an offline scripted model (a
 local fake Messages API server shipped with dbos_agent) plays a short fix-the-bug session.
@@ -190,7 +190,7 @@ def offline_client() -> anthropic.Anthropic:
 
 
 # Chosen on import, so that every process importing this module can run the agent: this
-# script, and `dbos-agent worker --app examples.coding_agent` resuming or forking a run.
+# script, and `dbos-agent worker --app examples.coding_agent` continuing or forking a run.
 # Configuration, never a checkpointed input (no key lands in the database).
 configure(client=anthropic.Anthropic() if os.environ.get("ANTHROPIC_API_KEY") else offline_client())
 
@@ -205,7 +205,7 @@ def show(text: str) -> None:
 def print_replay(report: ReplayReport) -> None:
     steps = ", ".join(f"#{seq} {name}" for seq, name in report.steps)
     cost = report.cost_saved()
-    print(f"↺ resumed from the log: {report.summary()}")
+    print(f"↺ continued from its log: {report.summary()}")
     print(f"  replayed steps: {steps}")
     if cost is not None:
         print(f"  that is about ${cost:.4f} not paid twice")
@@ -213,7 +213,7 @@ def print_replay(report: ReplayReport) -> None:
 
 
 def show_tool_calls(reply: Message, results: list[ToolResultBlockParam]) -> None:
-    if replaying():  # a resumed run stays quiet about what it merely replays
+    if replaying():  # a recovered run stays quiet about what it merely replays
         return
     print()
     uses = [block for block in reply.content if block.type == "tool_use"]
@@ -247,7 +247,8 @@ def ask_approval(commands: list[str]) -> str | None:
     """Durably wait for a human's decision; None if approved, else the reason to refuse.
 
     The question is published as an event and the answer arrives as a message: both are
-    steps, so a process killed while waiting resumes waiting, and the answer is taken once.
+    steps, so a process killed while waiting keeps waiting after a restart, and the answer
+    is taken once.
     """
     wid = da.current_workflow_id()
     da.set_event("awaiting_approval", {"commands": commands})
@@ -348,7 +349,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--task-id",
         default="coding-task-demo",
-        help="workflow id; run the same id again to resume after a crash",
+        help="workflow id; run the same id again to continue after a crash",
     )
     parser.add_argument(
         "--workdir", type=Path, help="project to work on (default: ./agent-work/<task-id>, seeded)"
@@ -393,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         seed_coding_task(project)
     CRASH.after_turn, CRASH.in_tool = args.crash_after_turn, args.crash_in_tool
     choose_model(args)
-    with da.launch(args.database_url, recover=False):  # we resume our own id below
+    with da.launch(args.database_url, recover=False):  # we continue our own id below
         return run(args, project)
 
 

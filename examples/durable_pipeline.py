@@ -1,7 +1,7 @@
-"""A durable pipeline in a dozen lines: kill it half-way, run it again, watch it resume.
+"""A durable pipeline in a dozen lines: kill it half-way, run it again, watch it continue.
 
     python examples/durable_pipeline.py        # Ctrl-C or kill -9 it while it works
-    python examples/durable_pipeline.py        # resumes: finished steps replay instantly
+    python examples/durable_pipeline.py        # continues: finished steps replay instantly
 
 With no database configured it uses the embedded Postgres under ./.dbos_agent/.
 Set DBOS_AGENT_DATABASE_URL to use your own server instead.
@@ -51,7 +51,7 @@ def main() -> None:
             with da.workflow_id(WORKFLOW_ID):
                 summaries = summarize_book(6)
         except KeyboardInterrupt:
-            print(f"\ninterrupted: {WORKFLOW_ID} stays PENDING; run the same command to resume")
+            print(f"\ninterrupted: {WORKFLOW_ID} stays PENDING; run the same command to go on")
             sys.exit(130)
         print(f"done in {time.perf_counter() - started:.1f}s:")
         for line in summaries:

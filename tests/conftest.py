@@ -8,6 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
+from dbos_agent.engine.state import current_engine
+from dbos_agent.testing import Inspector
 
 
 @pytest.fixture
@@ -24,3 +27,15 @@ def runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runti
         yield rt
     finally:
         rt.shutdown(grace=5)
+
+
+@pytest.fixture
+def engine(runtime: da.Runtime) -> Engine:
+    """The engine behind ``runtime``, for white-box tests of the engine's own parts."""
+    return current_engine()
+
+
+@pytest.fixture
+def inspector(dbos_agent_inspector: Inspector) -> Inspector:
+    """What the session database holds, for assertions (see dbos_agent.testing)."""
+    return dbos_agent_inspector

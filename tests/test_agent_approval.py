@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 
+import dbos_agent as da
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
+from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,28 +44,8 @@ def _agent(url: str, task: str, workdir: Path) -> subprocess.Popen[str]:
     )
 
 
-def _waiting_for_approval(url: str, task: str) -> bool:
-    with psycopg.connect(url) as conn:
-        try:
-            row = conn.execute(
-                "SELECT value FROM dbos_agent.events WHERE workflow_id = %s "
-                "AND key = 'awaiting_approval'",
-                (task,),
-            ).fetchone()
-        except psycopg.errors.UndefinedTable:  # the agent has not applied the schema yet
-            return False
-    return row is not None and row[0] is not None
-
-
-def _owner_pid(url: str, task: str) -> int | None:
-    """The pid of the process whose session owns the workflow now."""
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT e.pid FROM dbos_agent.workflows AS w JOIN dbos_agent.executors AS e"
-            " ON e.session_key = w.owner_key WHERE w.workflow_id = %s",
-            (task,),
-        ).fetchone()
-    return None if row is None else int(row[0])
+def _waiting_for_approval(db: Inspector, task: str) -> bool:
+    return db.event(task, "awaiting_approval", None) is not None
 
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -79,12 +60,13 @@ def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("approved", [True, False])
 def test_the_agent_waits_for_a_human_across_a_crash(
-    dbos_agent_database_url: str, tmp_path: Path, approved: bool
+    dbos_agent_database_url: str, inspector: Inspector, tmp_path: Path, approved: bool
 ) -> None:
     url, task, workdir = dbos_agent_database_url, new_id("approval"), tmp_path / "work"
+    db = inspector
     first = _agent(url, task, workdir)
     try:
-        wait_until(lambda: _waiting_for_approval(url, task), 60, "the agent to wait for approval")
+        wait_until(lambda: _waiting_for_approval(db, task), 60, "the agent to wait for approval")
         first.send_signal(signal.SIGKILL)  # killed while it waits for the human
         first.wait(10)
     finally:
@@ -97,7 +79,7 @@ def test_the_agent_waits_for_a_human_across_a_crash(
 
     second = _agent(url, task, workdir)
     try:
-        wait_until(lambda: _owner_pid(url, task) == second.pid, 60, "the second run took over")
+        wait_until(lambda: db.owner_pid(task) == second.pid, 60, "the second run took over")
         decision = {"approved": True} if approved else {"approved": False, "reason": "no"}
         sent = _cli(url, "send", task, json.dumps(decision), "--topic", "approval")
         assert sent.returncode == 0, sent.stderr
@@ -111,17 +93,8 @@ def test_the_agent_waits_for_a_human_across_a_crash(
     path = workdir / "CHANGELOG.md"
     changelog = path.read_text() if path.exists() else ""
     assert changelog.count(CHANGELOG_LINE) == (1 if approved else 0)
-    with psycopg.connect(url) as conn:
-        status = conn.execute(
-            "SELECT status FROM dbos_agent.workflows WHERE workflow_id = %s", (task,)
-        ).fetchone()
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM dbos_agent.steps WHERE workflow_id = %s ORDER BY seq", (task,)
-            )
-        ]
-    assert status == ("SUCCESS",)
+    names = db.step_names(task)
+    assert db.status(task) == da.WorkflowStatus.SUCCESS
     assert names.count("dbos_agent.recv") == 1  # the decision was taken once
     # the tests ran twice; the append ran only when approved
     assert names.count("tool:run_bash") == (3 if approved else 2)

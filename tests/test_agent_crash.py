@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
+from dbos_agent.testing import Inspector
 from tests.helpers import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "coding_agent.py"
@@ -263,13 +263,10 @@ def crash_results(
 
 
 def workflow_row(db_url: str, workflow_id: str) -> tuple[str, Any]:
-    with psycopg.connect(db_url) as conn:
-        row = conn.execute(
-            "SELECT status, output FROM dbos_agent.workflows WHERE workflow_id = %s",
-            (workflow_id,),
-        ).fetchone()
-    assert row is not None, workflow_id
-    return str(row[0]), row[1]
+    with Inspector(db_url) as db:
+        info = db.workflow(workflow_id)
+    assert info is not None, workflow_id
+    return str(info.status), info.output
 
 
 def test_uninterrupted_run_is_the_reference(
@@ -278,7 +275,7 @@ def test_uninterrupted_run_is_the_reference(
     ref = crash_results["uninterrupted"]
     (run,) = ref.runs
     assert run.returncode == 0, run.stdout
-    assert "resumed" not in run.stdout
+    assert "continued from its log" not in run.stdout
     status, answer = workflow_row(dbos_agent_database_url, ref.task_id)
     assert status == "SUCCESS" and "all tests pass now" in answer
     calc = (ref.dir / "work" / "calc.py").read_text()

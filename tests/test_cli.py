@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
 from dbos_agent.engine.recovery import recover_pending
+from dbos_agent.engine.state import current_engine
 from dbos_agent.testing.plugin import fresh_database
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import ROOT
@@ -127,8 +129,8 @@ def approval(key: str) -> str:
 
 def _rerun_pending(runtime: da.Runtime) -> None:
     """What the next launch() (or a worker) does with the workflows the CLI made PENDING."""
-    report = recover_pending(runtime)
-    assert report.resumed >= 1
+    report = recover_pending(current_engine())
+    assert report.recovered >= 1
 
 
 def test_help_version_and_usage_errors(tmp_path: Path) -> None:
@@ -194,18 +196,20 @@ def test_list_show_and_steps(runtime: da.Runtime, dbos_agent_database_url: str) 
     refused(cli(url, "workflows", "show", "no-such-id"), 1, "no workflow with id 'no-such-id'")
 
 
-def test_cancel_and_resume_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+def test_cancel_and_resume_from_the_cli(
+    runtime: da.Runtime, engine: Engine, dbos_agent_database_url: str
+) -> None:
     """The CLI's cancel reaches the running process by NOTIFY: no further step starts.
     Its resume leaves the run to a process with the function (here: this one's recovery)."""
     url, key = dbos_agent_database_url, new_id()
-    assert runtime.notifications.listening.wait(10)
+    assert engine.notifications.listening.wait(10)
     PAUSE[f"{key}:1"], PAUSED[f"{key}:1"] = threading.Event(), threading.Event()
     handle = da.start(chat, key, 3, workflow_id=key)
     assert PAUSED[f"{key}:1"].wait(10)
 
     assert "cancelled " + key + " (it was PENDING)" in ok(cli(url, "workflows", "cancel", key))
     assert handle.status() == da.WorkflowStatus.CANCELLED
-    wait_until(lambda: runtime.runs.cancel_flagged(key), 10, "the cancel NOTIFY", every=0.01)
+    wait_until(lambda: engine.runs.cancel_flagged(key), 10, "the cancel NOTIFY", every=0.01)
     PAUSE[f"{key}:1"].set()
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)
@@ -254,19 +258,19 @@ def test_fork_and_resolve_from_the_cli(runtime: da.Runtime, dbos_agent_database_
     with pytest.raises(da.StepInDoubtError) as in_doubt, da.workflow_id(billed):
         billing(billed)
     command = f"dbos-agent steps resolve {billed} 0 --result JSON"
-    assert command in str(in_doubt.value), "the error names the command that settles it"
+    assert command in str(in_doubt.value), "the error names the command that resolves it"
     shown = ok(cli(url, "workflows", "steps", billed))
     assert "intent, no result (in doubt)" in shown
     out = ok(cli(url, "steps", "resolve", billed, "0", "--result", '"charged by hand"'))
-    assert f"settled step 0 of {billed}" in out
+    assert f"resolved step 0 of {billed}" in out
     assert da.retrieve(billed).status() == da.WorkflowStatus.PENDING
     _rerun_pending(runtime)
     assert da.retrieve(billed).result(timeout=10) == "charged by hand"
     assert RUNS[f"charge:{billed}"] == 1
 
 
-def _snapshot(runtime: da.Runtime, prefix: str) -> list[dict[str, Any]]:
-    with runtime.db.connection() as conn:
+def _snapshot(engine: Engine, prefix: str) -> list[dict[str, Any]]:
+    with engine.db.connection() as conn:
         return conn.execute(
             "SELECT w.*, (SELECT count(*) FROM dbos_agent.steps AS s"
             "             WHERE s.workflow_id = w.workflow_id) AS steps"
@@ -275,11 +279,11 @@ def _snapshot(runtime: da.Runtime, prefix: str) -> list[dict[str, Any]]:
         ).fetchall()
 
 
-def test_refusals_change_nothing(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
+def test_refusals_change_nothing(engine: Engine, dbos_agent_database_url: str) -> None:
     url, key = dbos_agent_database_url, new_id()
     with da.workflow_id(key):
         chat(key, 1)
-    before = _snapshot(runtime, key)
+    before = _snapshot(engine, key)
     refused(cli(url, "workflows", "cancel", key), 1, "already finished with status SUCCESS")
     refused(cli(url, "workflows", "resume", key), 1, "cannot resume workflow")
     refused(cli(url, "workflows", "fork", key, "--from-step", "3"), 1, "its log ends at step 2")
@@ -295,7 +299,7 @@ def test_refusals_change_nothing(runtime: da.Runtime, dbos_agent_database_url: s
         ["send", missing, "hello"],
     ):
         refused(cli(url, *args), 1, f"no workflow with id '{missing}'")
-    assert _snapshot(runtime, key) == before
+    assert _snapshot(engine, key) == before
 
 
 def test_database_errors_are_clear_and_name_no_password(dbos_agent_postgres_url: str) -> None:

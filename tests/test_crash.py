@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
+from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 
 APP = Path(__file__).with_name("crashy_app.py")
@@ -48,21 +48,15 @@ def _lines(path: Path) -> list[str]:
 
 
 def _steps(url: str, wid: str) -> list[tuple[int, str, str]]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT seq, name, status FROM dbos_agent.steps WHERE workflow_id = %s ORDER BY seq",
-            (wid,),
-        ).fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
+    with Inspector(url) as db:
+        return [(s.seq, s.name, str(s.status)) for s in db.steps(wid)]
 
 
 def _status(url: str, wid: str) -> str:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT status FROM dbos_agent.workflows WHERE workflow_id = %s", (wid,)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    with Inspector(url) as db:
+        status = db.status(wid)
+    assert status is not None
+    return str(status)
 
 
 KILL_POINTS = [

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.testing import RestartablePostgres
+from dbos_agent.engine.state import current_engine
+from dbos_agent.testing import Inspector, RestartablePostgres
 from tests import fault_app
 from tests.fault_app import chain, expected, read_log
 from tests.helpers import new_id, wait_until
@@ -33,6 +34,12 @@ def server(dbos_agent_restartable_postgres: RestartablePostgres) -> RestartableP
 def url(server: RestartablePostgres) -> Iterator[str]:
     with server.database() as database_url:
         yield database_url
+
+
+@pytest.fixture
+def db(url: str) -> Iterator[Inspector]:
+    with Inspector(url) as inspector:
+        yield inspector
 
 
 @pytest.fixture
@@ -57,32 +64,17 @@ def _rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
         return conn.execute(sql, params).fetchall()
 
 
-def _statuses(url: str, ids: list[str]) -> dict[str, str]:
-    rows = _rows(
-        url, "SELECT workflow_id, status FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)", ids
-    )
-    return {str(w): str(s) for w, s in rows}
+def _all_succeeded(db: Inspector, ids: list[str]) -> bool:
+    return set(db.statuses(ids).values()) == {da.WorkflowStatus.SUCCESS}
 
 
-def _all_succeeded(url: str, ids: list[str]) -> bool:
-    statuses = _statuses(url, ids)
-    return len(statuses) == len(ids) and set(statuses.values()) == {"SUCCESS"}
-
-
-def _check_results(url: str, ids: list[str], steps: int) -> None:
+def _check_results(db: Inspector, ids: list[str], steps: int) -> None:
     """Every workflow SUCCESS with the right output, and each step recorded exactly once."""
-    rows = _rows(
-        url,
-        "SELECT w.workflow_id, w.status, w.output::text,"
-        " (SELECT array_agg(seq ORDER BY seq) FROM dbos_agent.steps s"
-        "  WHERE s.workflow_id = w.workflow_id)"
-        " FROM dbos_agent.workflows w WHERE w.workflow_id = ANY(%s)",
-        ids,
-    )
-    assert len(rows) == len(ids)
-    for wid, status, output, seqs in rows:
-        assert (status, output) == ("SUCCESS", str(expected(steps))), wid
-        assert seqs == list(range(steps)), wid
+    for wid in ids:
+        info = db.workflow(wid)
+        assert info is not None, wid
+        assert (info.status, info.output) == (da.WorkflowStatus.SUCCESS, expected(steps)), wid
+        assert [s.seq for s in db.steps(wid)] == list(range(steps)), wid
 
 
 def _worker(url: str, log: Path, *extra: str, step_seconds: float = 0.1) -> subprocess.Popen[str]:
@@ -103,18 +95,18 @@ def _enqueue(url: str, ids: list[str], steps: int, workflow: str = "chain") -> N
 
 
 def test_the_session_comes_back_after_its_connection_is_killed(
-    server: RestartablePostgres, url: str, step_log: Path, executor_id: str
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path, executor_id: str
 ) -> None:
     rt = da.launch(url, executor_id=executor_id, workers=4)
     try:
-        key, streak = rt.session_key, rt.session.state.streak
+        session = current_engine().session
+        key, streak = rt.session_key, session.state.streak
         assert server.terminate(url, "dbos_agent_session") == 1
-        wait_until(lambda: rt.session.state.streak > streak, 10, "the session re-opened")
-        locked = _rows(url, "SELECT dbos_agent.locked_sessions()")
-        assert rt.session_key == key and (key,) in locked  # the same key, locked again
+        wait_until(lambda: session.state.streak > streak, 10, "the session re-opened")
+        assert rt.session_key == key and key in db.locked_sessions()  # the same key, locked again
         wid = new_id()
         assert da.start(chain, wid, 3, workflow_id=wid).result(timeout=20) == expected(3)
-        assert _rows(url, "SELECT recovery_attempts FROM dbos_agent.workflows") == [(0,)]
+        assert list(db.recovery_attempts().values()) == [0]
     finally:
         rt.shutdown()
 
@@ -122,6 +114,7 @@ def test_the_session_comes_back_after_its_connection_is_killed(
 def test_a_workflow_in_the_application_process_rides_out_a_postgres_restart(
     server: RestartablePostgres,
     url: str,
+    db: Inspector,
     step_log: Path,
     executor_id: str,
     caplog: pytest.LogCaptureFixture,
@@ -139,9 +132,9 @@ def test_a_workflow_in_the_application_process_rides_out_a_postgres_restart(
                 assert client.retrieve(wid).status() == da.WorkflowStatus.SUCCESS
     finally:
         rt.shutdown()
-    _check_results(url, [wid], steps)
+    _check_results(db, [wid], steps)
     assert set(_starts(step_log).values()) == {1}  # no step ran twice: checkpoints were retried
-    assert _rows(url, "SELECT recovery_attempts FROM dbos_agent.workflows") == [(0,)]
+    assert list(db.recovery_attempts().values()) == [0]
     ours = [r for r in caplog.records if r.name.startswith("dbos_agent")]
     warnings = [r.getMessage() for r in ours if r.levelno >= logging.WARNING]
     back = [r.getMessage() for r in ours if "reachable again" in r.getMessage()]
@@ -158,7 +151,7 @@ def test_the_client_rides_out_a_restart(server: RestartablePostgres, url: str) -
 
 
 def test_past_the_outage_bound_the_caller_gets_an_error_and_the_workflow_continues_later(
-    server: RestartablePostgres, url: str, step_log: Path, executor_id: str
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path, executor_id: str
 ) -> None:
     rt = da.launch(url, executor_id=executor_id, workers=4, outage_timeout=1.0)
     try:
@@ -181,13 +174,13 @@ def test_past_the_outage_bound_the_caller_gets_an_error_and_the_workflow_continu
             assert len(failure) == 1 and isinstance(failure[0], da.DatabaseUnavailableError)
             assert "unavailable for 1s" in str(failure[0])
         # The database is back: the workflow was left PENDING and this process takes it back.
-        wait_until(lambda: _all_succeeded(url, [wid]), 30, "the workflow finished")
+        wait_until(lambda: _all_succeeded(db, [wid]), 30, "the workflow finished")
     finally:
         rt.shutdown()
-    _check_results(url, [wid], steps)
+    _check_results(db, [wid], steps)
     starts = _starts(step_log)
     assert sum(starts.values()) - steps <= 1  # at most the step cut off by the outage ran twice
-    errors = _rows(url, "SELECT error FROM dbos_agent.workflows WHERE error IS NOT NULL")
+    errors = [w.error for w in db.workflows() if w.error is not None]
     assert errors == []  # the outage was never recorded as the workflow's error
 
 
@@ -195,7 +188,7 @@ def test_past_the_outage_bound_the_caller_gets_an_error_and_the_workflow_continu
 
 
 def test_killing_the_session_connections_of_healthy_workers_takes_nothing_over(
-    server: RestartablePostgres, url: str, step_log: Path
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path
 ) -> None:
     ids, steps = [new_id("killconn") for _ in range(6)], 25
     workers = [_worker(url, step_log, "--lease", "2") for _ in range(2)]
@@ -206,18 +199,18 @@ def test_killing_the_session_connections_of_healthy_workers_takes_nothing_over(
             assert server.terminate(url, "dbos_agent_session") == 2
             time.sleep(1.0)
         server.terminate(url, "dbos_agent")  # and every pooled connection too
-        wait_until(lambda: _all_succeeded(url, ids), 60, "all workflows finished")
+        wait_until(lambda: _all_succeeded(db, ids), 60, "all workflows finished")
     finally:
         logs = _stop(workers)
-    _check_results(url, ids, steps)
+    _check_results(db, ids, steps)
     assert set(_starts(step_log).values()) == {1}, "a step ran twice"
-    attempts = _rows(url, "SELECT DISTINCT recovery_attempts FROM dbos_agent.workflows")
-    assert attempts == [(0,)], "a healthy worker's workflow was taken over"
+    attempts = set(db.recovery_attempts().values())
+    assert attempts == {0}, "a healthy worker's workflow was taken over"
     assert "Traceback" not in logs
 
 
 def test_workers_ride_out_postgres_restarts_without_running_a_step_twice(
-    server: RestartablePostgres, url: str, step_log: Path
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path
 ) -> None:
     ids, steps = [new_id("restart") for _ in range(6)], 25
     workers = [_worker(url, step_log, "--lease", "2") for _ in range(2)]
@@ -230,19 +223,18 @@ def test_workers_ride_out_postgres_restarts_without_running_a_step_twice(
 
             wait_until(ran, 60, f"{done} steps ran")
             server.restart()
-        wait_until(lambda: _all_succeeded(url, ids), 90, "all workflows finished")
+        wait_until(lambda: _all_succeeded(db, ids), 90, "all workflows finished")
     finally:
         logs = _stop(workers)
-    _check_results(url, ids, steps)
+    _check_results(db, ids, steps)
     assert set(_starts(step_log).values()) == {1}, "a step ran twice"
-    attempts = _rows(url, "SELECT DISTINCT recovery_attempts FROM dbos_agent.workflows")
-    assert attempts == [(0,)]
+    assert set(db.recovery_attempts().values()) == {0}
     assert "Traceback" not in logs
 
 
 @pytest.mark.parametrize("workflow", ["chain", "paced"], ids=["in-a-step", "between-steps"])
 def test_a_paused_worker_runs_nothing_after_it_wakes_up(
-    server: RestartablePostgres, url: str, step_log: Path, workflow: str
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path, workflow: str
 ) -> None:
     """SIGSTOP past the lease: another worker takes over and finishes the workflows;
     after SIGCONT the paused one starts no step of them (zero side effects), whether
@@ -258,16 +250,16 @@ def test_a_paused_worker_runs_nothing_after_it_wakes_up(
         paused.send_signal(signal.SIGSTOP)
         stopped_at = time.time()
         other = _worker(url, step_log, "--lease", "2", "--workers", "16", step_seconds=0.05)
-        wait_until(lambda: _all_succeeded(url, ids), 60, "the other worker finished them")
+        wait_until(lambda: _all_succeeded(db, ids), 60, "the other worker finished them")
         paused.send_signal(signal.SIGCONT)
         woke_at = time.time()
         time.sleep(3.0)  # let the paused worker run whatever it would run now
         more = [new_id("after") for _ in range(8)]  # and it is a healthy worker again,
         _enqueue(url, more, 3, workflow)  # not a zombie whose new work others take from it
-        wait_until(lambda: _all_succeeded(url, more), 30, "new work finished")
+        wait_until(lambda: _all_succeeded(db, more), 30, "new work finished")
     finally:
         logs = _stop([paused, *([other] if other else [])])
-    _check_results(url, ids, steps)
+    _check_results(db, ids, steps)
     lines = _lines(step_log)
     late = [
         r for r in lines if r[0] == "S" and r[1] == paused.pid and r[2] in ids and r[4] > woke_at
@@ -279,21 +271,19 @@ def test_a_paused_worker_runs_nothing_after_it_wakes_up(
         if first_other is not None:
             assert all(at < first_other for at, pid in starts if pid == paused.pid), wid
     assert max(_starts(step_log).values()) <= 2  # only the steps in flight at the pause
-    _check_results(url, more, 3)
+    _check_results(db, more, 3)
     assert all(_starts(step_log)[(wid, seq)] == 1 for wid in more for seq in range(3))
-    attempts = _rows(
-        url,
-        "SELECT max(recovery_attempts) FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)",
-        more,
-    )
-    assert attempts == [(0,)]  # nothing dequeued after the wake was taken from either worker
+    attempts = db.recovery_attempts(more)
+    assert (
+        max(attempts.values()) == 0
+    )  # nothing dequeued after the wake was taken from either worker
     assert stopped_at < woke_at
     assert "Traceback" not in logs
 
 
 @pytest.mark.parametrize("same_host", [True, False], ids=["same-host", "other-host"])
 def test_workflows_of_a_killed_worker_are_taken_over_promptly(
-    server: RestartablePostgres, url: str, step_log: Path, same_host: bool
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path, same_host: bool
 ) -> None:
     """kill -9 with a 30 s lease: the survivor takes over in seconds, not after the lease.
     From the same host the dead pid is seen at once; from another host (no process key
@@ -319,17 +309,17 @@ def test_workflows_of_a_killed_worker_are_taken_over_promptly(
             "the survivor took over",
         )
         took = min(r[4] for r in _lines(step_log) if r[0] == "S" and r[1] == survivor_pid)
-        wait_until(lambda: _all_succeeded(url, ids), 60, "all workflows finished")
+        wait_until(lambda: _all_succeeded(db, ids), 60, "all workflows finished")
     finally:
         logs = _stop([victim, *([survivor] if survivor else [])])
-    _check_results(url, ids, steps)
+    _check_results(db, ids, steps)
     assert took - killed_at < 15, f"take-over took {took - killed_at:.1f}s"
     assert max(_starts(step_log).values()) <= 2
     assert "Traceback" not in logs
 
 
 def test_a_rolling_restart_of_every_worker_under_load_loses_and_repeats_nothing(
-    url: str, step_log: Path
+    url: str, db: Inspector, step_log: Path
 ) -> None:
     """Each worker in turn gets SIGTERM (it finishes its running steps and ends its
     session) and a successor starts: with a 30 s lease, nothing waits for it."""
@@ -348,17 +338,17 @@ def test_a_rolling_restart_of_every_worker_under_load_loses_and_repeats_nothing(
             old.send_signal(signal.SIGTERM)
             assert old.wait(timeout=30) == 0
             workers[i] = _worker(url, step_log, "--lease", "30", step_seconds=0.05)
-        wait_until(lambda: _all_succeeded(url, ids), 60, "all workflows finished")
+        wait_until(lambda: _all_succeeded(db, ids), 60, "all workflows finished")
     finally:
         logs = _stop(workers)
-    _check_results(url, ids, steps)
+    _check_results(db, ids, steps)
     assert set(_starts(step_log).values()) == {1}, "a step ran twice"
     assert time.monotonic() - started < 60  # nobody waited out a 30 s lease
     assert "Traceback" not in logs
 
 
 def test_a_read_only_server_during_a_failover_is_waited_out(
-    server: RestartablePostgres, url: str, step_log: Path, executor_id: str
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path, executor_id: str
 ) -> None:
     """As while a replica is promoted: for a while every new connection is read-only."""
     rt = da.launch(url, executor_id=executor_id, workers=4)
@@ -377,7 +367,7 @@ def test_a_read_only_server_during_a_failover_is_waited_out(
         assert handle.result(timeout=30) == expected(steps)
     finally:
         rt.shutdown()
-    _check_results(url, [wid], steps)
+    _check_results(db, [wid], steps)
     assert set(_starts(step_log).values()) == {1}
 
 

@@ -1,4 +1,4 @@
-"""Non-idempotent steps: the intent is durable before the call; doubt is settled, not guessed."""
+"""Non-idempotent steps: the intent is durable before the call; doubt is resolved, not guessed."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def test_without_a_guard_the_workflow_stops_in_doubt_until_settled(runtime: da.R
     with pytest.raises(da.DbosAgentError, match="no in-doubt step 3"):
         da.resolve_in_doubt(wid, 3, rerun=True)
     # the operator checked: the mail did go out
-    settled = da.resolve_in_doubt(wid, 0, result="sent to b@x (confirmed)")
-    assert settled.result(timeout=10) == "sent to b@x (confirmed)"
+    resolved = da.resolve_in_doubt(wid, 0, result="sent to b@x (confirmed)")
+    assert resolved.result(timeout=10) == "sent to b@x (confirmed)"
     assert SENT["b@x"] == 1
     assert handle.status() == da.WorkflowStatus.SUCCESS
 

@@ -18,6 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
+from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
 
 CRASH: set[str] = set()
@@ -32,13 +34,8 @@ def _maybe_crash() -> None:
 
 def _mailbox(url: str, wid: str) -> list[tuple[str, Any, int | None]]:
     """(topic, message, consumed_seq) of every message sent to ``wid``, oldest first."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT topic, message, consumed_seq FROM dbos_agent.messages"
-            " WHERE destination_id = %s ORDER BY message_id",
-            (wid,),
-        ).fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
+    with Inspector(url) as db:
+        return [(m.topic or "", m.message, m.consumed_seq) for m in db.messages(wid)]
 
 
 def _wait_for_step(wid: str, name: str, timeout: float = 10.0) -> None:
@@ -67,7 +64,9 @@ def approval_flow() -> Approval:
     return decision
 
 
-def test_send_and_recv_across_threads_in_order_and_by_topic(runtime: da.Runtime) -> None:
+def test_send_and_recv_across_threads_in_order_and_by_topic(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     wid = new_id("inbox")
     handle = da.start(inbox, 3, "work", 10.0, workflow_id=wid)
     da.send(wid, "ignored: another topic", topic="other")
@@ -77,7 +76,7 @@ def test_send_and_recv_across_threads_in_order_and_by_topic(runtime: da.Runtime)
         sender.join()  # in order, from other threads
     assert handle.result(timeout=15) == [{"n": 0}, {"n": 1}, {"n": 2}]
     assert [s.name for s in handle.steps()] == ["dbos_agent.recv"] * 3
-    mailbox = _mailbox(runtime.db.url, wid)
+    mailbox = _mailbox(engine.db.url, wid)
     assert mailbox[0] == ("other", "ignored: another topic", None)  # still there
     assert [seq for topic, _, seq in mailbox if topic == "work"] == [0, 1, 2]  # FIFO
 
@@ -114,7 +113,7 @@ def recv_then_step() -> list[Any]:
     return [first, da.recv(timeout=0.2)]
 
 
-def test_recv_timeout_returns_none_and_replays_none(runtime: da.Runtime) -> None:
+def test_recv_timeout_returns_none_and_replays_none(runtime: da.Runtime, engine: Engine) -> None:
     wid = new_id("timeout")
     CRASH.add(wid)
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
@@ -124,11 +123,12 @@ def test_recv_timeout_returns_none_and_replays_none(runtime: da.Runtime) -> None
     da.send(wid, "late")  # arrives after the timeout was recorded
     with da.workflow_id(wid):
         assert recv_then_step() == [None, "late"]  # step 0 replayed as None, step 1 took it
-    assert _mailbox(runtime.db.url, wid) == [("", "late", 1)]
+    assert _mailbox(engine.db.url, wid) == [("", "late", 1)]
 
 
 def test_idempotency_key_sends_once_even_after_the_message_was_consumed(
     runtime: da.Runtime,
+    engine: Engine,
 ) -> None:
     wid = new_id("dedup")
     handle = da.start(inbox, 3, None, 1.0, workflow_id=wid)
@@ -137,7 +137,7 @@ def test_idempotency_key_sends_once_even_after_the_message_was_consumed(
     da.send(wid, "b", idempotency_key="k2")
     assert handle.result(timeout=15) == ["a", "b", None]
     da.send(wid, "a once more", idempotency_key="k1")  # consumed long ago: still deduplicated
-    assert [m for _, m, _ in _mailbox(runtime.db.url, wid)] == ["a", "b"]
+    assert [m for _, m, _ in _mailbox(engine.db.url, wid)] == ["a", "b"]
     with pytest.raises(da.WorkflowNotFoundError):
         da.send(new_id("nobody"), "hello")
 
@@ -154,7 +154,7 @@ def sender(target: str) -> str:
 
 
 def test_send_from_a_workflow_is_a_step_and_is_not_repeated_on_replay(
-    runtime: da.Runtime,
+    runtime: da.Runtime, inspector: Inspector
 ) -> None:
     target = new_id("target")
     da.start(inbox, 1, "t", 10.0, workflow_id=target)
@@ -170,40 +170,40 @@ def test_send_from_a_workflow_is_a_step_and_is_not_repeated_on_replay(
         ("dbos_agent.send", "ERROR"),  # errors are results: replay raises it again
     ]
     assert da.retrieve(target).result(timeout=10) == ["ping"]
-    with psycopg.connect(runtime.db.url) as conn:
-        keys = conn.execute(
-            "SELECT idempotency_key FROM dbos_agent.messages WHERE destination_id = %s",
-            (target,),
-        ).fetchall()
-    assert keys == [(f"{wid}:0",)]  # one message, keyed by the send's position
+    keys = [m.idempotency_key for m in inspector.messages(target)]
+    assert keys == [f"{wid}:0"]  # one message, keyed by the send's position
 
 
-def test_a_recv_that_loses_its_position_consumes_nothing(runtime: da.Runtime) -> None:
+def test_a_recv_that_loses_its_position_consumes_nothing(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     """The guard that makes recv exactly-once: no step row written, no message consumed."""
     wid = new_id("race")
     CRASH.add(wid)
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         recv_then_step()  # step 0 is recorded (a timeout)
     da.send(wid, "m")
-    write, message = runtime.db.messages.receive(
+    write, message = engine.db.messages.receive(
         workflow_id=wid,
         seq=0,  # taken: as if another run of the workflow got there first
         name="dbos_agent.recv",
         topic="",
         inputs="{}",
         started_at=da.list_steps(wid)[0].started_at,
-        owner_key=runtime.session_key,
+        owner_key=engine.session_key,
     )
     assert not write.written and message is None
     assert write.existing is not None and write.existing.output == "null"
-    assert _mailbox(runtime.db.url, wid) == [("", "m", None)]
+    assert _mailbox(engine.db.url, wid) == [("", "m", None)]
     with da.workflow_id(wid):
         assert recv_then_step() == [None, "m"]
 
 
-def test_recv_is_woken_by_notify_well_before_the_poll_interval(runtime: da.Runtime) -> None:
-    runtime.notifications.poll_interval = 30.0
-    assert runtime.notifications.listening.wait(10)
+def test_recv_is_woken_by_notify_well_before_the_poll_interval(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    engine.notifications.poll_interval = 30.0
+    assert engine.notifications.listening.wait(10)
     wid = new_id("notify")
     handle = da.start(inbox, 1, None, 20.0, workflow_id=wid)
     _wait_for_step(wid, "dbos_agent.recv")  # the deadline intent: it is waiting now
@@ -213,10 +213,12 @@ def test_recv_is_woken_by_notify_well_before_the_poll_interval(runtime: da.Runti
     assert time.monotonic() - sent < 5.0  # LISTEN/NOTIFY, not the 30 s poll
 
 
-def test_the_listener_reconnects_after_its_connection_is_killed(runtime: da.Runtime) -> None:
-    runtime.notifications.poll_interval = 30.0
-    assert runtime.notifications.listening.wait(10)
-    with psycopg.connect(runtime.db.url, autocommit=True) as conn:
+def test_the_listener_reconnects_after_its_connection_is_killed(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    engine.notifications.poll_interval = 30.0
+    assert engine.notifications.listening.wait(10)
+    with psycopg.connect(engine.db.url, autocommit=True) as conn:
         killed = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'dbos_agent_listener' AND datname = current_database()"
@@ -225,19 +227,19 @@ def test_the_listener_reconnects_after_its_connection_is_killed(runtime: da.Runt
     wid = new_id("reconnect")
     handle = da.start(inbox, 1, None, 20.0, workflow_id=wid)
     _wait_for_step(wid, "dbos_agent.recv")
-    assert runtime.notifications.listening.wait(10)
+    assert engine.notifications.listening.wait(10)
     sent = time.monotonic()
     da.send(wid, "still heard")
     assert handle.result(timeout=20) == ["still heard"]
     assert time.monotonic() - sent < 5.0  # woken by NOTIFY on the new connection
 
 
-def test_polling_finds_a_message_whose_notify_was_lost(runtime: da.Runtime) -> None:
-    runtime.notifications.poll_interval = 0.3
+def test_polling_finds_a_message_whose_notify_was_lost(runtime: da.Runtime, engine: Engine) -> None:
+    engine.notifications.poll_interval = 0.3
     wid = new_id("poll")
     handle = da.start(inbox, 1, None, 20.0, workflow_id=wid)
     _wait_for_step(wid, "dbos_agent.recv")
-    with psycopg.connect(runtime.db.url, autocommit=True) as conn:
+    with psycopg.connect(engine.db.url, autocommit=True) as conn:
         try:  # triggers off for this session only: the insert sends no NOTIFY
             conn.execute("SET session_replication_role = replica")
         except psycopg.errors.InsufficientPrivilege:
@@ -251,7 +253,9 @@ def test_polling_finds_a_message_whose_notify_was_lost(runtime: da.Runtime) -> N
     assert time.monotonic() - sent < 5.0
 
 
-def test_subscribe_delivers_notifications_of_other_channels(runtime: da.Runtime) -> None:
+def test_subscribe_delivers_notifications_of_other_channels(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     got: list[str] = []
     arrived = threading.Event()
 
@@ -259,8 +263,8 @@ def test_subscribe_delivers_notifications_of_other_channels(runtime: da.Runtime)
         got.append(payload)
         arrived.set()
 
-    unsubscribe = runtime.notifications.subscribe("dbos_agent_cancel", on_cancel)
-    with psycopg.connect(runtime.db.url, autocommit=True) as conn:
+    unsubscribe = engine.notifications.subscribe("dbos_agent_cancel", on_cancel)
+    with psycopg.connect(engine.db.url, autocommit=True) as conn:
 
         def notified() -> bool:  # LISTEN starts shortly: notify until it is heard
             conn.execute("SELECT pg_notify('dbos_agent_cancel', 'wf-1')")
@@ -341,9 +345,9 @@ def app_env(url: str, workdir: Path, executor: str, kill: str = "") -> dict[str,
 
 @pytest.mark.parametrize("kill", ["after-recv-0", "after-recv-1"])
 def test_a_message_is_received_once_across_a_crash(
-    kill: str, runtime: da.Runtime, tmp_path: Path
+    kill: str, runtime: da.Runtime, engine: Engine, tmp_path: Path
 ) -> None:
-    url, wid, executor = runtime.db.url, new_id("crash-recv"), new_id("executor")
+    url, wid, executor = engine.db.url, new_id("crash-recv"), new_id("executor")
     app = subprocess.Popen(
         [sys.executable, str(APP), "recv", wid],
         env=app_env(url, tmp_path, executor, kill),
@@ -353,7 +357,7 @@ def test_a_message_is_received_once_across_a_crash(
     )
     try:
         wait_until(
-            lambda: runtime.db.workflows.get(wid) is not None or app.poll() is not None,
+            lambda: engine.db.workflows.get(wid) is not None or app.poll() is not None,
             30,
             "the app to record its workflow",
         )

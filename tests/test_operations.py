@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
 from tests.helpers import SimulatedCrash, new_id
 
 RUNS: Counter[str] = Counter()
@@ -138,7 +139,7 @@ def test_resume_a_dead_lettered_workflow(dbos_agent_database_url: str, executor_
     CRASH.clear()
     rt = da.launch(url, executor_id=executor_id, workers=2)  # recovery dead-letters it
     try:
-        assert rt.recovery_done.wait(20)
+        rt.wait_for_recovery(20)
         handle = da.retrieve(wid)
         assert handle.status() == da.WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED
         resumed = da.resume(wid)
@@ -149,7 +150,9 @@ def test_resume_a_dead_lettered_workflow(dbos_agent_database_url: str, executor_
         rt.shutdown()
 
 
-def test_fork_reuses_the_steps_before_n_and_runs_the_rest_live(runtime: da.Runtime) -> None:
+def test_fork_reuses_the_steps_before_n_and_runs_the_rest_live(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     wid = new_id()
     with da.workflow_id(wid):
         assert agent(wid, 4) == ["turn 0", "turn 1", "turn 2", "turn 3"]
@@ -165,8 +168,8 @@ def test_fork_reuses_the_steps_before_n_and_runs_the_rest_live(runtime: da.Runti
     assert [s.started_at for s in fork_steps[:2]] == [s.started_at for s in original_steps[:2]]
     info = fork.get_info()
     assert (info.name, info.inputs, info.status) == ("agent", {"key": wid, "n": 4}, "SUCCESS")
-    assert runtime.db.operations.fork_origin(fork.workflow_id) == (wid, 2)
-    assert runtime.db.operations.fork_origin(wid) is None
+    assert engine.db.operations.fork_origin(fork.workflow_id) == (wid, 2)
+    assert engine.db.operations.fork_origin(wid) is None
 
     named = da.fork(wid, 0, new_workflow_id=f"{wid}-again")
     assert named.workflow_id == f"{wid}-again"
@@ -210,7 +213,9 @@ def test_unknown_ids_and_wrong_states_are_refused(runtime: da.Runtime) -> None:
     assert handle.result(timeout=10) == ["turn 0"]
 
 
-def test_a_cancel_from_the_storage_layer_alone_stops_the_run(runtime: da.Runtime) -> None:
+def test_a_cancel_from_the_storage_layer_alone_stops_the_run(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     """As from the CLI: no in-process call; the NOTIFY or the refused checkpoint stops it."""
     wid = new_id()
     gate = _reach(wid, 0, in_step=True)
@@ -218,7 +223,7 @@ def test_a_cancel_from_the_storage_layer_alone_stops_the_run(runtime: da.Runtime
     _wait(REACHED[f"{wid}:0"])
     from dbos_agent.engine.operations import cancel_workflow
 
-    assert cancel_workflow(runtime.db, wid) == da.WorkflowStatus.PENDING  # no in-process flag
+    assert cancel_workflow(engine.db, wid) == da.WorkflowStatus.PENDING  # no in-process flag
     started = time.monotonic()
     gate.set()
     with pytest.raises(da.WorkflowCancelledError):

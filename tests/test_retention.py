@@ -17,6 +17,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.retention import format_duration, parse_duration
+from dbos_agent.engine.state import current_engine
 from dbos_agent.testing import fresh_database
 from tests.helpers import new_id, wait_until
 from tests.test_cli import cli, ok, refused
@@ -65,21 +66,13 @@ def finished(*, fail: bool = False) -> str:
 
 def rows(rt: da.Runtime, wid: str) -> tuple[int, int, int, int]:
     """(workflows, steps, messages, events) rows of one workflow id."""
-    with rt.db.connection() as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM dbos_agent.workflows WHERE workflow_id = %(w)s) AS w,"
-            " (SELECT count(*) FROM dbos_agent.steps WHERE workflow_id = %(w)s) AS s,"
-            " (SELECT count(*) FROM dbos_agent.messages WHERE destination_id = %(w)s) AS m,"
-            " (SELECT count(*) FROM dbos_agent.events WHERE workflow_id = %(w)s) AS e",
-            {"w": wid},
-        ).fetchone()
-    assert row is not None
-    return row["w"], row["s"], row["m"], row["e"]
+    counts = current_engine().db.inspection.rows_of(wid)
+    return counts.workflows, counts.steps, counts.messages, counts.events
 
 
 def age(rt: da.Runtime, wid: str, days: float) -> None:
     """Make a workflow look created and finished ``days`` ago."""
-    with rt.db.connection() as conn:
+    with current_engine().db.connection() as conn:
         conn.execute(
             "UPDATE dbos_agent.workflows SET"
             " created_at = now() - make_interval(secs => %(s)s + 1),"
@@ -92,7 +85,7 @@ def age(rt: da.Runtime, wid: str, days: float) -> None:
 def put(rt: da.Runtime, wid: str, status: da.WorkflowStatus) -> None:
     """Give a finished workflow another status (of nobody's executor, so nothing here
     recovers it), keeping its finished_at: only the status can protect it then."""
-    with rt.db.connection() as conn:
+    with current_engine().db.connection() as conn:
         conn.execute(
             "UPDATE dbos_agent.workflows SET status = %s, output = NULL, error = NULL,"
             " executor_id = 'elsewhere', owner_key = NULL WHERE workflow_id = %s",
@@ -265,13 +258,13 @@ def test_launch_with_retention_deletes_by_itself(
     try:
         old, pending = finished(), finished()
         put(rt, pending, da.WorkflowStatus.PENDING)
-        with rt.db.connection() as conn:  # break it: the runner logs, carries on
+        with current_engine().db.connection() as conn:  # break it: the runner logs, carries on
             conn.execute("ALTER TABLE dbos_agent.events RENAME TO events_away")
         for wid in (old, pending):
             age(rt, wid, 1)
         wait_until(lambda: "retention failed" in caplog.text, 10, "the failure logged")
-        assert rt.db.workflows.get(old) is not None
-        with rt.db.connection() as conn:
+        assert current_engine().db.workflows.get(old) is not None
+        with current_engine().db.connection() as conn:
             conn.execute("ALTER TABLE dbos_agent.events_away RENAME TO events")
         wait_until(lambda: rows(rt, old) == GONE, 10, "the old workflow deleted")
 

@@ -7,12 +7,12 @@ import dataclasses
 from collections import Counter
 
 import anthropic.types
-import psycopg
 import pytest
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 import dbos_agent as da
+from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id
 
 CALLS: Counter[str] = Counter()
@@ -113,12 +113,8 @@ def test_replay_returns_the_annotated_types(runtime: da.Runtime) -> None:
 
 
 def _count_steps(url: str, wid: str) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM dbos_agent.steps WHERE workflow_id = %s", (wid,)
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+    with Inspector(url) as db:
+        return db.rows_of(wid).steps
 
 
 SEEN_IN_DB: list[int] = []

@@ -15,6 +15,8 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
+from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.test_messaging import APP, app_env
 
@@ -61,12 +63,14 @@ def test_sleep_outside_a_workflow_is_a_plain_sleep() -> None:
         da.sleep(-1)
 
 
-def test_sleep_records_its_wake_up_time_on_the_database_clock(runtime: da.Runtime) -> None:
+def test_sleep_records_its_wake_up_time_on_the_database_clock(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     wid = new_id("nap")
-    before = runtime.db.messages.database_time()
+    before = engine.db.messages.database_time()
     with da.workflow_id(wid):
         assert 0.3 <= nap(0.3) < 1.5
-    after = runtime.db.messages.database_time()
+    after = engine.db.messages.database_time()
     [_, sleep_step, _] = da.list_steps(wid)
     assert sleep_step.name == "dbos_agent.sleep"
     assert before + 0.3 <= sleep_step.output <= after
@@ -124,14 +128,9 @@ def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
 
 
 def _has_step(url: str, wid: str, name: str) -> bool:
-    with psycopg.connect(url) as conn:
+    with Inspector(url) as db:
         try:
-            return bool(
-                conn.execute(
-                    "SELECT 1 FROM dbos_agent.steps WHERE workflow_id = %s AND name = %s",
-                    (wid, name),
-                ).fetchone()
-            )
+            return name in db.step_names(wid)
         except psycopg.errors.UndefinedTable:  # the app has not migrated the database yet
             return False
 
@@ -186,14 +185,34 @@ def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
     assert time.monotonic() - started < 5.0
 
 
-def test_the_database_clock_moves_for_tests_instead_of_sleeping(runtime: da.Runtime) -> None:
-    before = runtime.db.messages.database_time()
-    runtime.db.advance_clock(3600)
+def test_the_database_clock_moves_for_tests_instead_of_sleeping(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    before = engine.db.messages.database_time()
+    advance_clock(3600)
     try:
-        after = runtime.db.messages.database_time()
+        assert clock_offset() == 3600
+        after = engine.db.messages.database_time()
         assert 3600 <= after - before < 3660
-        with runtime.db.connection() as conn:  # every connection the library uses moves
+        with engine.db.connection() as conn:  # every connection the library uses moves
             row = conn.execute("SELECT extract(epoch FROM dbos_agent.now()) AS t").fetchone()
         assert row is not None and float(row["t"]) - before >= 3600
     finally:
-        runtime.db.advance_clock(-3600)
+        advance_clock(-3600)
+
+
+def test_sleeps_and_timeouts_end_when_the_clock_is_moved(runtime: da.Runtime) -> None:
+    """An hour of sleep and an hour's recv timeout, over in moments: no test sleeps."""
+    sleeper = da.start(nap, 3600.0, workflow_id=new_id("hour-nap"))
+    receiver = da.start(wait_for_mail, 3600.0, workflow_id=new_id("hour-mail"))
+    _wait_for_step(sleeper.workflow_id, "dbos_agent.sleep")
+    _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
+    started = time.monotonic()
+    advance_clock(3600)
+    try:
+        assert sleeper.result(timeout=10) < 60  # by the real clock: it did not sleep an hour
+        message, waited = receiver.result(timeout=10)
+        assert message is None and waited < 60  # timed out
+    finally:
+        advance_clock(-3600)
+    assert time.monotonic() - started < 10

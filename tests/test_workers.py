@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import start_worker, stop_workers
 
@@ -28,12 +29,8 @@ def _worker(url: str, log: Path, *extra: str, step_seconds: float = 0.1) -> subp
 
 
 def _statuses(url: str, ids: list[str]) -> dict[str, str]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT workflow_id, status FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)",
-            (ids,),
-        ).fetchall()
-    return {r[0]: r[1] for r in rows}
+    with Inspector(url) as db:
+        return {wid: str(s) for wid, s in db.statuses(ids).items() if s is not None}
 
 
 def _wait_all(url: str, ids: list[str], timeout: float) -> dict[str, str]:
@@ -82,17 +79,11 @@ def test_three_workers_one_killed_mid_way_all_workflows_finish_once(
     finally:
         _stop(workers)
     assert set(statuses.values()) == {"SUCCESS"}, statuses
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT workflow_id, count(*), array_agg(seq ORDER BY seq) FROM dbos_agent.steps "
-            "WHERE workflow_id = ANY(%s) GROUP BY workflow_id",
-            (ids,),
-        ).fetchall()
-        results = conn.execute(
-            "SELECT output FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)", (ids,)
-        ).fetchall()
-    assert all(count == 5 and seqs == [0, 1, 2, 3, 4] for _, count, seqs in rows)
-    assert len(rows) == 50 and {r[0] for r in results} == {10}
+    with Inspector(url) as db:
+        seqs = {wid: [s.seq for s in db.steps(wid)] for wid in ids}
+        results = {wid: info.output for wid in ids if (info := db.workflow(wid)) is not None}
+    assert len(seqs) == 50 and all(s == [0, 1, 2, 3, 4] for s in seqs.values()), seqs
+    assert len(results) == 50 and set(results.values()) == {10}
 
     # At no moment did two executors run the same workflow: per workflow, the
     # span each process worked on it (the killed one until its death) is disjoint.

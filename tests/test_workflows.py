@@ -13,6 +13,8 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
+from dbos_agent.engine.state import current_engine
 from dbos_agent.storage.database import SystemDatabase
 from tests.helpers import SimulatedCrash, new_id, wait_until
 
@@ -123,12 +125,14 @@ def evolving(key: str) -> str:
     return first + second
 
 
-def test_divergence_stops_the_workflow_without_running_the_step(runtime: da.Runtime) -> None:
+def test_divergence_stops_the_workflow_without_running_the_step(
+    runtime: da.Runtime, engine: Engine
+) -> None:
     wid2 = new_id()
     MODE[wid2] = "crash"
     with pytest.raises(SimulatedCrash), da.workflow_id(wid2):
         evolving(wid2)
-    with runtime.db.connection() as conn:  # a log from an older version of the code
+    with engine.db.connection() as conn:  # a log from an older version of the code
         conn.execute(
             "UPDATE dbos_agent.steps SET name = 'step_b' WHERE workflow_id = %s AND seq = 0",
             (wid2,),
@@ -158,9 +162,9 @@ def evolving_step_only(key: str) -> str:
     return key
 
 
-def test_divergence_cannot_be_swallowed(runtime: da.Runtime) -> None:
+def test_divergence_cannot_be_swallowed(runtime: da.Runtime, engine: Engine) -> None:
     wid = new_id()
-    with runtime.db.connection() as conn:
+    with engine.db.connection() as conn:
         conn.execute(
             "INSERT INTO dbos_agent.workflows (workflow_id, name, status, inputs, executor_id,"
             " max_recovery_attempts) VALUES (%s, 'swallows_divergence', 'PENDING', %s, %s, 5)",
@@ -176,11 +180,11 @@ def test_divergence_cannot_be_swallowed(runtime: da.Runtime) -> None:
     assert da.retrieve(wid).status() == da.WorkflowStatus.ERROR
 
 
-def _second_runtime(url: str, executor_id: str, lease: float = 30.0) -> da.Runtime:
+def _second_engine(url: str, executor_id: str, lease: float = 30.0) -> Engine:
     """Another executor session on the same database: another process, in effect."""
     db = SystemDatabase(url, pool_size=4)
     db.open()
-    return da.Runtime(db, executor_id=executor_id, workers=2, lease_seconds=lease).open()
+    return Engine(db, executor_id=executor_id, workers=2, lease_seconds=lease).open()
 
 
 def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
@@ -190,7 +194,7 @@ def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
     GATES[wid] = threading.Event()
     first = da.start(squares, wid, 3, workflow_id=wid)
     wait_until(lambda: RUNS[f"{wid}:1"] > 0, 5, "step 1 under way")
-    other = _second_runtime(dbos_agent_database_url, "other")
+    other = _second_engine(dbos_agent_database_url, "other")
     try:
         definition = squares.__dbos_agent_workflow__  # type: ignore[attr-defined]
         admission = other.admit(definition, wid, (wid, 3), {})
@@ -216,22 +220,22 @@ def test_a_hung_owner_loses_its_workflow_and_can_no_longer_write(
 
 
 def _hung_owner_scenario(url: str, executor_id: str) -> None:
-    from dbos_agent.engine.recovery import RecoveryReport, claim_and_resume
+    from dbos_agent.engine.recovery import RecoveryReport, claim_and_recover
 
     wid = new_id()
     hung = da.launch(url, executor_id=executor_id, workers=2)  # a 30 s lease
-    other: da.Runtime | None = None
+    other: Engine | None = None
     try:
         GATES[wid] = gate = threading.Event()
         first = da.start(squares, wid, 3, workflow_id=wid)
         wait_until(lambda: RUNS[f"{wid}:1"] > 0, 5, "step 1 under way")
-        hung.session._stop.set()  # the heartbeat stops: the process looks hung
+        current_engine().session._stop.set()  # the heartbeat stops: the process looks hung
         del GATES[wid]
-        other = _second_runtime(url, new_id("other"))
+        other = _second_engine(url, new_id("other"))
         other.db.advance_clock(31)  # for the other executor the hung one's lease ran out
         report = RecoveryReport()
-        claim_and_resume(other, orphans=True, report=report)
-        assert report.resumed == 1
+        claim_and_recover(other, orphans=True, report=report)
+        assert report.recovered == 1
         assert other.wait_for_outcome(wid, 10).unwrap() == 5
         gate.set()  # the hung run wakes up and tries to checkpoint step 1
         assert first.result(10) == 5
@@ -246,7 +250,7 @@ def _hung_owner_scenario(url: str, executor_id: str) -> None:
         hung.shutdown()
 
 
-def test_the_step_log_keeps_the_first_record(runtime: da.Runtime) -> None:
+def test_the_step_log_keeps_the_first_record(runtime: da.Runtime, engine: Engine) -> None:
     wid = new_id()
     with da.workflow_id(wid):
         squares(wid, 1)
@@ -254,7 +258,7 @@ def test_the_step_log_keeps_the_first_record(runtime: da.Runtime) -> None:
 
     from dbos_agent.records import StepStatus
 
-    write = runtime.db.steps.record(
+    write = engine.db.steps.record(
         workflow_id=wid,
         seq=0,
         name="work",
@@ -263,7 +267,7 @@ def test_the_step_log_keeps_the_first_record(runtime: da.Runtime) -> None:
         error=None,
         attempts=1,
         started_at=datetime.now(UTC),
-        owner_key=runtime.session_key,
+        owner_key=engine.session_key,
     )
     assert not write.written
     assert da.list_steps(wid)[0].output == 0
@@ -277,7 +281,7 @@ def always_crashes(key: str) -> None:
 
 def _launch(url: str, executor_id: str) -> da.Runtime:
     rt = da.launch(url, executor_id=executor_id, workers=4)
-    assert rt.recovery_done.wait(20)
+    rt.wait_for_recovery(20)
     return rt
 
 
@@ -434,14 +438,18 @@ def test_recovery_runs_on_a_bounded_pool(dbos_agent_database_url: str, executor_
             [(wid, f'{{"i": {n}}}', executor_id) for n, wid in enumerate(ids)],
         )
     peak = 0
+
+    def recovered() -> bool:
+        nonlocal peak
+        workers = [t for t in threading.enumerate() if t.name.startswith("dbos-agent-worker")]
+        peak = max(peak, len(workers))
+        return rt.last_recovery is not None
+
     rt = da.launch(url, executor_id=executor_id, workers=4)
     try:
-        while not rt.recovery_done.is_set():
-            workers = [t for t in threading.enumerate() if t.name.startswith("dbos-agent-worker")]
-            peak = max(peak, len(workers))
-            time.sleep(0.005)
+        wait_until(recovered, 60, "recovery at launch", every=0.005)
         assert [da.retrieve(w).result(30) for w in ids] == list(range(300))
-        assert rt.last_recovery is not None and rt.last_recovery.resumed == 300
+        assert rt.last_recovery is not None and rt.last_recovery.recovered == 300
     finally:
         rt.shutdown()
     assert 1 <= peak <= 4

@@ -6,7 +6,7 @@ Write the agent loop yourself, as a ``@durable_workflow``; this package gives it
   ``Message`` and retries transient API failures (529, 429, 5xx, timeouts).
 * :func:`tool` and :class:`ToolRegistry`: typed functions as tools (schema from the type
   hints) and steps; failures go back to the model as ``is_error`` results.
-* :func:`usage_totals` and :func:`track_replay`: what a workflow cost, and what a resume
+* :func:`usage_totals` and :func:`track_replay`: what a workflow cost, and what a recovery
   saved.
 
 The scripted offline Messages API server lives in :mod:`dbos_agent.agent.scripted_server`.

@@ -1,7 +1,7 @@
 """Token and cost accounting, computed from the step log alone.
 
 Every model step records the whole reply, usage included, so a workflow's bill is a sum
-over its log: nothing else has to be kept in sync, and a resumed run is counted once.
+over its log: nothing else has to be kept in sync, and a recovered run is counted once.
 Prices are per million tokens and configurable; the defaults are list prices at the time
 of writing, so pass your own table when money matters.
 """

@@ -28,7 +28,7 @@ from .tool_registry import ToolRegistry
 __all__ = ["DEFAULT_MODEL", "MODEL_STEP_NAME", "Model", "configure", "default_client"]
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
-#: The step name of model calls, streamed or not (so a resumed run may switch).
+#: The step name of model calls, streamed or not (so a recovered run may switch).
 MODEL_STEP_NAME = "anthropic.messages"
 
 TextCallback = Callable[[str], None]

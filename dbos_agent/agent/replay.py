@@ -1,4 +1,4 @@
-"""What a resume saved: steps replayed from the log instead of run, and what they cost once.
+"""What a recovery saved: steps replayed from the log instead of run, and what they cost once.
 
 A tracker is attached to the running workflow (by :func:`track_replay` at the top of the
 workflow, or by the first model or tool step). It snapshots the history the run started
@@ -33,7 +33,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
-    """What replaying the log saved a resumed workflow.
+    """What replaying the log saved a recovered workflow.
 
     ``elapsed_s`` runs from the tracker's start (the top of the workflow body, with
     :func:`track_replay`) to the first live step: replaying, rebuilding the conversation,
@@ -65,7 +65,7 @@ class ReplayReport:
         return self.usage_saved.cost(prices)
 
     def summary(self) -> str:
-        """One human line, e.g. for a terminal after a resume."""
+        """One human line, e.g. for a terminal after a recovery."""
         return (
             f"replayed {self.steps_replayed} steps from the log in {self.elapsed_s * 1000:.1f} ms: "
             f"{self.model_calls_replayed} model calls and {self.tool_calls_replayed} tool calls "
@@ -177,7 +177,7 @@ def note_step() -> None:
 def replaying() -> bool:
     """True while this run is still in its replay phase (no live step yet, history left).
 
-    Use it to keep a resumed run quiet about what it merely replays, or to run a crash
+    Use it to keep a recovered run quiet about what it merely replays, or to run a crash
     hook only in the run that really executed that point.
     """
     ctx = current_context()
@@ -188,7 +188,7 @@ def next_step_replays() -> bool:
     """True when the next step of this run has a recorded outcome (it will replay).
 
     E.g. say "waiting for approval" only when the wait is live: on the first run, and on
-    a resume whose approval had not arrived yet, but not when the decision is in the log.
+    a recovered run whose approval had not arrived yet, but not when the decision is in the log.
     """
     ctx = current_context()
     row = None if ctx is None else ctx.next_recorded()
@@ -206,6 +206,6 @@ def replay_report() -> ReplayReport | None:
 
 
 def last_replay_report(workflow_id: str) -> ReplayReport | None:
-    """The report of the latest resumed run of ``workflow_id`` in this process, if any."""
+    """The report of the latest recovered run of ``workflow_id`` in this process, if any."""
     with _lock:
         return _last.get(workflow_id)

@@ -251,7 +251,7 @@ def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
     else:
         how = "it will run again" if args.rerun else "its result is recorded"
         print(
-            f"settled step {args.seq} of {args.workflow_id} ({how}); the workflow is "
+            f"resolved step {args.seq} of {args.workflow_id} ({how}); the workflow is "
             f"{info.status}: {_who_runs_it(info.executor_id)}"
         )
 

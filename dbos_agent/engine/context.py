@@ -69,7 +69,7 @@ class StopReason(IntEnum):
     """Why a run ends before its workflow function returns, strongest first.
 
     Once set, no further step starts (user code cannot swallow it), and
-    :meth:`Runtime.finish` acts on the strongest reason seen.
+    :meth:`Engine.finish` acts on the strongest reason seen.
     """
 
     #: The code no longer fits the log: the workflow ends ERROR with the divergence.

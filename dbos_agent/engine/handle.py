@@ -11,9 +11,9 @@ from ..errors import WorkflowInterruptedError, WorkflowNotFoundError
 from ..limits import check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .context import OwnershipLost
+from .core import Engine
 from .outcome import Outcome
-from .runtime import Runtime
-from .state import current_runtime
+from .state import current_engine
 
 R = TypeVar("R")
 
@@ -26,7 +26,7 @@ class WorkflowHandle(Generic[R]):
     """
 
     def __init__(
-        self, runtime: Runtime, workflow_id: str, future: Future[Outcome] | None = None
+        self, runtime: Engine, workflow_id: str, future: Future[Outcome] | None = None
     ) -> None:
         self._runtime = runtime
         self._workflow_id = workflow_id
@@ -77,7 +77,7 @@ class WorkflowHandle(Generic[R]):
 def retrieve(workflow_id: str) -> WorkflowHandle[Any]:
     """A handle on an existing workflow; raises WorkflowNotFoundError for an unknown id."""
     check_identifier(workflow_id, "workflow id")
-    runtime = current_runtime()
+    runtime = current_engine()
     handle: WorkflowHandle[Any] = WorkflowHandle(
         runtime, workflow_id, runtime.active_future(workflow_id)
     )

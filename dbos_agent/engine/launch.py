@@ -1,25 +1,31 @@
 """``launch()``: the one place where a process's runtime is put together.
 
 It connects to the system database, applies the schema, registers the executor
-session, and starts the runtime's background work: the notification listener,
+session, and starts the engine's background work: the notification listener,
 recovery of this executor's pending workflows, taking back what this process owns
-but no longer runs, the queue dispatcher and, if asked, retention.
+but no longer runs, the queue dispatcher and, if asked, retention. What it returns,
+:class:`Runtime`, is the narrow public handle on that engine: what it is, how its
+recovery went, and how to stop it. The plumbing (the database, the pool, the run
+table) stays inside the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from types import TracebackType
 
 from ..errors import DbosAgentError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..storage.database import SystemDatabase
+from ..storage.dsn import redact_url
 from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from . import state
+from .core import Engine
 from .queues import run_dispatcher
-from .recovery import keep_taking_back, recover_pending
+from .recovery import RecoveryReport, keep_taking_back, keep_taking_over, recover_pending
 from .retention import check_older_than, run_retention
-from .runtime import Runtime
 
 
 def launch(
@@ -36,6 +42,7 @@ def launch(
     max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     run_queues: bool = True,
     retention: timedelta | None = None,
+    take_over_every: float | None = None,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -66,6 +73,11 @@ def launch(
     with their steps, messages and events, in the background: every tenth of
     ``retention`` and at least hourly, in short batches (see engine/retention.py).
     Without it nothing is ever deleted.
+
+    With ``take_over_every`` (seconds) this process also looks that often for the
+    workflows of dead sessions, of any executor, and takes them over: what the
+    worker daemon (``dbos-agent worker``) does. Without it a process takes over only
+    its own executor's workflows, at launch.
     """
 
     if retention is not None:
@@ -88,7 +100,7 @@ def launch(
         db.open()
         try:
             db.migrate()
-            runtime = Runtime(
+            engine = Engine(
                 db,
                 executor_id=executor_id,
                 app_version=app_version,
@@ -96,20 +108,120 @@ def launch(
                 lease_seconds=lease_seconds,
                 session_grace=session_grace,
             )
-            runtime.open()
+            engine.open()
         except BaseException:
             db.close()
             raise
-        state.set_runtime(runtime)
-    runtime.notifications.start()
+        state.set_engine(engine)
+    engine.notifications.start()
     if recover:
-        runtime.run_in_background(lambda: recover_pending(runtime), "dbos-agent-recovery")
+        engine.run_in_background(lambda: recover_pending(engine), "dbos-agent-recovery")
     else:
-        runtime.recovery_done.set()
-    runtime.run_in_background(lambda: keep_taking_back(runtime), "dbos-agent-take-back")
+        engine.recovery_done.set()
+    engine.run_in_background(lambda: keep_taking_back(engine), "dbos-agent-take-back")
     if run_queues:
-        runtime.run_in_background(lambda: run_dispatcher(runtime), "dbos-agent-dispatcher")
+        engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
+    if take_over_every is not None:
+        every = take_over_every
+        engine.run_in_background(lambda: keep_taking_over(engine, every), "dbos-agent-take-over")
     if retention is not None:
         age = retention
-        runtime.run_in_background(lambda: run_retention(runtime, age), "dbos-agent-retention")
-    return runtime
+        engine.run_in_background(lambda: run_retention(engine, age), "dbos-agent-retention")
+    return Runtime(engine)
+
+
+def current_runtime() -> Runtime:
+    """The runtime this process launched (NotLaunchedError if none)."""
+    return Runtime(state.current_engine())
+
+
+class Runtime:
+    """This process's launched dbos_agent: returned by :func:`launch`.
+
+    Use it as a context manager (``with`` or ``async with``), or call :meth:`shutdown`;
+    a runtime never shut down is shut down when the interpreter exits. Handles of the
+    same launch compare equal.
+    """
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def executor_id(self) -> str:
+        """The executor this process runs as (its workflows are recovered under it)."""
+        return self._engine.executor_id
+
+    @property
+    def app_version(self) -> str | None:
+        """The application version recorded on the workflows this process starts."""
+        return self._engine.app_version
+
+    @property
+    def database_url(self) -> str:
+        """The system database, with any password masked."""
+        return redact_url(self._engine.db.url)
+
+    @property
+    def last_recovery(self) -> RecoveryReport | None:
+        """What recovery at launch did, once it is done (None before, or if skipped)."""
+        return self._engine.last_recovery
+
+    def wait_for_recovery(self, timeout: float | None = None) -> RecoveryReport | None:
+        """Wait until recovery at launch is done and return its report.
+
+        Raises TimeoutError if it is not done within ``timeout`` seconds.
+        """
+        if not self._engine.recovery_done.wait(timeout):
+            raise TimeoutError(f"recovery not done within {timeout} s")
+        return self._engine.last_recovery
+
+    @property
+    def session_key(self) -> int | None:
+        """The key of this process's executor session (workflows it owns carry it)."""
+        return self._engine.session_key
+
+    def running(self) -> list[str]:
+        """The ids of the workflows this process runs now."""
+        return self._engine.active_ids()
+
+    def shutdown(self, grace: float = 10.0) -> None:
+        """Stop taking work; running workflows stop at their next step and stay PENDING.
+
+        Waits up to ``grace`` seconds for them, then ends the executor session (its
+        unfinished workflows are claimable by others at once) and closes the database
+        connections. A second call does nothing.
+        """
+        self._engine.shutdown(grace)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Runtime) and other._engine is self._engine
+
+    def __hash__(self) -> int:
+        return id(self._engine)
+
+    def __repr__(self) -> str:
+        return f"<Runtime executor_id={self.executor_id!r} database={self.database_url!r}>"
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.shutdown)

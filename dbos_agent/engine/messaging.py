@@ -38,7 +38,7 @@ from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .outcome import Outcome
 from .ownership import ensure_owned, owns_now
 from .plans import Io, Plan, run_plan, run_plan_async
-from .state import current_runtime
+from .state import current_engine
 from .step import adopt_recorded, checkpoint
 from .timers import (
     builtin_step,
@@ -93,7 +93,7 @@ def _send_plan(
     ctx = current_context()
     payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
     if ctx is None or in_step():
-        runtime = current_runtime() if ctx is None else ctx.runtime
+        runtime = current_engine() if ctx is None else ctx.runtime
         # A key of its own, so that a send retried through an outage is delivered once.
         key = idempotency_key or f"send:{uuid.uuid4()}"
         sent: Outcome = yield Io(partial(_insert, runtime, destination_id, payload, topic, key))
@@ -272,7 +272,7 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
     timeout = _timeout(timeout)
     ctx = current_context()
     if ctx is None or in_step():
-        runtime = current_runtime() if ctx is None else ctx.runtime
+        runtime = current_engine() if ctx is None else ctx.runtime
         return (yield from _poll_event(runtime, workflow_id, key, timeout, codec))
     seq, row = ctx.begin_step(GET_EVENT_STEP)
     step = builtin_step(GET_EVENT_STEP, codec)

@@ -140,7 +140,7 @@ class Notifications:
         """Stop listening and end every wait now (their workflows stay PENDING)."""
         self._closed.set()
         self._poke()
-        self._wake_all()
+        self.wake_all()
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
@@ -200,7 +200,8 @@ class Notifications:
             with contextlib.suppress(OSError):
                 self._wake_w.send(b"\0")
 
-    def _wake_all(self) -> None:
+    def wake_all(self) -> None:
+        """Wake every waiter: each looks again (after a reconnect, or a moved clock)."""
         with self._lock:
             waiters = list(self._every)
         for waiter in waiters:
@@ -253,7 +254,7 @@ class Notifications:
                 listened.add(channel)
             if not self.listening.is_set():
                 self.listening.set()
-                self._wake_all()  # anything sent while we were not listening: re-check
+                self.wake_all()  # anything sent while we were not listening: re-check
             # Received ones first (a NOTIFY can arrive with a LISTEN's reply), then wait.
             for notify in conn.notifies(timeout=0):
                 self._dispatch(notify.channel, notify.payload)

@@ -30,11 +30,11 @@ from ..records import StepStatus, WorkflowStatus
 from ..serialization import codec_for, dumps_error
 from ..storage.database import SystemDatabase
 from ..storage.rows import ForkResult, ResumeResult
+from .core import Engine
 from .handle import WorkflowHandle
 from .outcome import Outcome
 from .registry import WorkflowDefinition, find_workflow
-from .runtime import Runtime
-from .state import current_runtime
+from .state import current_engine
 
 _UNSET: Any = object()
 
@@ -208,7 +208,7 @@ def resolve_in_doubt_step(
 # -- through the launched runtime (da.cancel, da.resume, ...) -------------------------------
 
 
-def _definition_of(runtime: Runtime, workflow_id: str) -> WorkflowDefinition | None:
+def _definition_of(runtime: Engine, workflow_id: str) -> WorkflowDefinition | None:
     """The registered function of a stored workflow (a workflow's name never changes)."""
     info = runtime.db.workflows.get(check_identifier(workflow_id, "workflow id"))
     if info is None:
@@ -217,7 +217,7 @@ def _definition_of(runtime: Runtime, workflow_id: str) -> WorkflowDefinition | N
 
 
 def _run_here(
-    runtime: Runtime, definition: WorkflowDefinition, workflow_id: str, inputs: str
+    runtime: Engine, definition: WorkflowDefinition, workflow_id: str, inputs: str
 ) -> Future[Outcome]:
     """Run a PENDING workflow that this session now owns, from its log.
 
@@ -263,7 +263,7 @@ def cancel(workflow_id: str) -> WorkflowStatus:
     :class:`WorkflowCancelledError`. A finished workflow raises
     :class:`WorkflowStatusError`. :func:`resume` undoes a cancel.
     """
-    runtime = current_runtime()
+    runtime = current_engine()
     previous = cancel_workflow(runtime.db, workflow_id)
     runtime.note_cancelled(workflow_id)
     return previous
@@ -278,7 +278,7 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
     of its executor or any worker. An IN_DOUBT workflow is resolved (and so
     resumed) with :func:`resolve_in_doubt` instead.
     """
-    runtime = current_runtime()
+    runtime = current_engine()
     definition = _definition_of(runtime, workflow_id)
     here = definition is not None
     result = resume_workflow(
@@ -308,7 +308,7 @@ def fork(
     """
     if new_workflow_id is not None:
         check_identifier(new_workflow_id, "new workflow id")
-    runtime = current_runtime()
+    runtime = current_engine()
     definition = _definition_of(runtime, workflow_id)
     here = definition is not None
     new_id, result = fork_workflow(
@@ -337,7 +337,7 @@ def resolve_in_doubt(
     """
     if rerun == (result is not _UNSET):
         raise ValueError("pass exactly one of result=... (it happened) or rerun=True")
-    runtime = current_runtime()
+    runtime = current_engine()
     definition = _definition_of(runtime, workflow_id)
     output = None if rerun else codec_for(Any).dumps(result, f"workflow {workflow_id!r} step {seq}")
     owner = runtime.session_key if definition is not None else None

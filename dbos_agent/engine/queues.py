@@ -15,11 +15,11 @@ from typing import Any
 from ..errors import DbosAgentError
 from ..limits import check_identifier
 from . import state
+from .core import Engine
 from .handle import WorkflowHandle
 from .recovery import run_claimed
 from .registry import find_workflow, workflow_names
-from .runtime import Runtime
-from .state import current_runtime
+from .state import current_engine
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Queue:
         from .workflow import definition_of
 
         definition = definition_of(workflow)
-        runtime = current_runtime()
+        runtime = current_engine()
         wid = take_workflow_id(workflow_id)
         admission = runtime.admit(
             definition, wid, args, kwargs, queue_name=self.name, priority=priority or 0
@@ -98,7 +98,7 @@ def find_queue(name: str) -> Queue | None:
     return state.queues.get(name)
 
 
-def dispatch_once(runtime: Runtime) -> int:
+def dispatch_once(runtime: Engine) -> int:
     """Dequeue what the limits and this worker's free slots allow; return how many.
 
     Nothing is dequeued while this session's fence does not hold (a process back
@@ -133,7 +133,7 @@ def dispatch_once(runtime: Runtime) -> int:
     return started
 
 
-def run_dispatcher(runtime: Runtime, poll_seconds: float = 0.5) -> None:
+def run_dispatcher(runtime: Engine, poll_seconds: float = 0.5) -> None:
     """The dispatcher thread: dequeue whenever there may be room, until shutdown."""
     while not runtime.stopping:
         try:

@@ -1,4 +1,4 @@
-"""Recovery: resume PENDING workflows whose executor session is dead.
+"""Recovery: continue, from their logs, PENDING workflows whose executor session is dead.
 
 At launch, an executor takes back its own executor id's workflows whose session
 is dead; the worker daemon also takes over orphans of any executor. When a
@@ -25,8 +25,8 @@ from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.rows import StepRow
 from ..storage.session import end_dead_local_sessions
+from .core import Engine
 from .registry import WorkflowDefinition, find_workflow, workflow_names
-from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +40,15 @@ _TAKE_BACK_EVERY_S = 30.0
 class RecoveryReport:
     """What one recovery pass did."""
 
-    resumed: int = 0
+    recovered: int = 0
     dead_lettered: int = 0
     failed_inputs: int = 0
     unknown: int = 0
     seconds: float = 0.0
 
 
-def recover_pending(runtime: Runtime) -> RecoveryReport:
-    """Resume this executor's recoverable PENDING workflows (run once at launch).
+def recover_pending(runtime: Engine) -> RecoveryReport:
+    """Recover this executor's recoverable PENDING workflows (run once at launch).
 
     Workflows of a session that lost its lock on another host are waited for
     during that session's grace (it may be alive and reconnecting), then taken.
@@ -59,7 +59,7 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
         _warn_unknown(runtime, report)
         give_up_at = time.monotonic() + 2 * runtime.session.grace_seconds + 1
         while not runtime.stopping:
-            claim_and_resume(runtime, orphans=False, report=report)
+            claim_and_recover(runtime, orphans=False, report=report)
             assert runtime.session_key is not None
             waiting = runtime.db.recovery.count_claimable_soon(
                 runtime.executor_id, runtime.session_key, workflow_names()
@@ -74,10 +74,10 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
         report.seconds = time.perf_counter() - started
         runtime.last_recovery = report
         runtime.recovery_done.set()
-    if report.resumed or report.dead_lettered or report.failed_inputs:
+    if report.recovered or report.dead_lettered or report.failed_inputs:
         log.info(
-            "recovery: resumed %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
-            report.resumed,
+            "recovery: recovered %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
+            report.recovered,
             report.dead_lettered,
             report.failed_inputs,
             report.seconds,
@@ -85,7 +85,7 @@ def recover_pending(runtime: Runtime) -> RecoveryReport:
     return report
 
 
-def _warn_unknown(runtime: Runtime, report: RecoveryReport) -> None:
+def _warn_unknown(runtime: Engine, report: RecoveryReport) -> None:
     names = workflow_names()
     for name, count in runtime.db.recovery.count_unrecoverable(runtime.executor_id, names).items():
         report.unknown += count
@@ -99,7 +99,7 @@ def _warn_unknown(runtime: Runtime, report: RecoveryReport) -> None:
 
 
 def run_claimed(
-    runtime: Runtime,
+    runtime: Engine,
     definition: WorkflowDefinition,
     workflow_id: str,
     inputs: str,
@@ -122,7 +122,7 @@ def run_claimed(
     return True
 
 
-def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport) -> None:
+def claim_and_recover(runtime: Engine, *, orphans: bool, report: RecoveryReport) -> None:
     """Claim page after page of recoverable workflows and hand them to the worker pool."""
     db = runtime.db
     assert runtime.session_key is not None, "the runtime has no executor session"
@@ -171,16 +171,16 @@ def claim_and_resume(runtime: Runtime, *, orphans: bool, report: RecoveryReport)
                 logs[claim.workflow_id],
                 streak,
             ):
-                report.resumed += 1
+                report.recovered += 1
             else:
                 report.failed_inputs += 1
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
-            log.info("recovery in progress: %d resumed so far", report.resumed)
+            log.info("recovery in progress: %d recovered so far", report.recovered)
 
 
-def take_back_idle(runtime: Runtime) -> int:
-    """Resume the PENDING workflows this session owns but no longer runs; how many."""
+def take_back_idle(runtime: Engine) -> int:
+    """Recover the PENDING workflows this session owns but no longer runs; how many."""
     assert runtime.session_key is not None
     taken = 0
     while not runtime.stopping:
@@ -199,8 +199,8 @@ def take_back_idle(runtime: Runtime) -> int:
     return taken
 
 
-def keep_taking_back(runtime: Runtime) -> None:
-    """The take-back thread: after an outage (or now and then) resume what is ours."""
+def keep_taking_back(runtime: Engine) -> None:
+    """The take-back thread: after an outage (or now and then) recover what is ours."""
     while not runtime.stopping:
         woken = runtime.take_back_wanted.wait(_TAKE_BACK_EVERY_S)
         runtime.take_back_wanted.clear()
@@ -215,3 +215,26 @@ def keep_taking_back(runtime: Runtime) -> None:
             time.sleep(1.0)
         except Exception as exc:
             log.error("taking back this process's workflows failed: %s", exc)
+
+
+def keep_taking_over(runtime: Engine, every: float) -> None:
+    """The take-over thread of a worker: every ``every`` seconds, take over the
+    workflows of dead sessions (any executor's) and forget long-dead executors."""
+    last_cleanup = 0.0
+    cleanup_every = max(runtime.session.lease_seconds, 5.0)
+    while not runtime.stopping:
+        report = RecoveryReport()
+        try:
+            claim_and_recover(runtime, orphans=True, report=report)
+            if time.monotonic() - last_cleanup > cleanup_every:
+                last_cleanup = time.monotonic()
+                runtime.db.recovery.delete_dead_executors()
+        except Exception:
+            log.exception("taking over orphaned workflows failed; retrying")
+        if report.recovered or report.dead_lettered:
+            log.info(
+                "took over %d orphaned workflow(s), dead-lettered %d",
+                report.recovered,
+                report.dead_lettered,
+            )
+        runtime.wait_while_running(every)

@@ -29,8 +29,8 @@ from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.outages import describe
 from ..storage.retention import GcCounts
-from .runtime import Runtime
-from .state import current_runtime
+from .core import Engine
+from .state import current_engine
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def garbage_collect(
     argument (see :func:`check_statuses`), before touching the database.
     """
     return garbage_collect_db(
-        current_runtime().db,
+        current_engine().db,
         older_than,
         statuses=statuses,
         batch_size=batch_size,
@@ -211,7 +211,7 @@ def retention_interval(older_than: timedelta) -> float:
     return min(check_older_than(older_than) / 10, MAX_INTERVAL_S)
 
 
-def run_retention(runtime: Runtime, older_than: timedelta, interval: float | None = None) -> None:
+def run_retention(runtime: Engine, older_than: timedelta, interval: float | None = None) -> None:
     """The retention thread of ``launch(retention=...)``: :func:`garbage_collect` every
     ``interval`` seconds (default :func:`retention_interval`) with ±10 % jitter, so that
     a fleet started at once does not collect in lockstep. Logs what it deleted and any

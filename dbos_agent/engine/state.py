@@ -1,9 +1,9 @@
 """All the process-wide state of dbos_agent, in one place a test can see and reset.
 
-Three things are per process by nature: the launched runtime (one executor session
+Three things are per process by nature: the launched engine (one executor session
 per process), the workflow functions the decorators registered (recovery finds the
 function of a row written by another process by its name), and the queues the
-application defined. Everything else is passed along: a runtime to what it runs, a
+application defined. Everything else is passed along: the engine to what it runs, a
 workflow context to its steps.
 """
 
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from ..errors import NotLaunchedError
 
 if TYPE_CHECKING:
+    from .core import Engine
     from .queues import Queue
     from .registry import WorkflowDefinition
-    from .runtime import Runtime
 
 _lock = threading.RLock()
-_runtime: Runtime | None = None
+_engine: Engine | None = None
 #: ``@durable_workflow`` definitions by workflow name.
 workflows: dict[str, WorkflowDefinition] = {}
 #: ``Queue`` objects by queue name.
@@ -32,33 +32,33 @@ def lock() -> threading.RLock:
     return _lock
 
 
-def current_runtime() -> Runtime:
-    """The launched runtime of this process."""
-    runtime = _runtime
-    if runtime is None:
+def current_engine() -> Engine:
+    """The engine of the launched runtime of this process."""
+    engine = _engine
+    if engine is None:
         raise NotLaunchedError(
             "dbos_agent is not launched: call dbos_agent.launch() before running durable workflows"
         )
-    return runtime
+    return engine
 
 
-def launched() -> Runtime | None:
-    """The launched runtime, or None."""
-    return _runtime
+def launched() -> Engine | None:
+    """The engine of the launched runtime, or None."""
+    return _engine
 
 
-def set_runtime(runtime: Runtime) -> None:
-    """Make ``runtime`` the process's; only one at a time (call under :func:`lock`)."""
-    global _runtime
-    _runtime = runtime
+def set_engine(engine: Engine) -> None:
+    """Make ``engine`` the process's; only one at a time (call under :func:`lock`)."""
+    global _engine
+    _engine = engine
 
 
-def clear_runtime(runtime: Runtime) -> None:
-    """Forget ``runtime`` if it is the launched one (its shutdown calls this)."""
-    global _runtime
+def clear_engine(engine: Engine) -> None:
+    """Forget ``engine`` if it is the launched one (its shutdown calls this)."""
+    global _engine
     with _lock:
-        if _runtime is runtime:
-            _runtime = None
+        if _engine is engine:
+            _engine = None
 
 
 def forget_queues() -> None:

@@ -176,9 +176,9 @@ def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any
     ctx = current_context()
     if ctx is None or in_step():
         return step.fn(*args, **kwargs)
-    seq, settled = _position(ctx, step, args, kwargs)
-    if settled is not None:
-        return settled.unwrap()
+    seq, known = _position(ctx, step, args, kwargs)
+    if known is not None:
+        return known.unwrap()
     started_at = datetime.now(UTC)
     attempt = 0
     with entered_step(seq):
@@ -203,11 +203,11 @@ async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[s
     if ctx is None or in_step():
         return await step.fn(*args, **kwargs)
     if step.idempotent:  # no I/O before a live run: stay on the loop
-        seq, settled = _position(ctx, step, args, kwargs)
+        seq, known = _position(ctx, step, args, kwargs)
     else:
-        seq, settled = await asyncio.to_thread(_position, ctx, step, args, kwargs)
-    if settled is not None:
-        return settled.unwrap()
+        seq, known = await asyncio.to_thread(_position, ctx, step, args, kwargs)
+    if known is not None:
+        return known.unwrap()
     started_at = datetime.now(UTC)
     attempt = 0
     with entered_step(seq):

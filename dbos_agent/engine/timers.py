@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import DbosAgentError, NotLaunchedError
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import Codec, codec_for
+from ..storage.database import SystemDatabase
 from ..storage.rows import StepRow, StepWrite
 from .context import RuntimeStopping, WorkflowContext, WorkflowHost, current_context, in_step
 from .notifications import CANCEL_CHANNEL, Waiter
@@ -108,11 +109,17 @@ def cancel_key(ctx: WorkflowContext) -> tuple[str, str]:
     return (CANCEL_CHANNEL, ctx.workflow_id)
 
 
+def _clock(db: SystemDatabase) -> float:
+    """A monotonic clock that moves with the database clock's offset (tests move it)."""
+    return time.monotonic() + db.clock_offset
+
+
 def _pause(ctx: WorkflowContext, seconds: float) -> Plan[None]:
-    """Wait ``seconds``; shutdown or a cancel end it early."""
-    end = time.monotonic() + seconds
+    """Wait ``seconds`` of database clock; shutdown or a cancel end it early."""
+    db = ctx.runtime.db
+    end = _clock(db) + seconds
     with ctx.runtime.notifications.waiter(cancel_key(ctx)) as waiter:
-        while (left := end - time.monotonic()) > 0:
+        while (left := end - _clock(db)) > 0:
             yield Wait(waiter, left)
             stop_if_interrupted(ctx)
 
@@ -182,7 +189,7 @@ def durable_wait(
     waiter: Waiter,
     attempt: Callable[[], Plan[Outcome | None]],
 ) -> Plan[Outcome]:
-    """Run ``attempt`` until it settles step ``seq`` or the durable deadline passes.
+    """Run ``attempt`` until it records step ``seq`` or the durable deadline passes.
 
     ``attempt`` records the step itself when it finds what it waits for. The
     deadline (database clock) is written as the step's intent before the first
@@ -216,8 +223,8 @@ def durable_wait(
             other = None if write.written else continue_or_adopt(ctx, step, seq, write)
             if other is not None:
                 return other
-        end = math.inf if deadline is None else time.monotonic() + (deadline - now)
-        while (left := end - time.monotonic()) > 0:
+        end = math.inf if deadline is None else _clock(db) + (deadline - now)
+        while (left := end - _clock(db)) > 0:
             yield from wait_once(ctx.runtime, waiter, left, ctx)
             found = yield from attempt()
             if found is not None:

@@ -11,10 +11,10 @@ from typing import Any, ParamSpec, TypeVar, overload
 from ..errors import DbosAgentError, WorkflowInterruptedError
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .context import OwnershipLost, current_context, in_step, take_workflow_id
+from .core import Engine
 from .handle import WorkflowHandle
 from .registry import WorkflowDefinition, register_workflow
-from .runtime import Runtime
-from .state import current_runtime
+from .state import current_engine
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -70,7 +70,7 @@ def durable_workflow(
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                runtime = current_runtime()
+                runtime = current_engine()
                 wid = _workflow_id_for_call()
                 return await call_here_async(runtime, definition, wid, args, kwargs)
 
@@ -79,7 +79,7 @@ def durable_workflow(
 
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                runtime = current_runtime()
+                runtime = current_engine()
                 return call_here(runtime, definition, _workflow_id_for_call(), args, kwargs)
 
             wrapper = sync_wrapper
@@ -95,7 +95,7 @@ _READMIT_EVERY_S = 1.0
 
 
 def call_here(
-    runtime: Runtime,
+    runtime: Engine,
     definition: WorkflowDefinition,
     workflow_id: str,
     args: tuple[Any, ...],
@@ -120,7 +120,7 @@ def call_here(
 
 
 async def call_here_async(
-    runtime: Runtime,
+    runtime: Engine,
     definition: WorkflowDefinition,
     workflow_id: str,
     args: tuple[Any, ...],
@@ -173,7 +173,7 @@ def start(
     workflow without running it twice.
     """
     definition = definition_of(fn)
-    runtime = current_runtime()
+    runtime = current_engine()
     wid = _workflow_id_for_call(workflow_id)
     admission = runtime.admit(definition, wid, args, kwargs)
     future = runtime.submit(admission.run) if admission.run is not None else admission.future()
@@ -192,7 +192,7 @@ def list_workflows(
     """Stored workflows matching every given filter, newest first."""
     if status is not None:
         status = WorkflowStatus(status)
-    return current_runtime().db.workflows.list(
+    return current_engine().db.workflows.list(
         status=status,
         name=name,
         executor_id=executor_id,
@@ -204,4 +204,4 @@ def list_workflows(
 
 def list_steps(workflow_id: str) -> list[StepInfo]:
     """The recorded steps of a workflow, in order (empty for an unknown id)."""
-    return current_runtime().db.steps.list(workflow_id)
+    return current_engine().db.steps.list(workflow_id)

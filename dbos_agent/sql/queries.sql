@@ -90,7 +90,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
 
 -- name: resolve_step_intent
--- An operator settles an in-doubt step by giving it the result it had.
+-- An operator resolves an in-doubt step by giving it the result it had.
 UPDATE dbos_agent.steps
 SET status = 'SUCCESS', output = %(output)s::jsonb, finished_at = now()
 WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
@@ -104,7 +104,7 @@ WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
 RETURNING seq;
 
 -- name: reopen_in_doubt_workflow
--- After its in-doubt step is settled the workflow is PENDING again, owned by
+-- After its in-doubt step is resolved the workflow is PENDING again, owned by
 -- the caller's session when it can run it (else by nobody, for recovery).
 UPDATE dbos_agent.workflows
 SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now(),
@@ -450,7 +450,7 @@ FROM target;
 
 -- name: resume_workflow
 -- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents
--- are all settled) PENDING again, so that it continues from its log. A dead
+-- are all resolved) PENDING again, so that it continues from its log. A dead
 -- letter gets its recovery attempts back. A NULL executor_id keeps its
 -- executor. A queued workflow that never left its queue goes back to it
 -- (ENQUEUED, owned by nobody), so that the queue's limits still hold.
@@ -725,3 +725,44 @@ SELECT (SELECT count(*) FROM picked) AS workflows,
         WHERE destination_id IN (SELECT workflow_id FROM picked)) AS messages,
        (SELECT count(*) FROM dbos_agent.events
         WHERE workflow_id IN (SELECT workflow_id FROM picked)) AS events;
+
+-- ---------------------------------------------------------------- inspection
+-- Read-only views for tests and tools (storage/inspection.py): what happened,
+-- by column name, without reaching into the tables from outside the package.
+
+-- name: inspect_messages
+-- Every message sent to a workflow, oldest first, consumed or not.
+SELECT topic, message::text AS message, idempotency_key, consumed_seq
+FROM dbos_agent.messages
+WHERE destination_id = %(workflow_id)s
+ORDER BY message_id;
+
+-- name: inspect_event
+SELECT value::text AS value
+FROM dbos_agent.events
+WHERE workflow_id = %(workflow_id)s AND key = %(key)s;
+
+-- name: inspect_owner_pid
+-- The pid of the process whose session owns the workflow now (NULL: none).
+SELECT e.pid
+FROM dbos_agent.workflows AS w
+JOIN dbos_agent.executors AS e ON e.session_key = w.owner_key
+WHERE w.workflow_id = %(workflow_id)s;
+
+-- name: inspect_rows_of
+-- How many rows a workflow has in each table (0 everywhere once deleted).
+SELECT (SELECT count(*) FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s)
+           AS workflows,
+       (SELECT count(*) FROM dbos_agent.steps WHERE workflow_id = %(workflow_id)s) AS steps,
+       (SELECT count(*) FROM dbos_agent.messages WHERE destination_id = %(workflow_id)s)
+           AS messages,
+       (SELECT count(*) FROM dbos_agent.events WHERE workflow_id = %(workflow_id)s) AS events;
+
+-- name: inspect_recovery_attempts
+-- Recovery attempts of each workflow (of every workflow with a NULL list).
+SELECT workflow_id, recovery_attempts
+FROM dbos_agent.workflows
+WHERE %(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]);
+
+-- name: inspect_locked_sessions
+SELECT dbos_agent.locked_sessions() AS session_key;

@@ -72,7 +72,9 @@ class Connector:
     """A pool of connections to the system database and the one way statements run on it.
 
     ``outage_timeout`` bounds how long each call retries through an outage;
-    ``max_checkpoint_bytes`` is the largest JSON value one write may carry.
+    ``max_checkpoint_bytes`` is the largest JSON value one write may carry. Pooled
+    connections carry ``application_name``; ``warn_on_outage=False`` notes outages at
+    DEBUG level only (for tools such as the test inspector).
     """
 
     def __init__(
@@ -82,13 +84,16 @@ class Connector:
         pool_size: int = 20,
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+        application_name: str = "dbos_agent",
+        warn_on_outage: bool = True,
     ) -> None:
         if max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes}")
         self.url = url
         self.redacted_url = redact_url(url)
         self.max_checkpoint_bytes = max_checkpoint_bytes
-        self.monitor = OutageMonitor(self.redacted_url)
+        self.application_name = application_name
+        self.monitor = OutageMonitor(self.redacted_url, warn=warn_on_outage)
         self.retrier = Retrier(self.monitor, outage_timeout)
         self._weeded_at = 0.0
         self._weed_lock = threading.Lock()
@@ -100,7 +105,10 @@ class Connector:
 
     def _connect_pooled(self) -> Connection:
         return psycopg.connect(
-            self.url, autocommit=True, row_factory=dict_row, **connection_options("dbos_agent")
+            self.url,
+            autocommit=True,
+            row_factory=dict_row,
+            **connection_options(self.application_name),
         )
 
     # -- lifecycle -------------------------------------------------------------------

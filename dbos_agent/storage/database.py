@@ -3,7 +3,8 @@
 ``db.workflows`` (recording calls and outcomes), ``db.steps`` (the step log: where a
 step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``,
 ``db.messages`` (messages, events, the database clock), ``db.operations`` (cancel,
-resume, fork) and ``db.retention``. Every statement is named in
+resume, fork), ``db.retention`` and ``db.inspection`` (read-only questions for tests
+and tools). Every statement is named in
 ``dbos_agent/sql/queries.sql``; how statements run (the pool, outages, values checked)
 is in ``connector.py``.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from . import migrations
 from .connector import Connector
+from .inspection import InspectionStore
 from .messaging import MessageStore
 from .operations import OperationStore
 from .outages import DEFAULT_OUTAGE_TIMEOUT_S
@@ -33,12 +35,16 @@ class SystemDatabase(Connector):
         pool_size: int = 20,
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+        application_name: str = "dbos_agent",
+        warn_on_outage: bool = True,
     ) -> None:
         super().__init__(
             url,
             pool_size=pool_size,
             outage_timeout=outage_timeout,
             max_checkpoint_bytes=max_checkpoint_bytes,
+            application_name=application_name,
+            warn_on_outage=warn_on_outage,
         )
         self.workflows = WorkflowStore(self)
         self.steps = StepStore(self)
@@ -47,6 +53,7 @@ class SystemDatabase(Connector):
         self.messages = MessageStore(self)
         self.operations = OperationStore(self)
         self.retention = RetentionStore(self)
+        self.inspection = InspectionStore(self)
 
     def migrate(self) -> int:
         """Apply the missing migrations; returns the schema version now in force."""

@@ -64,8 +64,9 @@ def describe(exc: BaseException) -> str:
 class OutageMonitor:
     """Logs the start and the end of an outage once, however many callers notice it."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, *, warn: bool = True) -> None:
         self._where = where
+        self._warn = warn
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._recovered_at = -_QUIET_AFTER_RECOVERY_S
@@ -82,7 +83,7 @@ class OutageMonitor:
                 return
             self._down_since = time.monotonic()
             settling = self._down_since - self._recovered_at < _QUIET_AFTER_RECOVERY_S
-        (log.debug if settling else log.warning)(
+        (log.warning if self._warn and not settling else log.debug)(
             "the dbos_agent database at %s is unavailable (%s); retrying",
             self._where,
             describe(exc),

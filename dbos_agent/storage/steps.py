@@ -89,7 +89,7 @@ class StepStore:
     def resolve_in_doubt(
         self, workflow_id: str, seq: int, output: str | None, owner_key: int | None
     ) -> tuple[str, str] | None:
-        """Settle step ``seq``'s intent (fill it with ``output``, or delete it when None)
+        """Resolve step ``seq``'s intent (fill it with ``output``, or delete it when None)
         and make the IN_DOUBT workflow PENDING again, in one transaction.
 
         Returns the workflow's ``(name, inputs)``, or None if there was nothing to resolve.

@@ -1,10 +1,20 @@
-"""Test helpers for code built on dbos_agent: throwaway Postgres servers and databases.
+"""Test helpers for code built on dbos_agent: throwaway Postgres servers and databases,
+and an inspector for assertions.
 
 The fixtures in `dbos_agent.testing.plugin` are registered automatically with pytest.
 """
 
+from .clock import advance_clock, clock_offset
 from .databases import fresh_database
 from .faults import RestartablePostgres
+from .inspector import Inspector
 from .plugin import postgres_server
 
-__all__ = ["RestartablePostgres", "fresh_database", "postgres_server"]
+__all__ = [
+    "Inspector",
+    "RestartablePostgres",
+    "advance_clock",
+    "clock_offset",
+    "fresh_database",
+    "postgres_server",
+]

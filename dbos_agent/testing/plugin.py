@@ -32,6 +32,7 @@ from ..storage.local_cluster import LocalCluster
 from ..storage.pgserver import PostgresNotFoundError
 from .databases import fresh_database
 from .faults import RestartablePostgres
+from .inspector import Inspector
 
 __all__ = [
     "dbos_agent_database_url",
@@ -176,6 +177,13 @@ def dbos_agent_database_url(dbos_agent_postgres_url: str) -> Iterator[str]:
     """URL of a fresh database for the test session, dropped at the end."""
     with fresh_database(dbos_agent_postgres_url) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def dbos_agent_inspector(dbos_agent_database_url: str) -> Iterator[Inspector]:
+    """An :class:`~dbos_agent.testing.Inspector` on the session database."""
+    with Inspector(dbos_agent_database_url) as inspector:
+        yield inspector
 
 
 @pytest.fixture(scope="module")

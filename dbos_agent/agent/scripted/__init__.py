@@ -3,7 +3,9 @@
 * :mod:`.script`: script items (:class:`Reply`, :class:`Fail`, :class:`Delay`) and their JSON
   form.
 * :mod:`.protocol`: request checks and response rendering (messages, SSE events, errors).
-* :mod:`.server`: the request log and :class:`ScriptedServer`.
+* :mod:`.server`: :class:`ScriptedServer`, the HTTP side.
+* :mod:`.request_log`: what the server was asked (:class:`RequestRecord`), in memory and as
+  JSON lines.
 * :mod:`.demo_task`: the demo coding task.
 * :mod:`.cli`: the command line (``python -m dbos_agent.agent.scripted_server``).
 
@@ -21,6 +23,7 @@ from .demo_task import (
     seed_coding_task,
 )
 from .protocol import validate_request
+from .request_log import RequestRecord
 from .script import (
     ContentBlock,
     Delay,
@@ -37,7 +40,7 @@ from .script import (
     text,
     tool_use,
 )
-from .server import RequestRecord, ScriptedServer
+from .server import ScriptedServer
 
 __all__ = [
     "CHANGELOG_LINE",

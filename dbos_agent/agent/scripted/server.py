@@ -1,4 +1,5 @@
-"""The HTTP side: the request log, the request handler and :class:`ScriptedServer`."""
+"""The HTTP side: the request handler and :class:`ScriptedServer` (the log it keeps of
+what it was asked is in ``request_log.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -25,42 +25,10 @@ from .protocol import (
     _sse_events,
     validate_request,
 )
+from .request_log import RequestLog, RequestRecord
 from .script import Delay, Fail, JSONDict, ScriptFn, ScriptItem
 
-__all__ = ["RequestRecord", "ScriptedServer"]
-
-# --------------------------------------------------------------------------- request log
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One POST /v1/messages as the server saw and answered it.
-
-    ``item`` is the top-level script item that answered (a Delay, not what it wraps) and
-    ``script_index`` its position (or the callable's call number); both are None when the
-    request was rejected before reaching the script (validation) or the script ran out.
-    Records are logged just before the reply is written, so a client that has its reply always
-    finds it logged. ``status`` is 0 when the server stopped before answering.
-    ``client_disconnected`` is set afterwards (in memory only) when writing the reply failed,
-    e.g. a client killed mid-stream; such a 200 still counts as paid, as with the real API.
-    """
-
-    seq: int
-    timestamp: float
-    body: Any
-    stream: bool
-    status: int
-    item: ScriptItem | None
-    script_index: int | None
-    usage: tuple[int, int] | None
-    stop_reason: str | None
-    retry_count: int | None
-    client_disconnected: bool = False
-
-    @property
-    def paid(self) -> bool:
-        """A 200 reply: the model did (and, for real, would bill) the work."""
-        return self.status == 200
+__all__ = ["ScriptedServer"]
 
 
 class _ScriptExhaustedError(Exception):
@@ -218,7 +186,7 @@ class ScriptedServer:
         self.state_path = Path(state_path) if state_path is not None else None
         self._next_index = 0
         self._seq = 0
-        self._records: list[RequestRecord] = []
+        self._log = RequestLog(self.log_path)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stopping = threading.Event()
@@ -310,32 +278,21 @@ class ScriptedServer:
     @property
     def requests(self) -> list[RequestRecord]:
         """A snapshot of every POST /v1/messages so far, oldest first."""
-        with self._lock:
-            return list(self._records)
+        return self._log.snapshot()
 
     @property
     def paid_calls(self) -> int:
         """Number of 200 replies: what a real API would have billed."""
-        with self._lock:
-            return sum(1 for r in self._records if r.paid)
+        return self._log.paid_calls()
 
     @property
     def usage_total(self) -> tuple[int, int]:
         """Summed (input_tokens, output_tokens) over the paid replies."""
-        with self._lock:
-            paid = [r.usage for r in self._records if r.paid and r.usage is not None]
-        return sum(u[0] for u in paid), sum(u[1] for u in paid)
+        return self._log.usage_total()
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RequestRecord]:
         """Block until ``count`` requests were answered; for clients running in other threads."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self._records) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{len(self._records)} of {count} requests after {timeout}s")
-                self._changed.wait(left)
-            return list(self._records)
+        return self._log.wait_for(count, timeout)
 
     # -- internals ------------------------------------------------------------------
 
@@ -471,41 +428,7 @@ class ScriptedServer:
             answer_with(lambda: handler._send_json(200, message_json, headers))
 
     def _record(self, rec: RequestRecord) -> int:
-        with self._changed:
-            self._records.append(rec)
-            self._changed.notify_all()
-            if self.log_path is not None:
-                self._append_log(rec)
-            return len(self._records) - 1
+        return self._log.append(rec)
 
     def _mark_disconnected(self, position: int) -> None:
-        with self._lock:
-            self._records[position] = replace(self._records[position], client_disconnected=True)
-
-    def _append_log(self, rec: RequestRecord) -> None:
-        body = rec.body if isinstance(rec.body, dict) else {}
-        messages = body.get("messages")
-        line = {
-            "seq": rec.seq,
-            "ts": rec.timestamp,
-            "pid": os.getpid(),
-            "status": rec.status,
-            "paid": rec.paid,
-            "model": body.get("model"),
-            "messages": len(messages) if isinstance(messages, list) else None,
-            "stream": rec.stream,
-            "item": type(rec.item).__name__.lower() if rec.item is not None else None,
-            "script_index": rec.script_index,
-            "stop_reason": rec.stop_reason,
-            "usage": (
-                {"input_tokens": rec.usage[0], "output_tokens": rec.usage[1]}
-                if rec.usage is not None
-                else None
-            ),
-            "retry_count": rec.retry_count,
-        }
-        # Open per line: O_APPEND makes each line one write even with several server processes.
-        assert self.log_path is not None
-        with self.log_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line) + "\n")
-            fh.flush()
+        self._log.mark_disconnected(position)

@@ -1,4 +1,4 @@
-"""The runtime: one per process, created by :func:`launch`.
+"""The engine: one per process, created by :func:`launch` behind its public handle.
 
 It owns the system database, the executor session, the worker pool and the
 table of workflows this process is running, and it is where a workflow call is
@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -54,7 +53,7 @@ def _same_json(a: str, b: str) -> bool:
     return bool(a == b or json.loads(a) == json.loads(b))
 
 
-class Runtime:
+class Engine:
     """Runs durable workflows against one system database."""
 
     def __init__(
@@ -78,6 +77,7 @@ class Runtime:
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
         self.notifications = Notifications(db)
         self.stopping = False
+        self._stopped = threading.Event()
         self.recovery_done = threading.Event()
         self.last_recovery: RecoveryReport | None = None
         self._lock = threading.Lock()
@@ -89,7 +89,7 @@ class Runtime:
         self.take_back_wanted = threading.Event()
         self._shut_down = False
 
-    def open(self) -> Runtime:
+    def open(self) -> Engine:
         """Register this process's executor session (it heartbeats from now on)."""
         self.session_key = self.session.open()
         atexit.register(self._shutdown_at_exit)
@@ -104,6 +104,17 @@ class Runtime:
     def wake_dispatcher(self) -> None:
         """Tell the queue dispatcher there may be work or room (an enqueue, a finish)."""
         self._dispatch_wanted.set()
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move this process's database clock (for tests), and wake what waits on it:
+        sleeps and recv/get_event deadlines look again, the dispatcher re-reads limits."""
+        self.db.advance_clock(seconds)
+        self.notifications.wake_all()
+        self.wake_dispatcher()
+
+    def wait_while_running(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, less if shutdown begins; True once it has."""
+        return self._stopped.wait(timeout)
 
     def wait_for_dispatch(self, timeout: float) -> None:
         """Sleep in the dispatcher until woken or ``timeout`` passes."""
@@ -128,7 +139,7 @@ class Runtime:
         ``queue_name`` is given, for a worker to run). A finished one returns
         its recorded outcome. A pending one running here is attached to; one
         whose session is alive elsewhere is waited for; one whose session is
-        gone is taken over and resumed from its log by the caller. Another
+        gone is taken over and continued from its log by the caller. Another
         function or other inputs under the id raise :class:`WorkflowIdConflictError`.
         """
         if self.stopping:
@@ -475,6 +486,7 @@ class Runtime:
             self._shut_down = True
         atexit.unregister(self._shutdown_at_exit)
         self.stopping = True
+        self._stopped.set()
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
         self.take_back_wanted.set()
@@ -484,31 +496,9 @@ class Runtime:
         self.pool.stop()
         self.session.close()
         self.db.close()
-        state.clear_runtime(self)
+        state.clear_engine(self)
 
     def _shutdown_at_exit(self) -> None:
         """A runtime launched without ``with`` ends cleanly when the program does, before
         an embedded Postgres it uses is stopped under it."""
         self.shutdown(grace=2.0)
-
-    def __enter__(self) -> Runtime:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
-
-    async def __aenter__(self) -> Runtime:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.shutdown)
