@@ -370,8 +370,9 @@ WHERE e.session_key IN (SELECT dbos_agent.dead_sessions())
 
 -- name: lock_queue
 -- Serialises dequeues of one queue for the rest of the transaction, so the
--- limits below are counted and applied atomically across all workers.
-SELECT pg_advisory_xact_lock(233711, hashtext(%(queue_name)s));
+-- limits below are counted and applied atomically across all workers (the
+-- lock class: storage/locks.py).
+SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue_name)s));
 
 -- name: dequeue_workflows
 -- Hand the caller's session as many ENQUEUED workflows of a queue as every

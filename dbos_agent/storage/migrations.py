@@ -7,12 +7,10 @@ from typing import LiteralString
 
 from ..errors import SchemaVersionError
 from .connector import Connection, Connector
+from .locks import MIGRATION_LOCK_KEY
 from .sql_files import migrations, query
 
 log = logging.getLogger(__name__)
-
-# pg_advisory_xact_lock key for schema migrations: hashtext('dbos_agent.migrate').
-_MIGRATION_LOCK_KEY = 0x0DB05A6E
 
 
 def migrate(db: Connector) -> int:
@@ -26,7 +24,7 @@ def migrate(db: Connector) -> int:
     newest_known = known[-1][0] if known else 0
 
     def body(conn: Connection) -> None:
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         conn.execute("CREATE SCHEMA IF NOT EXISTS dbos_agent")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS dbos_agent.schema_migrations ("

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .connector import Connection, Connector, Row
+from .locks import QUEUE_LOCK_CLASS
 from .rows import text_of
 from .sql_files import query
 
@@ -42,7 +43,9 @@ class QueueStore:
         }
 
         def body(conn: Connection) -> list[Row]:
-            conn.execute(query("lock_queue"), {"queue_name": queue_name})
+            conn.execute(
+                query("lock_queue"), {"lock_class": QUEUE_LOCK_CLASS, "queue_name": queue_name}
+            )
             return conn.execute(query("dequeue_workflows"), params).fetchall()
 
         rows = self._db.run(f"dequeue from queue {queue_name!r}", body, transaction=True)

@@ -1,8 +1,9 @@
 """An executor session: this process's registration, advisory lock, heartbeat and fence.
 
-The session holds ``pg_advisory_lock(233710, key)`` on a dedicated connection and
-renews a lease on it. Others take its workflows over only once it is dead by the
-rules of migration 006: lease run out, or lock missing for longer than its grace.
+The session holds ``pg_advisory_lock(SESSION_LOCK_CLASS, key)`` (locks.py) on a
+dedicated connection and renews a lease on it. Others take its workflows over only once
+it is dead by the rules of migration 006: lease run out, or lock missing for longer
+than its grace.
 When the connection dies while the process lives (a Postgres restart, a
 ``pg_terminate_backend``), the heartbeat thread reconnects and takes the same key
 back within moments, well inside the grace, and the process keeps its workflows.
@@ -34,13 +35,13 @@ import psycopg
 
 from ..errors import DatabaseUnavailableError
 from .database import SystemDatabase
+from .locks import SESSION_LOCK_CLASS
 from .outages import describe, is_transient
 from .processes import known_gone, process_key
 from .sql_files import query
 
 log = logging.getLogger(__name__)
 
-LOCK_CLASS = 233710
 #: The fence ends this share of min(grace, lease) after a heartbeat was sent: room
 #: for clocks that tick at slightly different rates and for a slow round trip.
 _FENCE_SHARE = 0.8
@@ -131,7 +132,7 @@ class ExecutorSession:
         try:
             conn.execute(query("forget_idle_executor"), {"session_key": self.key})
             conn.execute(query("end_executor"), {"session_key": self.key})
-            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, self.key))
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (SESSION_LOCK_CLASS, self.key))
         except psycopg.Error as exc:
             log.warning("could not end executor session %s cleanly: %s", self.key, describe(exc))
         finally:
@@ -228,7 +229,9 @@ class ExecutorSession:
 
     @staticmethod
     def _try_lock(conn: psycopg.Connection[tuple[object, ...]], key: int) -> bool:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(%s, %s)", (SESSION_LOCK_CLASS, key)
+        ).fetchone()
         return bool(row and row[0])
 
     def _register(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
@@ -259,7 +262,7 @@ class ExecutorSession:
                 holder = conn.execute(
                     "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
                     " AND objid = %s AND objsubid = 2 AND granted",
-                    (LOCK_CLASS, self.key),
+                    (SESSION_LOCK_CLASS, self.key),
                 ).fetchone()
                 if holder is not None and holder[0] == old_backend:
                     conn.execute("SELECT pg_terminate_backend(%s)", (old_backend,))
