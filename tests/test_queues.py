@@ -11,6 +11,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.state import forget_queues
+from dbos_agent.testing import advance_clock, clock_offset
 from tests.helpers import new_id, wait_until
 
 ORDER: list[str] = []
@@ -101,6 +102,21 @@ def test_rate_limit(queue_runtime: da.Runtime, dbos_agent_database_url: str) -> 
     for i, t in enumerate(starts):
         assert sum(1 for u in starts[i:] if u < t + 0.5) <= 3
     assert starts[-1] - starts[0] >= 1.0  # 7 starts at 3 per 0.5 s need three windows
+
+
+def test_a_rate_limit_period_passes_when_the_clock_moves(queue_runtime: da.Runtime) -> None:
+    """Three an hour: the next three start once the database clock moved an hour, not
+    after one (the test does not sleep through the period)."""
+    q = da.Queue(new_id("q"), rate_limit=(3, 3600))
+    handles = [q.enqueue(queued, f"h{i}") for i in range(7)]
+    try:
+        for started in (3, 6, 7):
+            wait_until(lambda n=started: len(ORDER) >= n, 20, f"{started} started")  # type: ignore[misc]
+            assert len(ORDER) == started  # the limit holds until the period has passed
+            advance_clock(3600)
+        assert sorted(h.result(20) for h in handles) == sorted(f"h{i}" for i in range(7))
+    finally:
+        advance_clock(-clock_offset())
 
 
 def test_a_client_enqueues_without_the_function(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 class WorkflowHost(Protocol):
     """What a running workflow and its steps may use of the process that runs them (the
-    runtime): the database, the session whose fence guards live steps, the waiters."""
+    engine): the database, the session whose fence guards live steps, the waiters."""
 
     db: SystemDatabase
     session: ExecutorSession
@@ -93,7 +93,7 @@ class WorkflowContext:
     """The state of one workflow execution in this process."""
 
     workflow_id: str
-    runtime: WorkflowHost
+    engine: WorkflowHost
     recorded: dict[int, StepRow]
     #: The session streak in which this run last knew it owned the workflow (see
     #: ownership.py); -1 until it has checked.
@@ -129,11 +129,11 @@ class WorkflowContext:
 
     def check_not_stopped(self) -> None:
         """Raise if the run must end: shutdown, a stop noted earlier, or a cancel."""
-        if self.runtime.stopping:
+        if self.engine.stopping:
             raise RuntimeStopping()
         if self.stop_error is not None:
             raise self.stop_error
-        cancelled = self.runtime.cancellation(self.workflow_id)
+        cancelled = self.engine.cancellation(self.workflow_id)
         if cancelled is not None:
             raise self.halt(StopReason.CANCELLED, cancelled)
 

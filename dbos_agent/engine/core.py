@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import json
 import logging
 import threading
 import time
@@ -25,21 +24,20 @@ from ..errors import (
     NotLaunchedError,
     SerializationError,
     WorkflowCancelledError,
-    WorkflowIdConflictError,
     WorkflowInterruptedError,
 )
 from ..limits import check_identifier
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import SystemDatabase
-from ..storage.rows import StepRow, WorkflowRow
+from ..storage.rows import StepRow
 from ..storage.session import ExecutorSession, end_dead_local_sessions
 from . import state
 from .context import OwnershipLost, StopReason, WorkflowContext, entered_workflow
 from .notifications import CANCEL_CHANNEL, Notifications
-from .outcome import Outcome, capture, capture_async, workflow_outcome
+from .outcome import Outcome, capture, capture_async, stored_outcome, workflow_outcome
 from .registry import WorkflowDefinition
-from .runs import Admission, RunTable, WorkflowRun
+from .runs import Admission, RunTable, WorkflowRun, check_same_call
 from .waiting import wait_for_stored_outcome
 from .workers import WorkerPool
 
@@ -47,10 +45,6 @@ if TYPE_CHECKING:
     from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
-
-
-def _same_json(a: str, b: str) -> bool:
-    return bool(a == b or json.loads(a) == json.loads(b))
 
 
 class Engine:
@@ -143,13 +137,13 @@ class Engine:
         function or other inputs under the id raise :class:`WorkflowIdConflictError`.
         """
         if self.stopping:
-            raise NotLaunchedError("the dbos_agent runtime is shutting down")
+            raise NotLaunchedError("the dbos_agent engine is shutting down")
         check_identifier(workflow_id, "workflow id")
         inputs = definition.inputs.dumps(args, kwargs)
         run = WorkflowRun(definition, workflow_id, args, kwargs, {})
         active = self.runs.claim(run, inputs)
         if active is not None:
-            self._check_same(workflow_id, definition.name, inputs, active.name, active.inputs)
+            check_same_call(workflow_id, definition.name, inputs, active.name, active.inputs)
             return Admission(attached=active.future)
         try:
             run.owned_streak = self.ownership_mark()
@@ -167,9 +161,11 @@ class Engine:
             if inserted and queue_name is None:
                 return Admission(run=run)
             if not inserted:
-                self._check_same(workflow_id, definition.name, inputs, row.name, row.inputs)
+                check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
             if row.status.finished:
-                outcome = self._stored_outcome(row, definition)
+                outcome = stored_outcome(
+                    workflow_id, row.status, row.output, row.error, definition.result
+                )
                 self._resolve(run, outcome)
                 return Admission(finished=outcome)
             pending = row.status is WorkflowStatus.PENDING
@@ -194,31 +190,6 @@ class Engine:
         except BaseException as exc:
             self._abandon(run, exc)
             raise
-
-    @staticmethod
-    def _check_same(
-        workflow_id: str, name: str, inputs: str, other_name: str, other_inputs: str
-    ) -> None:
-        if name != other_name:
-            raise WorkflowIdConflictError(
-                f"workflow id {workflow_id!r} already belongs to workflow {other_name!r}, "
-                f"not {name!r}"
-            )
-        if not _same_json(inputs, other_inputs):
-            raise WorkflowIdConflictError(
-                f"workflow id {workflow_id!r} was already used for {name!r} with other inputs "
-                f"(recorded {other_inputs}, now {inputs})"
-            )
-
-    @staticmethod
-    def _stored_outcome(row: WorkflowRow, definition: WorkflowDefinition) -> Outcome:
-        return workflow_outcome(
-            row.workflow_id,
-            row.status,
-            None if row.output is None else json.loads(row.output),
-            None if row.error is None else json.loads(row.error),
-            definition.result,
-        )
 
     def adopt(self, run: WorkflowRun) -> bool:
         """Register a run that recovery found; False if this process already runs it."""
@@ -338,16 +309,8 @@ class Engine:
             # another session took the workflow over: its outcome is theirs to record
             return self._stop_unfinished(run, OwnershipLost(run.workflow_id))
         if not updated:
-            outcome = self._stored_outcome(
-                WorkflowRow(
-                    run.workflow_id,
-                    run.definition.name,
-                    stored_status,
-                    "{}",
-                    stored_output,
-                    stored_error,
-                ),
-                run.definition,
+            outcome = stored_outcome(
+                run.workflow_id, stored_status, stored_output, stored_error, run.definition.result
             )
         self._resolve(run, outcome)
         return outcome

@@ -26,9 +26,9 @@ class WorkflowHandle(Generic[R]):
     """
 
     def __init__(
-        self, runtime: Engine, workflow_id: str, future: Future[Outcome] | None = None
+        self, engine: Engine, workflow_id: str, future: Future[Outcome] | None = None
     ) -> None:
-        self._runtime = runtime
+        self._runtime = engine
         self._workflow_id = workflow_id
         self._future = future
 
@@ -77,9 +77,9 @@ class WorkflowHandle(Generic[R]):
 def retrieve(workflow_id: str) -> WorkflowHandle[Any]:
     """A handle on an existing workflow; raises WorkflowNotFoundError for an unknown id."""
     check_identifier(workflow_id, "workflow id")
-    runtime = current_engine()
+    engine = current_engine()
     handle: WorkflowHandle[Any] = WorkflowHandle(
-        runtime, workflow_id, runtime.active_future(workflow_id)
+        engine, workflow_id, engine.active_future(workflow_id)
     )
     handle.get_info()
     return handle

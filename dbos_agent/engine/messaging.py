@@ -75,9 +75,9 @@ def _timeout(timeout: float | None) -> float | None:
 
 
 def _insert(
-    runtime: WorkflowHost, destination_id: str, payload: str, topic: str | None, key: str | None
+    engine: WorkflowHost, destination_id: str, payload: str, topic: str | None, key: str | None
 ) -> Outcome:
-    found, _ = runtime.db.messages.send(
+    found, _ = engine.db.messages.send(
         destination_id=destination_id, topic=topic or "", message=payload, idempotency_key=key
     )
     return Outcome() if found else Outcome(error=WorkflowNotFoundError(destination_id))
@@ -93,10 +93,10 @@ def _send_plan(
     ctx = current_context()
     payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
     if ctx is None or in_step():
-        runtime = current_engine() if ctx is None else ctx.runtime
+        engine = current_engine() if ctx is None else ctx.engine
         # A key of its own, so that a send retried through an outage is delivered once.
         key = idempotency_key or f"send:{uuid.uuid4()}"
-        sent: Outcome = yield Io(partial(_insert, runtime, destination_id, payload, topic, key))
+        sent: Outcome = yield Io(partial(_insert, engine, destination_id, payload, topic, key))
         sent.unwrap()
         return
     seq, row = ctx.begin_step(SEND_STEP)
@@ -107,7 +107,7 @@ def _send_plan(
     key = idempotency_key or f"{ctx.workflow_id}:{seq}"
     if not owns_now(ctx):  # the message is a side effect: only while the workflow is ours
         yield Io(partial(ensure_owned, ctx))
-    sent = yield Io(partial(_insert, ctx.runtime, destination_id, payload, topic, key))
+    sent = yield Io(partial(_insert, ctx.engine, destination_id, payload, topic, key))
     done: Outcome = yield Io(partial(checkpoint, ctx, _SEND, seq, sent, 1, started_at))
     done.unwrap()
 
@@ -152,7 +152,7 @@ def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[A
     step = builtin_step(RECV_STEP, codec)
     if row is not None and row.status is not StepStatus.PENDING:
         return recorded(ctx, step, seq, row).unwrap()
-    db = ctx.runtime.db
+    db = ctx.engine.db
     started_at = datetime.now(UTC)
     inputs = {"topic": topic}
 
@@ -166,7 +166,7 @@ def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[A
                 topic=topic or "",
                 inputs=json.dumps(inputs),
                 started_at=started_at,
-                owner_key=ctx.runtime.session_key,
+                owner_key=ctx.engine.session_key,
             )
         )
         if write.written:
@@ -174,7 +174,7 @@ def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[A
         return continue_or_adopt(ctx, step, seq, write)  # None: nothing to take yet
 
     wakes = ((MESSAGES_CHANNEL, ctx.workflow_id), cancel_key(ctx))
-    with ctx.runtime.notifications.waiter(*wakes) as waiter:
+    with ctx.engine.notifications.waiter(*wakes) as waiter:
         outcome = yield from durable_wait(ctx, step, seq, row, inputs, timeout, waiter, attempt)
     return outcome.unwrap()
 
@@ -219,7 +219,7 @@ def _set_event_plan(key: str, value: Any) -> Plan[None]:
         return
     write = yield Io(
         partial(
-            ctx.runtime.db.messages.set_event,
+            ctx.engine.db.messages.set_event,
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=SET_EVENT_STEP,
@@ -227,7 +227,7 @@ def _set_event_plan(key: str, value: Any) -> Plan[None]:
             value=payload,
             inputs=json.dumps({"key": key}),
             started_at=datetime.now(UTC),
-            owner_key=ctx.runtime.session_key,
+            owner_key=ctx.engine.session_key,
         )
     )
     if not write.written:
@@ -250,20 +250,20 @@ async def set_event_async(key: str, value: Any) -> None:
 
 
 def _poll_event(
-    runtime: WorkflowHost, workflow_id: str, key: str, timeout: float | None, codec: Codec
+    engine: WorkflowHost, workflow_id: str, key: str, timeout: float | None, codec: Codec
 ) -> Plan[Any]:
     """Outside a workflow: wait for the event without recording anything."""
     end = math.inf if timeout is None else time.monotonic() + timeout
     where_ = f"workflow {workflow_id!r} event {key!r}"
-    with runtime.notifications.waiter((EVENTS_CHANNEL, workflow_id)) as waiter:
+    with engine.notifications.waiter((EVENTS_CHANNEL, workflow_id)) as waiter:
         while True:
-            text = yield Io(partial(runtime.db.messages.get_event, workflow_id, key))
+            text = yield Io(partial(engine.db.messages.get_event, workflow_id, key))
             if text is not None:
                 return codec.loads(text, where_)
             left = end - time.monotonic()
             if left <= 0:
                 return None
-            yield from wait_once(runtime, waiter, left, None)
+            yield from wait_once(engine, waiter, left, None)
 
 
 def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Codec) -> Plan[Any]:
@@ -272,13 +272,13 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
     timeout = _timeout(timeout)
     ctx = current_context()
     if ctx is None or in_step():
-        runtime = current_engine() if ctx is None else ctx.runtime
-        return (yield from _poll_event(runtime, workflow_id, key, timeout, codec))
+        engine = current_engine() if ctx is None else ctx.engine
+        return (yield from _poll_event(engine, workflow_id, key, timeout, codec))
     seq, row = ctx.begin_step(GET_EVENT_STEP)
     step = builtin_step(GET_EVENT_STEP, codec)
     if row is not None and row.status is not StepStatus.PENDING:
         return recorded(ctx, step, seq, row).unwrap()
-    db = ctx.runtime.db
+    db = ctx.engine.db
     started_at = datetime.now(UTC)
 
     def attempt() -> Plan[Outcome | None]:
@@ -291,7 +291,7 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
 
     inputs = {"workflow_id": workflow_id, "key": key}
     wakes = ((EVENTS_CHANNEL, workflow_id), cancel_key(ctx))
-    with ctx.runtime.notifications.waiter(*wakes) as waiter:
+    with ctx.engine.notifications.waiter(*wakes) as waiter:
         outcome = yield from durable_wait(ctx, step, seq, row, inputs, timeout, waiter, attempt)
     return outcome.unwrap()
 

@@ -208,16 +208,16 @@ def resolve_in_doubt_step(
 # -- through the launched runtime (da.cancel, da.resume, ...) -------------------------------
 
 
-def _definition_of(runtime: Engine, workflow_id: str) -> WorkflowDefinition | None:
+def _definition_of(engine: Engine, workflow_id: str) -> WorkflowDefinition | None:
     """The registered function of a stored workflow (a workflow's name never changes)."""
-    info = runtime.db.workflows.get(check_identifier(workflow_id, "workflow id"))
+    info = engine.db.workflows.get(check_identifier(workflow_id, "workflow id"))
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
     return find_workflow(info.name)
 
 
 def _run_here(
-    runtime: Engine, definition: WorkflowDefinition, workflow_id: str, inputs: str
+    engine: Engine, definition: WorkflowDefinition, workflow_id: str, inputs: str
 ) -> Future[Outcome]:
     """Run a PENDING workflow that this session now owns, from its log.
 
@@ -226,13 +226,13 @@ def _run_here(
     or stops without recording anything; in the second case start over from
     the log once it has stopped.
     """
-    active = runtime.active_future(workflow_id)
+    active = engine.active_future(workflow_id)
     if active is None:
         try:
-            return runtime.run_from_log(definition, workflow_id, inputs)
+            return engine.run_from_log(definition, workflow_id, inputs)
         except WorkflowInputsError as exc:  # as recovery does: it can never run
-            runtime.db.workflows.finish(
-                workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
+            engine.db.workflows.finish(
+                workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), engine.session_key
             )
             raise
     follow: Future[Outcome] = Future()
@@ -241,8 +241,8 @@ def _run_here(
         def run_again() -> None:
             try:
                 outcome = done.result()
-                if isinstance(outcome.error, WorkflowInterruptedError) and not runtime.stopping:
-                    outcome = runtime.run_from_log(definition, workflow_id, inputs).result()
+                if isinstance(outcome.error, WorkflowInterruptedError) and not engine.stopping:
+                    outcome = engine.run_from_log(definition, workflow_id, inputs).result()
             except Exception as exc:
                 outcome = Outcome(error=exc)
             follow.set_result(outcome)
@@ -263,9 +263,9 @@ def cancel(workflow_id: str) -> WorkflowStatus:
     :class:`WorkflowCancelledError`. A finished workflow raises
     :class:`WorkflowStatusError`. :func:`resume` undoes a cancel.
     """
-    runtime = current_engine()
-    previous = cancel_workflow(runtime.db, workflow_id)
-    runtime.note_cancelled(workflow_id)
+    engine = current_engine()
+    previous = cancel_workflow(engine.db, workflow_id)
+    engine.note_cancelled(workflow_id)
     return previous
 
 
@@ -278,21 +278,21 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
     of its executor or any worker. An IN_DOUBT workflow is resolved (and so
     resumed) with :func:`resolve_in_doubt` instead.
     """
-    runtime = current_engine()
-    definition = _definition_of(runtime, workflow_id)
+    engine = current_engine()
+    definition = _definition_of(engine, workflow_id)
     here = definition is not None
     result = resume_workflow(
-        runtime.db,
+        engine.db,
         workflow_id,
-        executor_id=runtime.executor_id if here else None,
-        owner_key=runtime.session_key if here else None,
+        executor_id=engine.executor_id if here else None,
+        owner_key=engine.session_key if here else None,
     )
     future = None
     if definition is not None and result.now is WorkflowStatus.PENDING:
-        future = _run_here(runtime, definition, workflow_id, result.inputs)
+        future = _run_here(engine, definition, workflow_id, result.inputs)
     else:  # back in its queue: a dispatcher with room takes it
-        runtime.wake_dispatcher()
-    return WorkflowHandle(runtime, workflow_id, future)
+        engine.wake_dispatcher()
+    return WorkflowHandle(engine, workflow_id, future)
 
 
 def fork(
@@ -308,21 +308,21 @@ def fork(
     """
     if new_workflow_id is not None:
         check_identifier(new_workflow_id, "new workflow id")
-    runtime = current_engine()
-    definition = _definition_of(runtime, workflow_id)
+    engine = current_engine()
+    definition = _definition_of(engine, workflow_id)
     here = definition is not None
     new_id, result = fork_workflow(
-        runtime.db,
+        engine.db,
         workflow_id,
         from_step,
         new_workflow_id=new_workflow_id,
-        executor_id=runtime.executor_id if here else None,
-        owner_key=runtime.session_key if here else None,
+        executor_id=engine.executor_id if here else None,
+        owner_key=engine.session_key if here else None,
     )
     future = None
     if definition is not None:
-        future = _run_here(runtime, definition, new_id, result.inputs)
-    return WorkflowHandle(runtime, new_id, future)
+        future = _run_here(engine, definition, new_id, result.inputs)
+    return WorkflowHandle(engine, new_id, future)
 
 
 def resolve_in_doubt(
@@ -337,12 +337,12 @@ def resolve_in_doubt(
     """
     if rerun == (result is not _UNSET):
         raise ValueError("pass exactly one of result=... (it happened) or rerun=True")
-    runtime = current_engine()
-    definition = _definition_of(runtime, workflow_id)
+    engine = current_engine()
+    definition = _definition_of(engine, workflow_id)
     output = None if rerun else codec_for(Any).dumps(result, f"workflow {workflow_id!r} step {seq}")
-    owner = runtime.session_key if definition is not None else None
-    _, inputs = resolve_in_doubt_step(runtime.db, workflow_id, seq, output=output, owner_key=owner)
+    owner = engine.session_key if definition is not None else None
+    _, inputs = resolve_in_doubt_step(engine.db, workflow_id, seq, output=output, owner_key=owner)
     future = None
     if definition is not None:
-        future = _run_here(runtime, definition, workflow_id, inputs)
-    return WorkflowHandle(runtime, workflow_id, future)
+        future = _run_here(engine, definition, workflow_id, inputs)
+    return WorkflowHandle(engine, workflow_id, future)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,23 @@ def step_outcome(
     if status is StepStatus.SUCCESS:
         return Outcome(value=codec.loads(output if output is not None else "null", where))
     return Outcome(error=loads_error(error or "{}"))
+
+
+def stored_outcome(
+    workflow_id: str,
+    status: WorkflowStatus,
+    output: str | None,
+    error: str | None,
+    codec: Codec | None,
+) -> Outcome:
+    """:func:`workflow_outcome` from the stored JSON texts of a finished workflow."""
+    return workflow_outcome(
+        workflow_id,
+        status,
+        None if output is None else json.loads(output),
+        None if error is None else json.loads(error),
+        codec,
+    )
 
 
 def workflow_outcome(

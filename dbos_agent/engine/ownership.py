@@ -22,7 +22,7 @@ from .context import OwnershipLost, RuntimeStopping, StopReason, WorkflowContext
 
 def owns_now(ctx: WorkflowContext) -> bool:
     """The fast path: confirmed in this streak, and the fence still holds."""
-    fence = ctx.runtime.session.state
+    fence = ctx.engine.session.state
     return ctx.owned_streak == fence.streak and time.monotonic() < fence.valid_until
 
 
@@ -33,20 +33,20 @@ def ensure_owned(ctx: WorkflowContext) -> None:
     """
     if owns_now(ctx):
         return
-    runtime = ctx.runtime
+    engine = ctx.engine
     with ctx.noting_database_failures():
         while True:
-            if runtime.stopping:
+            if engine.stopping:
                 raise RuntimeStopping()
-            fence = runtime.session.confirm(stop=lambda: runtime.stopping)
-            found = runtime.db.workflows.owner(ctx.workflow_id)
+            fence = engine.session.confirm(stop=lambda: engine.stopping)
+            found = engine.db.workflows.owner(ctx.workflow_id)
             if found is None:
                 raise ctx.halt(
                     StopReason.NOT_OWNER, OwnershipLost(ctx.workflow_id, "no longer exists")
                 )
             status, owner = found
-            if status is WorkflowStatus.PENDING and owner == runtime.session.key:
-                if runtime.session.state.streak == fence.streak:
+            if status is WorkflowStatus.PENDING and owner == engine.session.key:
+                if engine.session.state.streak == fence.streak:
                     ctx.owned_streak = fence.streak
                     return
                 continue  # the session lapsed while we looked: look again

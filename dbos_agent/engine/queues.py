@@ -79,13 +79,13 @@ class Queue:
         from .workflow import definition_of
 
         definition = definition_of(workflow)
-        runtime = current_engine()
+        engine = current_engine()
         wid = take_workflow_id(workflow_id)
-        admission = runtime.admit(
+        admission = engine.admit(
             definition, wid, args, kwargs, queue_name=self.name, priority=priority or 0
         )
-        runtime.wake_dispatcher()
-        return WorkflowHandle(runtime, wid, admission.future())
+        engine.wake_dispatcher()
+        return WorkflowHandle(engine, wid, admission.future())
 
 
 def registered_queues() -> list[Queue]:
@@ -98,7 +98,7 @@ def find_queue(name: str) -> Queue | None:
     return state.queues.get(name)
 
 
-def dispatch_once(runtime: Engine) -> int:
+def dispatch_once(engine: Engine) -> int:
     """Dequeue what the limits and this worker's free slots allow; return how many.
 
     Nothing is dequeued while this session's fence does not hold (a process back
@@ -107,19 +107,19 @@ def dispatch_once(runtime: Engine) -> int:
     started = 0
     names = workflow_names()
     for queue in registered_queues():
-        free = runtime.pool.size - len(runtime.active_ids())
+        free = engine.pool.size - len(engine.active_ids())
         if free <= 0:
             break
-        streak = runtime.ownership_mark()
+        streak = engine.ownership_mark()
         if streak < 0:
             break
-        assert runtime.session_key is not None
-        for workflow_id, name, inputs in runtime.db.queues.dequeue(
+        assert engine.session_key is not None
+        for workflow_id, name, inputs in engine.db.queues.dequeue(
             queue_name=queue.name,
             names=names,
-            owner_key=runtime.session_key,
-            executor_id=runtime.executor_id,
-            app_version=runtime.app_version,
+            owner_key=engine.session_key,
+            executor_id=engine.executor_id,
+            app_version=engine.app_version,
             free_slots=free,
             concurrency=queue.concurrency,
             worker_concurrency=queue.worker_concurrency,
@@ -128,20 +128,20 @@ def dispatch_once(runtime: Engine) -> int:
             definition = find_workflow(name)
             if definition is None:  # filtered by name in the query; defensive
                 raise DbosAgentError(f"dequeued unknown workflow {name!r}")
-            run_claimed(runtime, definition, workflow_id, inputs, {}, streak)
+            run_claimed(engine, definition, workflow_id, inputs, {}, streak)
             started += 1
     return started
 
 
-def run_dispatcher(runtime: Engine, poll_seconds: float = 0.5) -> None:
+def run_dispatcher(engine: Engine, poll_seconds: float = 0.5) -> None:
     """The dispatcher thread: dequeue whenever there may be room, until shutdown."""
-    while not runtime.stopping:
+    while not engine.stopping:
         try:
-            started = dispatch_once(runtime) if registered_queues() else 0
+            started = dispatch_once(engine) if registered_queues() else 0
         except Exception as exc:
-            if runtime.stopping:
+            if engine.stopping:
                 return
             log.error("queue dispatch failed (%s); retrying", exc)
             started = 0
         if not started:
-            runtime.wait_for_dispatch(poll_seconds)
+            engine.wait_for_dispatch(poll_seconds)

@@ -47,7 +47,7 @@ class RecoveryReport:
     seconds: float = 0.0
 
 
-def recover_pending(runtime: Engine) -> RecoveryReport:
+def recover_pending(engine: Engine) -> RecoveryReport:
     """Recover this executor's recoverable PENDING workflows (run once at launch).
 
     Workflows of a session that lost its lock on another host are waited for
@@ -56,24 +56,24 @@ def recover_pending(runtime: Engine) -> RecoveryReport:
     report = RecoveryReport()
     started = time.perf_counter()
     try:
-        _warn_unknown(runtime, report)
-        give_up_at = time.monotonic() + 2 * runtime.session.grace_seconds + 1
-        while not runtime.stopping:
-            claim_and_recover(runtime, orphans=False, report=report)
-            assert runtime.session_key is not None
-            waiting = runtime.db.recovery.count_claimable_soon(
-                runtime.executor_id, runtime.session_key, workflow_names()
+        _warn_unknown(engine, report)
+        give_up_at = time.monotonic() + 2 * engine.session.grace_seconds + 1
+        while not engine.stopping:
+            claim_and_recover(engine, orphans=False, report=report)
+            assert engine.session_key is not None
+            waiting = engine.db.recovery.count_claimable_soon(
+                engine.executor_id, engine.session_key, workflow_names()
             )
             if not waiting or time.monotonic() > give_up_at:
                 break
             time.sleep(0.2)
     except Exception as exc:
-        if not runtime.stopping:
+        if not engine.stopping:
             log.error("recovery of pending workflows failed: %s", exc)
     finally:
         report.seconds = time.perf_counter() - started
-        runtime.last_recovery = report
-        runtime.recovery_done.set()
+        engine.last_recovery = report
+        engine.recovery_done.set()
     if report.recovered or report.dead_lettered or report.failed_inputs:
         log.info(
             "recovery: recovered %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
@@ -85,9 +85,9 @@ def recover_pending(runtime: Engine) -> RecoveryReport:
     return report
 
 
-def _warn_unknown(runtime: Engine, report: RecoveryReport) -> None:
+def _warn_unknown(engine: Engine, report: RecoveryReport) -> None:
     names = workflow_names()
-    for name, count in runtime.db.recovery.count_unrecoverable(runtime.executor_id, names).items():
+    for name, count in engine.db.recovery.count_unrecoverable(engine.executor_id, names).items():
         report.unknown += count
         log.warning(
             "%d PENDING workflow(s) named %r cannot be recovered: no workflow of that name is "
@@ -99,7 +99,7 @@ def _warn_unknown(runtime: Engine, report: RecoveryReport) -> None:
 
 
 def run_claimed(
-    runtime: Engine,
+    engine: Engine,
     definition: WorkflowDefinition,
     workflow_id: str,
     inputs: str,
@@ -112,34 +112,34 @@ def run_claimed(
     ``owned_streak`` is the ownership mark taken before the claim (-1: check first).
     """
     try:
-        runtime.run_from_log(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
+        engine.run_from_log(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
     except WorkflowInputsError as exc:
         log.error("cannot run workflow %s: %s", workflow_id, exc)
-        runtime.db.workflows.finish(
-            workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), runtime.session_key
+        engine.db.workflows.finish(
+            workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), engine.session_key
         )
         return False
     return True
 
 
-def claim_and_recover(runtime: Engine, *, orphans: bool, report: RecoveryReport) -> None:
+def claim_and_recover(engine: Engine, *, orphans: bool, report: RecoveryReport) -> None:
     """Claim page after page of recoverable workflows and hand them to the worker pool."""
-    db = runtime.db
-    assert runtime.session_key is not None, "the runtime has no executor session"
+    db = engine.db
+    assert engine.session_key is not None, "the runtime has no executor session"
     names = workflow_names()
     after = None
     last_progress = time.monotonic()
     end_dead_local_sessions(db)
-    while not runtime.stopping:
-        streak = runtime.ownership_mark()
+    while not engine.stopping:
+        streak = engine.ownership_mark()
         if streak < 0:  # not sure this session is alive to others: claim nothing yet
             return
         claims = db.recovery.claim(
-            executor_id=runtime.executor_id,
-            owner_key=runtime.session_key,
-            app_version=runtime.app_version,
+            executor_id=engine.executor_id,
+            owner_key=engine.session_key,
+            app_version=engine.app_version,
             names=names,
-            skip_ids=runtime.active_ids(),
+            skip_ids=engine.active_ids(),
             orphans=orphans,
             after=after,
             limit=PAGE_SIZE,
@@ -164,7 +164,7 @@ def claim_and_recover(runtime: Engine, *, orphans: bool, report: RecoveryReport)
             if definition is None:  # unregistered between the claim and now
                 continue
             if run_claimed(
-                runtime,
+                engine,
                 definition,
                 claim.workflow_id,
                 claim.inputs,
@@ -179,19 +179,19 @@ def claim_and_recover(runtime: Engine, *, orphans: bool, report: RecoveryReport)
             log.info("recovery in progress: %d recovered so far", report.recovered)
 
 
-def take_back_idle(runtime: Engine) -> int:
+def take_back_idle(engine: Engine) -> int:
     """Recover the PENDING workflows this session owns but no longer runs; how many."""
-    assert runtime.session_key is not None
+    assert engine.session_key is not None
     taken = 0
-    while not runtime.stopping:
-        skip = runtime.active_ids() + runtime.parked_ids()
-        streak = runtime.ownership_mark()
-        idle = runtime.db.recovery.owned_idle(runtime.session_key, skip, PAGE_SIZE)
+    while not engine.stopping:
+        skip = engine.active_ids() + engine.parked_ids()
+        streak = engine.ownership_mark()
+        idle = engine.db.recovery.owned_idle(engine.session_key, skip, PAGE_SIZE)
         for workflow_id, name, inputs in idle:
             definition = find_workflow(name)
             if definition is None:
                 continue
-            taken += run_claimed(runtime, definition, workflow_id, inputs, None, streak)
+            taken += run_claimed(engine, definition, workflow_id, inputs, None, streak)
         if len(idle) < PAGE_SIZE:
             break
     if taken:
@@ -199,36 +199,36 @@ def take_back_idle(runtime: Engine) -> int:
     return taken
 
 
-def keep_taking_back(runtime: Engine) -> None:
+def keep_taking_back(engine: Engine) -> None:
     """The take-back thread: after an outage (or now and then) recover what is ours."""
-    while not runtime.stopping:
-        woken = runtime.take_back_wanted.wait(_TAKE_BACK_EVERY_S)
-        runtime.take_back_wanted.clear()
-        if runtime.stopping:
+    while not engine.stopping:
+        woken = engine.take_back_wanted.wait(_TAKE_BACK_EVERY_S)
+        engine.take_back_wanted.clear()
+        if engine.stopping:
             return
         if woken:
             time.sleep(0.2)  # let a burst of stopped runs settle first
         try:
-            take_back_idle(runtime)
+            take_back_idle(engine)
         except DatabaseUnavailableError:
-            runtime.take_back_wanted.set()  # still down: try again after the next wait
+            engine.take_back_wanted.set()  # still down: try again after the next wait
             time.sleep(1.0)
         except Exception as exc:
             log.error("taking back this process's workflows failed: %s", exc)
 
 
-def keep_taking_over(runtime: Engine, every: float) -> None:
+def keep_taking_over(engine: Engine, every: float) -> None:
     """The take-over thread of a worker: every ``every`` seconds, take over the
     workflows of dead sessions (any executor's) and forget long-dead executors."""
     last_cleanup = 0.0
-    cleanup_every = max(runtime.session.lease_seconds, 5.0)
-    while not runtime.stopping:
+    cleanup_every = max(engine.session.lease_seconds, 5.0)
+    while not engine.stopping:
         report = RecoveryReport()
         try:
-            claim_and_recover(runtime, orphans=True, report=report)
+            claim_and_recover(engine, orphans=True, report=report)
             if time.monotonic() - last_cleanup > cleanup_every:
                 last_cleanup = time.monotonic()
-                runtime.db.recovery.delete_dead_executors()
+                engine.db.recovery.delete_dead_executors()
         except Exception:
             log.exception("taking over orphaned workflows failed; retrying")
         if report.recovered or report.dead_lettered:
@@ -237,4 +237,4 @@ def keep_taking_over(runtime: Engine, every: float) -> None:
                 report.recovered,
                 report.dead_lettered,
             )
-        runtime.wait_while_running(every)
+        engine.wait_while_running(every)

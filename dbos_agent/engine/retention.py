@@ -153,7 +153,7 @@ def garbage_collect(
     progress: Callable[[GcReport], None] | None = None,
 ) -> GcReport:
     """Delete the workflows with one of ``statuses`` that finished more than ``older_than``
-    ago (database clock), with their steps, messages and events, on the launched runtime.
+    ago (database clock), with their steps, messages and events, on the launched engine.
 
     Works in batches of ``batch_size`` workflows, oldest first, each its own short
     transaction, until a batch deletes fewer (what is left is locked, or younger).
@@ -211,7 +211,7 @@ def retention_interval(older_than: timedelta) -> float:
     return min(check_older_than(older_than) / 10, MAX_INTERVAL_S)
 
 
-def run_retention(runtime: Engine, older_than: timedelta, interval: float | None = None) -> None:
+def run_retention(engine: Engine, older_than: timedelta, interval: float | None = None) -> None:
     """The retention thread of ``launch(retention=...)``: :func:`garbage_collect` every
     ``interval`` seconds (default :func:`retention_interval`) with ±10 % jitter, so that
     a fleet started at once does not collect in lockstep. Logs what it deleted and any
@@ -223,17 +223,17 @@ def run_retention(runtime: Engine, older_than: timedelta, interval: float | None
     log.info("retention: deleting workflows finished more than %s ago, every ~%s", age, every_text)
     # A waiter on no channel is woken by shutdown (and, harmlessly, by a reconnect of
     # the listener): the wait ends the moment the runtime stops, however long it is.
-    with runtime.notifications.waiter() as shutdown:
-        while not runtime.stopping:
+    with engine.notifications.waiter() as shutdown:
+        while not engine.stopping:
             deadline = time.monotonic() + every * random.uniform(1 - _JITTER, 1 + _JITTER)
-            while not runtime.stopping and (left := deadline - time.monotonic()) > 0:
+            while not engine.stopping and (left := deadline - time.monotonic()) > 0:
                 shutdown.wait(left)
-            if runtime.stopping:
+            if engine.stopping:
                 return
             try:
-                report = garbage_collect_db(runtime.db, older_than, stop=lambda: runtime.stopping)
+                report = garbage_collect_db(engine.db, older_than, stop=lambda: engine.stopping)
             except Exception as exc:
-                if not runtime.stopping:
+                if not engine.stopping:
                     log.error(
                         "retention failed (%s); trying again in ~%s", describe(exc), every_text
                     )

@@ -8,11 +8,13 @@ boundary), and which it stopped for good (``parked``: a failure retrying will no
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import WorkflowIdConflictError
 from ..storage.rows import StepRow
 from .outcome import Outcome
 from .registry import WorkflowDefinition
@@ -30,6 +32,22 @@ class WorkflowRun:
     future: Future[Outcome] = field(default_factory=Future)
     #: The session streak in which this process became the owner (-1: check first).
     owned_streak: int = -1
+
+
+def check_same_call(
+    workflow_id: str, name: str, inputs: str, other_name: str, other_inputs: str
+) -> None:
+    """A second call under a workflow id must be of the same function with the same
+    inputs (JSON-equal), else it is a WorkflowIdConflictError."""
+    if name != other_name:
+        raise WorkflowIdConflictError(
+            f"workflow id {workflow_id!r} already belongs to workflow {other_name!r}, not {name!r}"
+        )
+    if inputs != other_inputs and json.loads(inputs) != json.loads(other_inputs):
+        raise WorkflowIdConflictError(
+            f"workflow id {workflow_id!r} was already used for {name!r} with other inputs "
+            f"(recorded {other_inputs}, now {inputs})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ def current_engine() -> Engine:
 
 
 def launched() -> Engine | None:
-    """The engine of the launched runtime, or None."""
+    """The engine of the launched engine, or None."""
     return _engine
 
 

@@ -98,7 +98,7 @@ def checkpoint(
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
     with ctx.noting_database_failures():
-        write = ctx.runtime.db.steps.record(
+        write = ctx.engine.db.steps.record(
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=step.name,
@@ -107,7 +107,7 @@ def checkpoint(
             error=error,
             attempts=attempts,
             started_at=started_at,
-            owner_key=ctx.runtime.session_key,
+            owner_key=ctx.engine.session_key,
             fresh=step.idempotent,
         )
     return outcome if write.written else adopt_recorded(ctx, step, seq, write)
@@ -151,12 +151,12 @@ def _position(
         return seq, None
     inputs = step.inputs.dumps(args, kwargs)
     with ctx.noting_database_failures():
-        write = ctx.runtime.db.steps.record_intent(
+        write = ctx.engine.db.steps.record_intent(
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=step.name,
             inputs=inputs,
-            owner_key=ctx.runtime.session_key,
+            owner_key=ctx.engine.session_key,
         )
     return seq, None if write.written else adopt_recorded(ctx, step, seq, write)
 

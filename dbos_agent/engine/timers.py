@@ -88,20 +88,20 @@ def stop_if_interrupted(ctx: WorkflowContext) -> None:
     """End a wait in a workflow that is shutting down here (it stays PENDING and resumes
     later), that was cancelled, or that must stop for another reason (as at a step
     boundary)."""
-    if ctx.runtime.notifications.closed:
+    if ctx.engine.notifications.closed:
         raise RuntimeStopping()
     ctx.check_not_stopped()
 
 
 def wait_once(
-    runtime: WorkflowHost, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
+    engine: WorkflowHost, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
 ) -> Plan[None]:
     """Wait up to ``seconds`` (at most one poll interval), then stop if interrupted."""
-    yield Wait(waiter, min(seconds, runtime.notifications.recheck_interval()))
+    yield Wait(waiter, min(seconds, engine.notifications.recheck_interval()))
     if ctx is not None:
         stop_if_interrupted(ctx)
-    elif runtime.stopping or runtime.notifications.closed:
-        raise NotLaunchedError("the dbos_agent runtime is shutting down")
+    elif engine.stopping or engine.notifications.closed:
+        raise NotLaunchedError("the dbos_agent engine is shutting down")
 
 
 def cancel_key(ctx: WorkflowContext) -> tuple[str, str]:
@@ -116,9 +116,9 @@ def _clock(db: SystemDatabase) -> float:
 
 def _pause(ctx: WorkflowContext, seconds: float) -> Plan[None]:
     """Wait ``seconds`` of database clock; shutdown or a cancel end it early."""
-    db = ctx.runtime.db
+    db = ctx.engine.db
     end = _clock(db) + seconds
-    with ctx.runtime.notifications.waiter(cancel_key(ctx)) as waiter:
+    with ctx.engine.notifications.waiter(cancel_key(ctx)) as waiter:
         while (left := end - _clock(db)) > 0:
             yield Wait(waiter, left)
             stop_if_interrupted(ctx)
@@ -131,7 +131,7 @@ def _sleep_plan(seconds: float) -> Plan[None]:
         yield Wait(None, seconds)
         return
     seq, row = ctx.begin_step(SLEEP_STEP)
-    db = ctx.runtime.db
+    db = ctx.engine.db
     now: float = yield Io(db.messages.database_time)
     if row is None:
         started_at = datetime.now(UTC)
@@ -196,7 +196,7 @@ def durable_wait(
     wait, or read back from it when ``row`` is that intent after a crash; on
     timeout the step records None.
     """
-    db = ctx.runtime.db
+    db = ctx.engine.db
     started_at = datetime.now(UTC)
     resumed = row is not None  # our own intent: the wait began before a crash
     deadline: float | None = None
@@ -217,7 +217,7 @@ def durable_wait(
                     seq=seq,
                     name=step.name,
                     inputs=json.dumps({**inputs, "deadline": deadline}),
-                    owner_key=ctx.runtime.session_key,
+                    owner_key=ctx.engine.session_key,
                 )
             )
             other = None if write.written else continue_or_adopt(ctx, step, seq, write)
@@ -225,7 +225,7 @@ def durable_wait(
                 return other
         end = math.inf if deadline is None else _clock(db) + (deadline - now)
         while (left := end - _clock(db)) > 0:
-            yield from wait_once(ctx.runtime, waiter, left, ctx)
+            yield from wait_once(ctx.engine, waiter, left, ctx)
             found = yield from attempt()
             if found is not None:
                 return found

@@ -70,17 +70,17 @@ def durable_workflow(
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                runtime = current_engine()
+                engine = current_engine()
                 wid = _workflow_id_for_call()
-                return await call_here_async(runtime, definition, wid, args, kwargs)
+                return await call_here_async(engine, definition, wid, args, kwargs)
 
             wrapper = async_wrapper
         else:
 
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                runtime = current_engine()
-                return call_here(runtime, definition, _workflow_id_for_call(), args, kwargs)
+                engine = current_engine()
+                return call_here(engine, definition, _workflow_id_for_call(), args, kwargs)
 
             wrapper = sync_wrapper
         wrapper.__dbos_agent_workflow__ = definition
@@ -95,55 +95,53 @@ _READMIT_EVERY_S = 1.0
 
 
 def call_here(
-    runtime: Engine,
+    engine: Engine,
     definition: WorkflowDefinition,
     workflow_id: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     """A direct call of a sync workflow: run it here, now, durably."""
-    admission = runtime.admit(definition, workflow_id, args, kwargs)
+    admission = engine.admit(definition, workflow_id, args, kwargs)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
-            return runtime.wait_for_outcome(workflow_id, _READMIT_EVERY_S).unwrap()
+            return engine.wait_for_outcome(workflow_id, _READMIT_EVERY_S).unwrap()
         except TimeoutError:
-            admission = runtime.admit(definition, workflow_id, args, kwargs)
+            admission = engine.admit(definition, workflow_id, args, kwargs)
     if admission.run is not None:
-        outcome = runtime.execute(admission.run)
+        outcome = engine.execute(admission.run)
     else:
         future = admission.future()
         assert future is not None
         outcome = future.result()
     if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-        outcome = runtime.wait_for_outcome(workflow_id)
+        outcome = engine.wait_for_outcome(workflow_id)
     return outcome.unwrap()
 
 
 async def call_here_async(
-    runtime: Engine,
+    engine: Engine,
     definition: WorkflowDefinition,
     workflow_id: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     """A direct call of an async workflow: run it on this event loop, durably."""
-    admission = await asyncio.to_thread(runtime.admit, definition, workflow_id, args, kwargs)
+    admission = await asyncio.to_thread(engine.admit, definition, workflow_id, args, kwargs)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
-            found = await asyncio.to_thread(runtime.wait_for_outcome, workflow_id, _READMIT_EVERY_S)
+            found = await asyncio.to_thread(engine.wait_for_outcome, workflow_id, _READMIT_EVERY_S)
             return found.unwrap()
         except TimeoutError:
-            admission = await asyncio.to_thread(
-                runtime.admit, definition, workflow_id, args, kwargs
-            )
+            admission = await asyncio.to_thread(engine.admit, definition, workflow_id, args, kwargs)
     future = admission.future()
     if admission.run is not None:
-        outcome = await runtime.execute_async(admission.run)
+        outcome = await engine.execute_async(admission.run)
     else:
         assert future is not None
         outcome = await asyncio.wrap_future(future)
     if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-        outcome = await asyncio.to_thread(runtime.wait_for_outcome, workflow_id)
+        outcome = await asyncio.to_thread(engine.wait_for_outcome, workflow_id)
     return outcome.unwrap()
 
 
@@ -173,11 +171,11 @@ def start(
     workflow without running it twice.
     """
     definition = definition_of(fn)
-    runtime = current_engine()
+    engine = current_engine()
     wid = _workflow_id_for_call(workflow_id)
-    admission = runtime.admit(definition, wid, args, kwargs)
-    future = runtime.submit(admission.run) if admission.run is not None else admission.future()
-    return WorkflowHandle(runtime, wid, future)
+    admission = engine.admit(definition, wid, args, kwargs)
+    future = engine.submit(admission.run) if admission.run is not None else admission.future()
+    return WorkflowHandle(engine, wid, future)
 
 
 def list_workflows(

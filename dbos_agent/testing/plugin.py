@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -124,14 +125,33 @@ _BACKEND_NAMES = {
     "local": "a throwaway local cluster",
     "url": f"the server of ${URL_ENV}",
 }
-#: Which server this test session used, said once in pytest's summary.
+#: Which server this test session used (each pytest-xdist worker has its own), said once
+#: in pytest's summary.
 _chosen: list[str] = []
+_XDIST_KEY = "dbos_agent_servers"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand the server it used to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_XDIST_KEY] = list(_chosen)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the pytest-xdist controller: note the server a finished worker used."""
+    _chosen.extend(getattr(node, "workeroutput", {}).get(_XDIST_KEY, []))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line at the end of the run: which Postgres the dbos_agent fixtures used."""
-    for chosen in _chosen:
-        terminalreporter.write_line(f"dbos_agent: the tests' Postgres was {chosen}")
+    if len(_chosen) == 1:
+        terminalreporter.write_line(f"dbos_agent: the tests' Postgres was {_chosen[0]}")
+    elif _chosen:
+        terminalreporter.write_line(
+            f"dbos_agent: the tests' Postgres servers (one per test worker): {'; '.join(_chosen)}"
+        )
 
 
 _STARTERS: dict[str, Callable[[contextlib.ExitStack], str]] = {
