@@ -30,10 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-
 import dbos_agent as da
-from dbos_agent.testing import RestartablePostgres
+from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.fault_app import expected, read_log
 from tests.helpers import wait_until
 from tests.processes import ROOT, start_worker
@@ -187,13 +185,8 @@ def _stopped(pid: int) -> bool:
 
 
 def _finished(url: str, ids: list[str]) -> bool:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT count(*) FILTER (WHERE status NOT IN ('PENDING', 'ENQUEUED'))"
-            " FROM dbos_agent.workflows WHERE workflow_id = ANY(%s)",
-            (ids,),
-        ).fetchone()
-    return rows is not None and rows[0] == len(ids)
+    with Inspector(url) as db:
+        return db.all_finished(ids)
 
 
 def _check(
@@ -207,24 +200,19 @@ def _check(
     paused_pid: int,
     paused_at: float,
 ) -> None:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT w.workflow_id, w.status, w.output::text, w.recovery_attempts,"
-            " (SELECT array_agg(seq ORDER BY seq) FROM dbos_agent.steps s"
-            "  WHERE s.workflow_id = w.workflow_id)"
-            " FROM dbos_agent.workflows w WHERE w.workflow_id = ANY(%s)",
-            (ids,),
-        ).fetchall()
-    report.workflows = len(rows)
-    for wid, status, output, attempts, seqs in rows:
-        report.steps_recorded += len(seqs or [])
-        report.max_recovery_attempts = max(report.max_recovery_attempts, attempts)
-        if (status, output) != ("SUCCESS", str(expected(steps))):
-            report.problems.append(f"{wid}: {status} {output}")
+    with Inspector(url) as db:
+        found = {wid: (info, db.steps(wid)) for wid in ids if (info := db.workflow(wid))}
+    report.workflows = len(found)
+    for wid, (info, recorded) in found.items():
+        seqs = [s.seq for s in recorded]
+        report.steps_recorded += len(seqs)
+        report.max_recovery_attempts = max(report.max_recovery_attempts, info.recovery_attempts)
+        if (info.status, info.output) != (da.WorkflowStatus.SUCCESS, expected(steps)):
+            report.problems.append(f"{wid}: {info.status} {info.output}")
         if seqs != list(range(steps)):
             report.problems.append(f"{wid}: recorded steps {seqs}")
-    if len(rows) != len(ids):
-        report.problems.append(f"{len(ids) - len(rows)} workflows are missing")
+    if len(found) != len(ids):
+        report.problems.append(f"{len(ids) - len(found)} workflows are missing")
     lines = _log_lines(log)
     starts = [r for r in lines if r[0] == "S"]
     report.step_starts = len(starts)

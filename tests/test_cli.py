@@ -22,6 +22,7 @@ import dbos_agent as da
 from dbos_agent.engine.core import Engine
 from dbos_agent.engine.recovery import recover_pending
 from dbos_agent.engine.state import current_engine
+from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import ROOT
@@ -269,21 +270,22 @@ def test_fork_and_resolve_from_the_cli(runtime: da.Runtime, dbos_agent_database_
     assert RUNS[f"charge:{billed}"] == 1
 
 
-def _snapshot(engine: Engine, prefix: str) -> list[dict[str, Any]]:
-    with engine.db.connection() as conn:
-        return conn.execute(
-            "SELECT w.*, (SELECT count(*) FROM dbos_agent.steps AS s"
-            "             WHERE s.workflow_id = w.workflow_id) AS steps"
-            " FROM dbos_agent.workflows AS w WHERE w.workflow_id LIKE %s ORDER BY workflow_id",
-            (prefix + "%",),
-        ).fetchall()
+def _snapshot(db: Inspector, prefix: str) -> list[tuple[da.WorkflowInfo, RowCounts]]:
+    """Every workflow whose id starts with ``prefix`` (a fork would too), with its rows."""
+    found = sorted(
+        (w for w in db.workflows() if w.workflow_id.startswith(prefix)),
+        key=lambda w: w.workflow_id,
+    )
+    return [(w, db.rows_of(w.workflow_id)) for w in found]
 
 
-def test_refusals_change_nothing(engine: Engine, dbos_agent_database_url: str) -> None:
+def test_refusals_change_nothing(
+    runtime: da.Runtime, inspector: Inspector, dbos_agent_database_url: str
+) -> None:
     url, key = dbos_agent_database_url, new_id()
     with da.workflow_id(key):
         chat(key, 1)
-    before = _snapshot(engine, key)
+    before = _snapshot(inspector, key)
     refused(cli(url, "workflows", "cancel", key), 1, "already finished with status SUCCESS")
     refused(cli(url, "workflows", "resume", key), 1, "cannot resume workflow")
     refused(cli(url, "workflows", "fork", key, "--from-step", "3"), 1, "its log ends at step 2")
@@ -299,7 +301,7 @@ def test_refusals_change_nothing(engine: Engine, dbos_agent_database_url: str) -
         ["send", missing, "hello"],
     ):
         refused(cli(url, *args), 1, f"no workflow with id '{missing}'")
-    assert _snapshot(engine, key) == before
+    assert _snapshot(inspector, key) == before
 
 
 def test_database_errors_are_clear_and_name_no_password(dbos_agent_postgres_url: str) -> None:

@@ -62,7 +62,8 @@ def describe(exc: BaseException) -> str:
 
 
 class OutageMonitor:
-    """Logs the start and the end of an outage once, however many callers notice it."""
+    """Logs the start and the end of an outage once, however many callers notice it
+    (at DEBUG level only with ``warn=False``, for tools such as the test inspector)."""
 
     def __init__(self, where: str, *, warn: bool = True) -> None:
         self._where = where
@@ -98,7 +99,7 @@ class OutageMonitor:
             if since is None:
                 return
             self._recovered_at = time.monotonic()
-        log.info(
+        (log.info if self._warn else log.debug)(
             "the dbos_agent database at %s is reachable again after %.1fs",
             self._where,
             self._recovered_at - since,

@@ -7,12 +7,14 @@ The fixtures in `dbos_agent.testing.plugin` are registered automatically with py
 from .clock import advance_clock, clock_offset
 from .databases import fresh_database
 from .faults import RestartablePostgres
-from .inspector import Inspector
+from .inspector import Inspector, RowCounts, SentMessage
 from .plugin import postgres_server
 
 __all__ = [
     "Inspector",
     "RestartablePostgres",
+    "RowCounts",
+    "SentMessage",
     "advance_clock",
     "clock_offset",
     "fresh_database",

@@ -140,3 +140,13 @@ def test_this_process_is_alive_and_a_made_up_one_is_known_gone() -> None:
     namespace = namespace.rsplit("/", 1)[0]
     assert known_gone(f"{namespace}/999999999/1")
     assert not known_gone("another-host/ns/1/1")  # another namespace: nobody can tell
+
+
+def test_a_quiet_outage_monitor_logs_at_debug_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="dbos_agent.storage.outages")
+    for warn, levels in ((True, {logging.WARNING, logging.INFO}), (False, {logging.DEBUG})):
+        caplog.clear()
+        monitor = OutageMonitor("db", warn=warn)
+        monitor.failed(OSError("connection refused"))
+        monitor.succeeded()
+        assert {r.levelno for r in caplog.records} == levels
