@@ -13,6 +13,9 @@ class WorkflowStatus(StrEnum):
     """A workflow's lifecycle state, stored as this exact string."""
 
     PENDING = "PENDING"
+    #: Waiting (a sleep, a message, an event) without holding a thread or a session;
+    #: woken, it is PENDING again and continues from its log.
+    SUSPENDED = "SUSPENDED"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
     CANCELLED = "CANCELLED"
@@ -24,7 +27,11 @@ class WorkflowStatus(StrEnum):
     @property
     def finished(self) -> bool:
         """True once the workflow will not run again by itself."""
-        return self not in (WorkflowStatus.PENDING, WorkflowStatus.ENQUEUED)
+        return self not in (
+            WorkflowStatus.PENDING,
+            WorkflowStatus.ENQUEUED,
+            WorkflowStatus.SUSPENDED,
+        )
 
 
 class StepStatus(StrEnum):
@@ -52,6 +59,29 @@ class WorkflowInfo:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    #: What a SUSPENDED workflow waits for (None otherwise).
+    waiting_for: WaitInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitInfo:
+    """What wakes a suspended workflow: ``kind`` ``sleep`` (at ``until``), ``recv``
+    (a message on topic ``name``, or the deadline ``until``) or ``event`` (workflow
+    ``target`` publishes ``name``, or the deadline)."""
+
+    kind: str
+    target: str | None
+    name: str | None
+    until: datetime | None
+
+    def describe(self) -> str:
+        """One short line, e.g. ``recv 'approval' until 12:00:03``."""
+        until = f" until {self.until:%Y-%m-%d %H:%M:%S}" if self.until is not None else ""
+        if self.kind == "sleep":
+            return f"sleep{until}"
+        if self.kind == "recv":
+            return f"recv {self.name or '(default topic)'!r}{until}"
+        return f"event {self.name!r} of {self.target}{until}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,9 +105,12 @@ def _wait_for_step(wid: str, name: str) -> None:
 def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
     dbos_agent_database_url: str, executor_id: str
 ) -> None:
-    """A sleep and a recv timeout both end at the time set before the restart."""
+    """A sleep and a recv timeout both end at the time set before the restart (waits kept
+    in memory, not suspended: shutdown ends them and the workflows stay PENDING)."""
     sleeper, receiver = new_id("nap"), new_id("mail")
-    runtime = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=4)
+    runtime = da.launch(
+        dbos_agent_database_url, executor_id=executor_id, workers=4, suspend_after=10.0
+    )
     try:
         da.start(nap, 2.0, workflow_id=sleeper)
         da.start(wait_for_mail, 2.0, workflow_id=receiver)

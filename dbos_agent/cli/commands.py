@@ -107,7 +107,12 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
         for info in found
     ]
     headers = ["WORKFLOW ID", "NAME", "STATUS", "EXECUTOR", "CREATED (UTC)", "DURATION"]
-    render.print_table([*headers, "RECOVERIES", "APP VERSION"], rows, status_column=2)
+    headers += ["RECOVERIES", "APP VERSION"]
+    if any(info.waiting_for is not None for info in found):  # what suspended ones wait for
+        headers.append("WAITING FOR")
+        for row, info in zip(rows, found, strict=True):
+            row.append(info.waiting_for.describe() if info.waiting_for else "")
+    render.print_table(headers, rows, status_column=2)
 
 
 def show(args: argparse.Namespace, db: SystemDatabase) -> None:
@@ -130,6 +135,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Workflow", info.workflow_id),
         ("Name", info.name),
         ("Status", render.status_text(info.status)),
+        *([("Waiting for", info.waiting_for.describe())] if info.waiting_for is not None else []),
         ("Executor", info.executor_id + version),
         ("Created", render.ts(info.created_at) + " UTC"),
         ("Updated", render.ts(info.updated_at) + " UTC"),

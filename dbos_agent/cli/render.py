@@ -36,6 +36,7 @@ _STATUS_STYLES = {
     "SUCCESS": "green",
     "ERROR": "red",
     "PENDING": "yellow",
+    "SUSPENDED": "blue",
     "ENQUEUED": "cyan",
     "CANCELLED": "magenta",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "bold red",

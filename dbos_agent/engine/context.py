@@ -39,6 +39,8 @@ class WorkflowHost(Protocol):
     session_key: int | None
     notifications: Notifications
     stopping: bool
+    #: A background run whose wait is longer than this (seconds) suspends.
+    suspend_after: float
 
     def cancellation(self, workflow_id: str) -> WorkflowCancelledError | None:
         """The error that stops a run of ``workflow_id`` if it was cancelled, else None."""
@@ -86,6 +88,9 @@ class StopReason(IntEnum):
     #: The process lacks configuration (a model client, an API key): nothing is
     #: recorded, the workflow stays PENDING for a process that has it.
     UNCONFIGURED = 6
+    #: A background run gave its workflow up while it waits (SUSPENDED in the
+    #: database, see suspension.py): nothing more is recorded by this run.
+    SUSPENDED = 7
 
 
 @dataclass(eq=False)
@@ -100,7 +105,11 @@ class WorkflowContext:
     owned_streak: int = -1
     stop_reason: StopReason | None = None
     stop_error: BaseException | None = None
+    #: A background run (a thread of the pool, not a caller's): its long waits suspend.
+    suspendable: bool = False
     _next_seq: int = 0
+    _live_steps: int = 0
+    _waits: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def halt(self, reason: StopReason, error: BaseException) -> BaseException:
@@ -119,6 +128,41 @@ class WorkflowContext:
         except DatabaseUnavailableError as exc:
             self.halt(StopReason.DATABASE, exc)
             raise
+
+    @contextmanager
+    def running_step(self) -> Iterator[None]:
+        """Count a step running live for the block: a run never suspends while one of its
+        steps (in another thread, or another task) is still running."""
+        with self._lock:
+            self._live_steps += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._live_steps -= 1
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Count a durable wait in progress for the block (sleep, recv, get_event)."""
+        with self._lock:
+            self._waits += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waits -= 1
+
+    def may_suspend(self) -> bool:
+        """Whether this run may give its workflow up to wait (see suspension.py): a
+        background run, with no step running and no other wait (a suspended workflow
+        records one wake-up condition, so two waits at once stay in memory)."""
+        with self._lock:
+            return (
+                self.suspendable
+                and self._live_steps == 0
+                and self._waits <= 1
+                and self.stop_reason is None
+            )
 
     def next_position(self) -> int:
         """Hand out the next step position (thread-safe: positions are call order)."""

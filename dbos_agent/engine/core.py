@@ -38,6 +38,7 @@ from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, stored_outcome, workflow_outcome
 from .registry import WorkflowDefinition
 from .runs import Admission, RunTable, WorkflowRun, check_same_call
+from .suspension import Suspended
 from .waiting import wait_for_stored_outcome
 from .workers import WorkerPool
 
@@ -59,8 +60,13 @@ class Engine:
         workers: int = 16,
         lease_seconds: float = 30.0,
         session_grace: float = 3.0,
+        suspend_after: float = 1.0,
     ) -> None:
+        if suspend_after < 0:
+            raise ValueError(f"suspend_after must be >= 0 seconds, got {suspend_after}")
         self.db = db
+        #: A background run whose wait is longer than this (seconds) suspends.
+        self.suspend_after = suspend_after
         self.executor_id = check_identifier(executor_id, "executor id")
         self.app_version = app_version
         self.session = ExecutorSession(
@@ -81,6 +87,8 @@ class Engine:
         self._dispatch_wanted = threading.Event()
         #: Woken when this process may own workflows it does not run (after an outage).
         self.take_back_wanted = threading.Event()
+        #: Called when every wait is woken (shutdown, a moved clock): the waker's poke.
+        self._wake_hooks: list[Callable[[], None]] = []
         self._shut_down = False
 
     def open(self) -> Engine:
@@ -103,8 +111,17 @@ class Engine:
         """Move this process's database clock (for tests), and wake what waits on it:
         sleeps and recv/get_event deadlines look again, the dispatcher re-reads limits."""
         self.db.advance_clock(seconds)
+        self._wake_everything()
+
+    def on_wake_all(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` too whenever every wait is woken (shutdown, a moved clock)."""
+        self._wake_hooks.append(hook)
+
+    def _wake_everything(self) -> None:
         self.notifications.wake_all()
         self.wake_dispatcher()
+        for hook in self._wake_hooks:
+            hook()
 
     def wait_while_running(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, less if shutdown begins; True once it has."""
@@ -235,11 +252,15 @@ class Engine:
 
     def execute(self, run: WorkflowRun) -> Outcome:
         """Run a sync workflow's body in this thread and record its outcome."""
-        ctx = WorkflowContext(run.workflow_id, self, run.recorded, run.owned_streak)
+        ctx = WorkflowContext(
+            run.workflow_id, self, run.recorded, run.owned_streak, suspendable=run.background
+        )
         try:
             with entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
             return self.finish(run, ctx, outcome)
+        except Suspended:
+            return self._stop_suspended(run)
         except OwnershipLost as exc:
             self._abandon(run, exc)
             return Outcome(error=exc)
@@ -249,11 +270,15 @@ class Engine:
 
     async def execute_async(self, run: WorkflowRun) -> Outcome:
         """Run an async workflow's body on this event loop and record its outcome."""
-        ctx = WorkflowContext(run.workflow_id, self, run.recorded, run.owned_streak)
+        ctx = WorkflowContext(
+            run.workflow_id, self, run.recorded, run.owned_streak, suspendable=run.background
+        )
         try:
             with entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
             return await asyncio.to_thread(self.finish, run, ctx, outcome)
+        except Suspended:
+            return self._stop_suspended(run)
         except OwnershipLost as exc:
             self._abandon(run, exc)
             return Outcome(error=exc)
@@ -269,6 +294,8 @@ class Engine:
         try:
             if reason is StopReason.CANCELLED:
                 return self._stop_cancelled(run)
+            if reason is StopReason.SUSPENDED:
+                return self._stop_suspended(run)
             if reason in (StopReason.NOT_OWNER, StopReason.DATABASE, StopReason.UNCONFIGURED):
                 assert stop_error is not None
                 return self._stop_unfinished(run, stop_error)
@@ -331,6 +358,19 @@ class Engine:
             )
         self._abandon(run, why)
         return Outcome(error=why)
+
+    def _stop_suspended(self, run: WorkflowRun) -> Outcome:
+        """The run gave its workflow up to wait (see suspension.py): it records nothing
+        more, and whoever waits for the outcome waits on the database (a waker runs the
+        workflow again, here or elsewhere, when its wait can be met)."""
+        outcome = Outcome(
+            error=WorkflowInterruptedError(
+                f"workflow {run.workflow_id!r} is suspended: it waits without a thread and "
+                "continues when woken"
+            )
+        )
+        self._resolve(run, outcome)
+        return outcome
 
     def parked_ids(self) -> list[str]:
         """Workflows this process will not take back by itself (see ``RunTable.park``)."""
@@ -396,7 +436,9 @@ class Engine:
         )
 
     def submit(self, run: WorkflowRun) -> Future[Outcome]:
-        """Run ``run`` on the worker pool; the future resolves with its outcome."""
+        """Run ``run`` on the worker pool; the future resolves with its outcome. A run of
+        the pool is a background run: its long waits suspend (see suspension.py)."""
+        run.background = True
 
         def job() -> None:
             try:
@@ -453,6 +495,8 @@ class Engine:
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
         self.take_back_wanted.set()
+        for hook in self._wake_hooks:
+            hook()
         for thread in self._background:
             thread.join(grace)
         wait_futures(self.runs.futures(), timeout=grace)

@@ -26,6 +26,7 @@ from .core import Engine
 from .queues import run_dispatcher
 from .recovery import RecoveryReport, keep_taking_back, keep_taking_over, recover_pending
 from .retention import check_older_than, run_retention
+from .waking import Waker
 
 
 def launch(
@@ -43,6 +44,7 @@ def launch(
     run_queues: bool = True,
     retention: timedelta | None = None,
     take_over_every: float | None = None,
+    suspend_after: float = 1.0,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -73,6 +75,12 @@ def launch(
     with their steps, messages and events, in the background: every tenth of
     ``retention`` and at least hourly, in short batches (see engine/retention.py).
     Without it nothing is ever deleted.
+
+    Waiting costs nothing: a workflow run in the background (``da.start``, recovery,
+    a queue) whose ``sleep``, ``recv`` or ``get_event`` would wait longer than
+    ``suspend_after`` seconds is SUSPENDED instead of holding a thread, and this
+    process (or any other that knows the workflow) wakes it and continues it from
+    its log when the wait can be met (see engine/suspension.py).
 
     With ``take_over_every`` (seconds) this process also looks that often for the
     workflows of dead sessions, of any executor, and takes them over: what the
@@ -107,18 +115,23 @@ def launch(
                 workers=workers,
                 lease_seconds=lease_seconds,
                 session_grace=session_grace,
+                suspend_after=suspend_after,
             )
             engine.open()
         except BaseException:
             db.close()
             raise
         state.set_engine(engine)
+    waker = Waker(engine)
+    waker.start()
+    engine.on_wake_all(waker.poke)
     engine.notifications.start()
     if recover:
         engine.run_in_background(lambda: recover_pending(engine), "dbos-agent-recovery")
     else:
         engine.recovery_done.set()
     engine.run_in_background(lambda: keep_taking_back(engine), "dbos-agent-take-back")
+    engine.run_in_background(waker.run, "dbos-agent-waker")
     if run_queues:
         engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
     if take_over_every is not None:

@@ -33,6 +33,7 @@ from ..errors import WorkflowNotFoundError
 from ..limits import check_identifier, check_topic
 from ..records import StepStatus
 from ..serialization import Codec, codec_for
+from ..storage.suspension import WaitCondition
 from .context import WorkflowHost, current_context, in_step
 from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .outcome import Outcome
@@ -174,8 +175,11 @@ def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[A
         return continue_or_adopt(ctx, step, seq, write)  # None: nothing to take yet
 
     wakes = ((MESSAGES_CHANNEL, ctx.workflow_id), cancel_key(ctx))
+    condition = WaitCondition("recv", target=ctx.workflow_id, name=topic or "")
     with ctx.engine.notifications.waiter(*wakes) as waiter:
-        outcome = yield from durable_wait(ctx, step, seq, row, inputs, timeout, waiter, attempt)
+        outcome = yield from durable_wait(
+            ctx, step, seq, row, inputs, timeout, waiter, attempt, condition
+        )
     return outcome.unwrap()
 
 
@@ -291,8 +295,11 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
 
     inputs = {"workflow_id": workflow_id, "key": key}
     wakes = ((EVENTS_CHANNEL, workflow_id), cancel_key(ctx))
+    condition = WaitCondition("event", target=workflow_id, name=key)
     with ctx.engine.notifications.waiter(*wakes) as waiter:
-        outcome = yield from durable_wait(ctx, step, seq, row, inputs, timeout, waiter, attempt)
+        outcome = yield from durable_wait(
+            ctx, step, seq, row, inputs, timeout, waiter, attempt, condition
+        )
     return outcome.unwrap()
 
 

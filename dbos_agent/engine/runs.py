@@ -32,6 +32,8 @@ class WorkflowRun:
     future: Future[Outcome] = field(default_factory=Future)
     #: The session streak in which this process became the owner (-1: check first).
     owned_streak: int = -1
+    #: Run by the worker pool (not in a caller's thread): its long waits suspend.
+    background: bool = False
 
 
 def check_same_call(

@@ -176,6 +176,13 @@ def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any
     ctx = current_context()
     if ctx is None or in_step():
         return step.fn(*args, **kwargs)
+    with ctx.running_step():
+        return _run_sync_in(ctx, step, args, kwargs)
+
+
+def _run_sync_in(
+    ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     seq, known = _position(ctx, step, args, kwargs)
     if known is not None:
         return known.unwrap()
@@ -202,6 +209,13 @@ async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[s
     ctx = current_context()
     if ctx is None or in_step():
         return await step.fn(*args, **kwargs)
+    with ctx.running_step():
+        return await _run_async_in(ctx, step, args, kwargs)
+
+
+async def _run_async_in(
+    ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     if step.idempotent:  # no I/O before a live run: stay on the loop
         seq, known = _position(ctx, step, args, kwargs)
     else:

@@ -26,12 +26,14 @@ from ..records import StepStatus, WorkflowStatus
 from ..serialization import Codec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.rows import StepRow, StepWrite
+from ..storage.suspension import WaitCondition
 from .context import RuntimeStopping, WorkflowContext, WorkflowHost, current_context, in_step
 from .notifications import CANCEL_CHANNEL, Waiter
 from .outcome import Outcome, step_outcome
 from .plans import Io, Plan, Wait, run_plan, run_plan_async
 from .registry import RetryPolicy, StepDefinition
 from .step import adopt_recorded, checkpoint
+from .suspension import suspend_if_long
 
 SLEEP_STEP = "dbos_agent.sleep"
 
@@ -114,11 +116,15 @@ def _clock(db: SystemDatabase) -> float:
     return time.monotonic() + db.clock_offset
 
 
-def _pause(ctx: WorkflowContext, seconds: float) -> Plan[None]:
-    """Wait ``seconds`` of database clock; shutdown or a cancel end it early."""
+def _pause(ctx: WorkflowContext, seconds: float, wake_at: float) -> Plan[None]:
+    """Wait ``seconds`` of database clock (until ``wake_at``); shutdown or a cancel end it
+    early, and a background run suspends instead of waiting long (suspension.py)."""
+    if seconds <= 0:
+        return
     db = ctx.engine.db
     end = _clock(db) + seconds
-    with ctx.engine.notifications.waiter(cancel_key(ctx)) as waiter:
+    with ctx.waiting(), ctx.engine.notifications.waiter(cancel_key(ctx)) as waiter:
+        yield from suspend_if_long(ctx, WaitCondition("sleep", wake_at=wake_at), seconds)
         while (left := end - _clock(db)) > 0:
             yield Wait(waiter, left)
             stop_if_interrupted(ctx)
@@ -141,7 +147,7 @@ def _sleep_plan(seconds: float) -> Plan[None]:
         wake_at: float = done.unwrap()
     else:
         wake_at = recorded(ctx, _SLEEP, seq, row).unwrap()
-    yield from _pause(ctx, wake_at - now)
+    yield from _pause(ctx, wake_at - now, wake_at)
 
 
 def sleep(seconds: float) -> None:
@@ -188,13 +194,15 @@ def durable_wait(
     timeout: float | None,
     waiter: Waiter,
     attempt: Callable[[], Plan[Outcome | None]],
+    condition: WaitCondition,
 ) -> Plan[Outcome]:
     """Run ``attempt`` until it records step ``seq`` or the durable deadline passes.
 
     ``attempt`` records the step itself when it finds what it waits for. The
     deadline (database clock) is written as the step's intent before the first
     wait, or read back from it when ``row`` is that intent after a crash; on
-    timeout the step records None.
+    timeout the step records None. A background run suspends on ``condition`` (with
+    the deadline as its wake-up time) instead of waiting long in memory.
     """
     db = ctx.engine.db
     started_at = datetime.now(UTC)
@@ -224,11 +232,14 @@ def durable_wait(
             if other is not None:
                 return other
         end = math.inf if deadline is None else _clock(db) + (deadline - now)
-        while (left := end - _clock(db)) > 0:
-            yield from wait_once(ctx.engine, waiter, left, ctx)
-            found = yield from attempt()
-            if found is not None:
-                return found
+        with ctx.waiting():
+            condition = dataclasses.replace(condition, wake_at=deadline)
+            yield from suspend_if_long(ctx, condition, end - _clock(db))
+            while (left := end - _clock(db)) > 0:
+                yield from wait_once(ctx.engine, waiter, left, ctx)
+                found = yield from attempt()
+                if found is not None:
+                    return found
     done: Outcome = yield Io(
         partial(checkpoint, ctx, step, seq, Outcome(None), 1, started_at)  # timed out
     )

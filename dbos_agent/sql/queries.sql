@@ -147,7 +147,7 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 -- name: get_workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at
+       finished_at, wait_kind, wait_target, wait_name, wake_at
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
@@ -155,7 +155,7 @@ WHERE workflow_id = %(workflow_id)s;
 -- Newest first. A NULL filter matches everything.
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at
+       finished_at, wait_kind, wait_target, wait_name, wake_at
 FROM dbos_agent.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -276,6 +276,89 @@ WHERE status = 'PENDING'
   AND NOT (name = ANY(%(names)s))
 GROUP BY name
 ORDER BY name;
+
+-- == suspension ==
+
+-- name: suspend_workflow
+-- A background run whose wait cannot be met now gives its workflow up: it
+-- becomes SUSPENDED, owned by no session, with what would wake it (see
+-- migration 008). Guarded on status and owner like every write, and on the
+-- wait itself: if it can be met already (the message arrived, the event was
+-- published, the time has come between the run's check and this statement)
+-- nothing changes and the run goes on waiting in memory. Returns a row only
+-- when it suspended the workflow.
+UPDATE dbos_agent.workflows AS w
+SET status = 'SUSPENDED', owner_key = NULL, wait_kind = %(wait_kind)s,
+    wait_target = %(wait_target)s, wait_name = %(wait_name)s, wake_at = %(wake_at)s,
+    updated_at = now()
+WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
+  AND w.owner_key IS NOT DISTINCT FROM %(owner_key)s
+  AND NOT (
+      coalesce(%(wake_at)s::timestamptz <= dbos_agent.now(), false)
+      OR (%(wait_kind)s = 'recv' AND EXISTS (
+          SELECT 1 FROM dbos_agent.messages AS m
+          WHERE m.destination_id = %(wait_target)s AND m.topic = %(wait_name)s
+            AND m.consumed_seq IS NULL))
+      OR (%(wait_kind)s = 'event' AND EXISTS (
+          SELECT 1 FROM dbos_agent.events AS e
+          WHERE e.workflow_id = %(wait_target)s AND e.key = %(wait_name)s))
+  )
+RETURNING w.workflow_id;
+
+-- name: wake_workflows
+-- Wake SUSPENDED workflows whose wait can be met: a due timer, an unconsumed
+-- message on the awaited topic, a published event. With `target`, only those
+-- waiting on that workflow (the payload of a NOTIFY: a message's destination,
+-- an event's publisher); without, a sweep (polling, after a restart). Each
+-- becomes PENDING and owned by the caller's session, which runs it from its
+-- log; the caller must know its function (`names`) and run its application
+-- version. Waking is not a recovery: no attempt is counted. SKIP LOCKED: two
+-- wakers never take the same workflow.
+WITH ready AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
+      AND (%(target)s::text IS NULL OR w.workflow_id = %(target)s::text)
+    UNION
+    SELECT w.workflow_id
+    FROM dbos_agent.messages AS m
+    JOIN dbos_agent.workflows AS w
+      ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
+    WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
+      AND (%(target)s::text IS NULL OR m.destination_id = %(target)s::text)
+    UNION
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
+    WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
+      AND (%(target)s::text IS NULL OR w.wait_target = %(target)s::text)
+), page AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    JOIN ready USING (workflow_id)
+    WHERE w.status = 'SUSPENDED'
+      AND w.name = ANY(%(names)s)
+      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+    ORDER BY w.wake_at NULLS LAST, w.workflow_id
+    LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE dbos_agent.workflows AS w
+SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
+    updated_at = now()
+FROM page
+WHERE w.workflow_id = page.workflow_id
+RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- name: next_wake_at
+-- When the earliest timer of a SUSPENDED workflow the caller could wake is due
+-- (NULL: none), in seconds from now on the database clock: a waker sleeps
+-- until then.
+SELECT extract(epoch FROM min(wake_at) - dbos_agent.now())::float8 AS seconds
+FROM dbos_agent.workflows
+WHERE status = 'SUSPENDED' AND name = ANY(%(names)s)
+  AND (%(app_version)s::text IS NULL OR app_version = %(app_version)s::text);
 
 -- == executors ==
 
@@ -435,6 +518,7 @@ WITH target AS (
 ), cancelled AS (
     UPDATE dbos_agent.workflows AS w
     SET status = 'CANCELLED', output = NULL, owner_key = NULL,
+        wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
         error = jsonb_build_object(
             'type', 'dbos_agent.errors.WorkflowCancelledError',
             'message', format('workflow %%s was cancelled (it was %%s)',
@@ -443,7 +527,8 @@ WITH target AS (
         updated_at = now(), finished_at = now()
     FROM target
     WHERE w.workflow_id = target.workflow_id
-      AND target.status IN ('PENDING', 'ENQUEUED', 'IN_DOUBT', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+      AND target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'IN_DOUBT',
+                            'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
     RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id)
 )
 SELECT (SELECT count(*) FROM cancelled) = 1 AS cancelled, target.status

@@ -27,9 +27,8 @@ $$;
 CREATE TABLE dbos_agent.workflows (
     workflow_id           text        PRIMARY KEY CHECK (workflow_id <> ''),
     name                  text        NOT NULL,
-    status                text        NOT NULL CHECK (status IN (
-                              'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED', 'ENQUEUED',
-                              'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')),
+    -- SUSPENDED: waiting without a thread or a session, see wait_kind below.
+    status                text        NOT NULL,
     -- {"param": value, ...}: the bound arguments, JSON through pydantic.
     inputs                jsonb       NOT NULL,
     output                jsonb,
@@ -52,15 +51,32 @@ CREATE TABLE dbos_agent.workflows (
     -- original may be deleted by retention).
     forked_from           text,
     forked_from_step      integer     CHECK (forked_from_step >= 0),
+    -- What wakes a SUSPENDED workflow: 'sleep' at wake_at; 'recv' a message to it
+    -- (wait_target, itself) on topic wait_name, or its deadline wake_at; 'event'
+    -- workflow wait_target publishing event wait_name, or the deadline.
+    wait_kind             text        CHECK (wait_kind IN ('sleep', 'recv', 'event')),
+    wait_target           text,
+    wait_name             text,
+    wake_at               timestamptz,
+    CONSTRAINT workflows_fork_origin_complete
+        CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
+    CONSTRAINT workflows_status_check CHECK (status IN (
+        'PENDING', 'SUSPENDED', 'SUCCESS', 'ERROR', 'CANCELLED', 'ENQUEUED',
+        'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')),
     -- A finished workflow carries exactly the outcome its status says.
     CONSTRAINT workflows_outcome_matches_status CHECK (
         (status = 'SUCCESS' AND error IS NULL AND finished_at IS NOT NULL)
         OR (status IN ('ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')
             AND output IS NULL)
-        OR (status IN ('PENDING', 'ENQUEUED') AND output IS NULL AND error IS NULL)
+        OR (status IN ('PENDING', 'ENQUEUED', 'SUSPENDED') AND output IS NULL AND error IS NULL)
     ),
-    CONSTRAINT workflows_fork_origin_complete
-        CHECK ((forked_from IS NULL) = (forked_from_step IS NULL))
+    -- Exactly the SUSPENDED workflows say what wakes them, and say it whole.
+    CONSTRAINT workflows_suspended_waits CHECK (
+        (status = 'SUSPENDED') = (wait_kind IS NOT NULL)
+        AND (wait_kind IS DISTINCT FROM 'sleep' OR wake_at IS NOT NULL)
+        AND (wait_kind NOT IN ('recv', 'event') OR wait_name IS NOT NULL)
+        AND (wait_kind IS DISTINCT FROM 'event' OR wait_target IS NOT NULL)
+    )
 );
 
 -- Recovery at start: "pending workflows of executor X", oldest first.
@@ -70,6 +86,11 @@ CREATE INDEX workflows_pending_by_executor
 CREATE INDEX workflows_by_status ON dbos_agent.workflows (status, created_at);
 CREATE INDEX workflows_by_name ON dbos_agent.workflows (name, created_at);
 CREATE INDEX workflows_by_created ON dbos_agent.workflows (created_at);
+-- Suspended workflows: due timers earliest first, and who waits on a workflow's events.
+CREATE INDEX workflows_suspended_until
+    ON dbos_agent.workflows (wake_at) WHERE status = 'SUSPENDED';
+CREATE INDEX workflows_suspended_on
+    ON dbos_agent.workflows (wait_kind, wait_target) WHERE status = 'SUSPENDED';
 -- Claims: the PENDING workflows of dead sessions.
 CREATE INDEX workflows_pending_by_owner
     ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';

@@ -2,11 +2,11 @@
 
 ``db.workflows`` (recording calls and outcomes), ``db.steps`` (the step log: where a
 step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``,
-``db.messages`` (messages, events, the database clock), ``db.operations`` (cancel,
-resume, fork), ``db.retention`` and ``db.inspection`` (read-only questions for tests
-and tools). Every statement is named in
-``dbos_agent/sql/queries.sql``; how statements run (the pool, outages, values checked)
-is in ``connector.py``.
+``db.messages`` (messages, events, the database clock), ``db.suspension`` (suspended
+workflows and what wakes them), ``db.operations`` (cancel, resume, fork),
+``db.retention`` and ``db.inspection`` (read-only questions for tests and tools). Every
+statement is named in ``dbos_agent/sql/queries.sql``; how statements run (the pool,
+outages, values checked) is in ``connector.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .queues import QueueStore
 from .recovery import RecoveryStore
 from .retention import RetentionStore
 from .steps import StepStore
+from .suspension import SuspensionStore
 from .workflows import WorkflowStore
 
 
@@ -53,6 +54,7 @@ class SystemDatabase(Connector):
         self.messages = MessageStore(self)
         self.operations = OperationStore(self)
         self.retention = RetentionStore(self)
+        self.suspension = SuspensionStore(self)
         self.inspection = InspectionStore(self)
 
     def migrate(self) -> int:

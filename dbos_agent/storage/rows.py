@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..records import StepStatus, WorkflowInfo, WorkflowStatus
+from ..records import StepStatus, WaitInfo, WorkflowInfo, WorkflowStatus
 from . import jsonb
 
 Row = dict[str, Any]
@@ -133,6 +133,11 @@ def workflow_info(row: Row) -> WorkflowInfo:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
+        waiting_for=(
+            None
+            if row.get("wait_kind") is None
+            else WaitInfo(row["wait_kind"], row["wait_target"], row["wait_name"], row["wake_at"])
+        ),
     )
 
 

@@ -1,0 +1,122 @@
+"""The waker: wakes suspended workflows whose wait can be met, and runs them here.
+
+See ``suspension.py`` for what suspension is. Every launched process runs one
+waker thread. It wakes at once on the NOTIFY of a message (its payload names the
+destination) or an event (the publisher), when the earliest suspended timer is due
+(it sleeps until then), and sweeps every couple of seconds for what a lost NOTIFY
+or another process's clock left behind. Each wake is one guarded statement
+(``wake_workflows``); a workflow two wakers race for goes to one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+from .core import Engine
+from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
+from .registry import find_workflow, workflow_names
+from .state import lock as state_lock
+
+log = logging.getLogger(__name__)
+
+#: Workflows woken per statement.
+_WAKE_PAGE = 100
+#: The longest the waker sleeps without looking (a lost NOTIFY, a timer set elsewhere).
+_SWEEP_EVERY_S = 2.0
+#: The shortest pause between rounds (a due timer another waker holds at the moment).
+_MIN_PAUSE_S = 0.02
+
+
+class Waker:
+    """Wakes suspended workflows whose wait can be met and runs them in this process."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._targets: set[str] = set()
+        self._sweep = True  # the first round sweeps: what came due while nobody ran
+        self._wanted = threading.Event()
+
+    def start(self) -> None:
+        """Listen for messages and events; the loop itself runs in :meth:`run`."""
+        notifications = self._engine.notifications
+        notifications.subscribe(MESSAGES_CHANNEL, self._notified)
+        notifications.subscribe(EVENTS_CHANNEL, self._notified)
+
+    def poke(self, sweep: bool = True) -> None:
+        """Look again now (the clock moved, shutdown, a wait was just suspended)."""
+        with self._lock:
+            self._sweep = self._sweep or sweep
+        self._wanted.set()
+
+    def _notified(self, payload: str) -> None:
+        with self._lock:
+            if payload:
+                self._targets.add(payload)
+            else:  # an id too long for a payload: look at everything
+                self._sweep = True
+        self._wanted.set()
+
+    def run(self) -> None:
+        """The waker thread: wake what can run, sleep until the next timer or NOTIFY."""
+        engine = self._engine
+        while not engine.stopping:
+            self._wanted.clear()
+            with self._lock:
+                targets, self._targets = self._targets, set()
+                sweep, self._sweep = self._sweep, False
+            try:
+                for target in targets:
+                    self._wake(target)
+                if sweep:
+                    self._wake(None)
+                with state_lock():
+                    names = workflow_names()
+                next_in = engine.db.suspension.next_wake_in(
+                    names=names, app_version=engine.app_version
+                )
+            except Exception as exc:  # an outage: look again soon
+                log.warning("waking suspended workflows failed (retrying): %s", exc)
+                with self._lock:
+                    self._targets |= targets
+                    self._sweep = True
+                next_in = 1.0
+            pause = _SWEEP_EVERY_S if next_in is None else min(_SWEEP_EVERY_S, next_in)
+            # An overdue timer another waker holds right now: look again very soon.
+            if not self._wanted.wait(max(_MIN_PAUSE_S, pause)):
+                with self._lock:
+                    self._sweep = True  # a timer came due, or it is time to sweep
+
+    def _wake(self, target: str | None) -> None:
+        """Wake and run every workflow that can run now (on ``target``, or any)."""
+        engine = self._engine
+        while not engine.stopping and engine.session_key is not None:
+            with state_lock():
+                names = workflow_names()
+            mark = engine.ownership_mark()
+            woken = engine.db.suspension.wake(
+                owner_key=engine.session_key,
+                executor_id=engine.executor_id,
+                names=names,
+                app_version=engine.app_version,
+                target=target,
+                limit=_WAKE_PAGE,
+            )
+            for workflow in woken:
+                definition = find_workflow(workflow.name)
+                if definition is None:  # unregistered since: recovery will see it
+                    continue
+                previous = engine.active_future(workflow.workflow_id)
+                if previous is not None:  # the run that suspended it is still letting go
+                    with contextlib.suppress(Exception):
+                        previous.result(timeout=10)
+                try:
+                    engine.run_from_log(
+                        definition, workflow.workflow_id, workflow.inputs, owned_streak=mark
+                    )
+                except Exception as exc:
+                    log.error("could not run woken workflow %s: %s", workflow.workflow_id, exc)
+            if len(woken) < _WAKE_PAGE:
+                return

@@ -1,0 +1,201 @@
+"""Waiting costs nothing: background workflows that wait are SUSPENDED, not threads.
+
+A thousand workflows waiting in ``recv`` or ``sleep`` hold no thread and no session;
+they wake on a message, an event or their time, in this process or another one, and
+each finishes exactly once. Direct calls still wait in their caller's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import dbos_agent as da
+from dbos_agent.testing import Inspector
+from tests.helpers import new_id, wait_until
+from tests.processes import ROOT
+
+SUSPENDED = da.WorkflowStatus.SUSPENDED
+HANDLED: Counter[str] = Counter()
+BODY_RUNS: Counter[str] = Counter()
+
+
+@da.step
+def handle(message: str) -> str:
+    HANDLED[da.current_workflow_id() or ""] += 1
+    return message.upper()
+
+
+@da.step
+def clock() -> float:
+    return time.time()
+
+
+@da.durable_workflow
+def mailbox(topic: str) -> str:
+    BODY_RUNS[da.current_workflow_id() or ""] += 1
+    return handle(da.recv(topic, timeout=None))
+
+
+@da.durable_workflow
+def long_nap(seconds: float) -> list[float]:
+    fell_asleep = clock()
+    da.sleep(seconds)
+    return [fell_asleep, clock()]
+
+
+@da.durable_workflow
+def one_step(x: int) -> int:
+    return int(handle(str(x)))
+
+
+@da.durable_workflow
+def publisher(value: str) -> None:
+    da.sleep(1.5)
+    da.set_event("result", value)
+
+
+@da.durable_workflow
+def subscriber(publisher_id: str) -> str:
+    return str(da.get_event(publisher_id, "result", timeout=None))
+
+
+def _all(db: Inspector, ids: list[str], status: da.WorkflowStatus) -> bool:
+    return set(db.statuses(ids).values()) == {status}
+
+
+def test_a_thousand_waiting_workflows_hold_no_threads_and_each_runs_once(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    ids = [new_id("mail") for _ in range(1000)]
+    threads_before = threading.active_count()
+    handles = [da.start(mailbox, "go", workflow_id=wid) for wid in ids]
+    wait_until(lambda: _all(inspector, ids, SUSPENDED), 120, "a thousand suspended waiters")
+    assert threading.active_count() <= threads_before + 12  # the pool, not one per waiter
+    started = time.monotonic()
+    assert one_step(7) == 7  # a new workflow starts and finishes at once beside them
+    assert da.start(one_step, 8).result(timeout=10) == 8
+    assert time.monotonic() - started < 10
+    info = inspector.workflow(ids[0])
+    assert info is not None and info.waiting_for is not None
+    assert (info.waiting_for.kind, info.waiting_for.name) == ("recv", "go")
+    for wid in ids:
+        da.send(wid, f"hello {wid}", topic="go")
+    results = [h.result(timeout=120) for h in handles]
+    assert results == [f"HELLO {wid}".upper() for wid in ids]
+    assert all(HANDLED[wid] == 1 for wid in ids)  # woken once, handled once
+    assert all(BODY_RUNS[wid] == 2 for wid in ids)  # the first run, then the woken one
+    assert all(inspector.step_names(wid) == ["dbos_agent.recv", "handle"] for wid in ids[:20])
+
+
+def test_a_thousand_sleeps_end_together_not_in_batches(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    ids = [new_id("nap") for _ in range(1000)]
+    handles = [da.start(long_nap, 3.0, workflow_id=wid) for wid in ids]
+    spans = [h.result(timeout=120) for h in handles]
+    slept = [woke - fell for fell, woke in spans]
+    assert min(slept) >= 3.0
+    # 1000 sleeps of 3 s on 8 threads would take over 6 minutes in batches
+    assert max(slept) < 15.0, max(slept)
+    assert max(woke for _, woke in spans) - min(fell for fell, _ in spans) < 30.0
+
+
+def test_an_event_wakes_its_waiter(runtime: da.Runtime, inspector: Inspector) -> None:
+    pub, sub = new_id("pub"), new_id("sub")
+    waiting = da.start(subscriber, pub, workflow_id=sub)
+    wait_until(lambda: inspector.status(sub) == SUSPENDED, 10, "the subscriber suspended")
+    info = inspector.workflow(sub)
+    assert info is not None and info.waiting_for is not None
+    assert (info.waiting_for.kind, info.waiting_for.target) == ("event", pub)
+    da.start(publisher, "ready", workflow_id=pub)
+    assert waiting.result(timeout=20) == "ready"
+
+
+def test_a_cancel_ends_a_suspended_workflow_without_running_it(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    wid = new_id("cancel-suspended")
+    handle = da.start(mailbox, "never", workflow_id=wid)
+    wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
+    da.cancel(wid)
+    with pytest.raises(da.WorkflowCancelledError):
+        handle.result(timeout=10)
+    da.send(wid, "too late", topic="never")
+    assert inspector.status(wid) == da.WorkflowStatus.CANCELLED
+    assert BODY_RUNS[wid] == 1 and HANDLED[wid] == 0  # never woken, never run again
+    info = inspector.workflow(wid)
+    assert info is not None and info.waiting_for is None
+
+
+def test_a_direct_call_waits_in_its_caller_and_is_never_suspended(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    wid = new_id("direct")
+    seen: list[da.WorkflowStatus | None] = []
+
+    def watch_and_send() -> None:
+        wait_until(lambda: BODY_RUNS[wid] == 1, 10, "the direct call waiting")
+        time.sleep(2.0)  # longer than suspend_after: a background run would have suspended
+        seen.append(inspector.status(wid))
+        da.send(wid, "direct", topic="d")
+
+    sender = threading.Thread(target=watch_and_send)
+    sender.start()
+    with da.workflow_id(wid):
+        assert mailbox("d") == "DIRECT"
+    sender.join()
+    assert seen == [da.WorkflowStatus.PENDING]
+
+
+def _app(url: str, log: Path, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, DBOS_AGENT_DATABASE_URL=url, SUSP_LOG=str(log), PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.suspension_app", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_restart_wakes_sleepers_at_their_time_and_replays_none_before(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    """200 workflows sleep 6 s; their process is killed -9 once all are suspended; a
+    new process launched at once replays none of them before its time, and each wakes
+    at the time it set before the kill, not 6 s after the restart."""
+    url, log, prefix, n = dbos_agent_database_url, tmp_path / "runs.log", new_id("sleep"), 200
+    first = _app(url, log, "start", prefix, str(n), "6")
+    try:
+        assert first.stdout is not None and first.stderr is not None
+        assert first.stdout.readline().strip() == "suspended", first.stderr.read()
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    restarted_at = time.time()
+    second = _app(url, log, "wait", prefix, str(n))
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    results: dict[str, list[float]] = json.loads(out.strip().splitlines()[-1])
+    runs = [line.split() for line in log.read_text().splitlines()]
+    first_runs = [r for r in runs if int(r[1]) == first.pid]
+    later_runs = [r for r in runs if int(r[1]) == second.pid]
+    assert len(first_runs) == n and len(later_runs) == n  # each replayed once, when woken
+    for _, _, wid, at in later_runs:
+        fell_asleep, woke = results[wid]
+        assert float(at) >= fell_asleep + 6.0 - 0.5, "replayed before its time"
+        assert fell_asleep + 6.0 <= woke < fell_asleep + 6.0 + 10.0
+    assert max(float(at) for *_, at in later_runs) < restarted_at + 20.0
