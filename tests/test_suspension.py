@@ -121,6 +121,19 @@ def test_an_event_wakes_its_waiter(runtime: da.Runtime, inspector: Inspector) ->
     assert waiting.result(timeout=20) == "ready"
 
 
+def test_a_client_with_only_the_url_wakes_a_suspended_workflow(
+    runtime: da.Runtime, inspector: Inspector, dbos_agent_database_url: str
+) -> None:
+    wid = new_id("client-send")
+    handle = da.start(mailbox, "web", workflow_id=wid)
+    wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
+    with da.Client(dbos_agent_database_url) as client:
+        client.send(wid, "from a web handler", topic="web")
+        with pytest.raises(da.WorkflowNotFoundError):
+            client.send(new_id("nobody"), "lost")
+    assert handle.result(timeout=10) == "FROM A WEB HANDLER"
+
+
 def test_a_cancel_ends_a_suspended_workflow_without_running_it(
     runtime: da.Runtime, inspector: Inspector
 ) -> None:

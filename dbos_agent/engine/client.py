@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import WorkflowNotFoundError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier, check_topic
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
@@ -116,6 +116,32 @@ class Client:
             priority=priority,
         )
         return ClientHandle(self.db, wid)
+
+    def send(
+        self,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send ``message`` (JSON) to workflow ``workflow_id`` on ``topic``, as ``da.send``
+        does: it waits in the database until the workflow receives it, and wakes the
+        workflow if it is suspended in ``recv``. Messages with the same idempotency key
+        are delivered once (without a key, one is made, so that a send retried through
+        an outage is delivered once). Raises WorkflowNotFoundError for an unknown id."""
+        check_identifier(workflow_id, "destination workflow id")
+        check_topic(topic)
+        if idempotency_key is not None:
+            check_identifier(idempotency_key, "idempotency key")
+        payload = codec_for(Any).dumps(message, f"message to workflow {workflow_id!r}")
+        found, _ = self.db.messages.send(
+            destination_id=workflow_id,
+            topic=topic or "",
+            message=payload,
+            idempotency_key=idempotency_key or f"send:{uuid.uuid4()}",
+        )
+        if not found:
+            raise WorkflowNotFoundError(workflow_id)
 
     def retrieve(self, workflow_id: str) -> ClientHandle:
         handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))

@@ -68,8 +68,8 @@ class Waker:
                 targets, self._targets = self._targets, set()
                 sweep, self._sweep = self._sweep, False
             try:
-                for target in targets:
-                    self._wake(target)
+                if targets:
+                    self._wake(sorted(targets))
                 if sweep:
                     self._wake(None)
                 with state_lock():
@@ -89,8 +89,9 @@ class Waker:
                 with self._lock:
                     self._sweep = True  # a timer came due, or it is time to sweep
 
-    def _wake(self, target: str | None) -> None:
-        """Wake and run every workflow that can run now (on ``target``, or any)."""
+    def _wake(self, targets: list[str] | None) -> None:
+        """Wake and run every workflow that can run now: those waiting on ``targets``,
+        or any (None). One statement per page of workflows, one read of their logs."""
         engine = self._engine
         while not engine.stopping and engine.session_key is not None:
             with state_lock():
@@ -101,9 +102,10 @@ class Waker:
                 executor_id=engine.executor_id,
                 names=names,
                 app_version=engine.app_version,
-                target=target,
+                targets=targets,
                 limit=_WAKE_PAGE,
             )
+            logs = engine.db.steps.load_many([w.workflow_id for w in woken]) if woken else {}
             for workflow in woken:
                 definition = find_workflow(workflow.name)
                 if definition is None:  # unregistered since: recovery will see it
@@ -114,7 +116,11 @@ class Waker:
                         previous.result(timeout=10)
                 try:
                     engine.run_from_log(
-                        definition, workflow.workflow_id, workflow.inputs, owned_streak=mark
+                        definition,
+                        workflow.workflow_id,
+                        workflow.inputs,
+                        logs.get(workflow.workflow_id),
+                        owned_streak=mark,
                     )
                 except Exception as exc:
                     log.error("could not run woken workflow %s: %s", workflow.workflow_id, exc)

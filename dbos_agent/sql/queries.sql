@@ -307,9 +307,9 @@ RETURNING w.workflow_id;
 
 -- name: wake_workflows
 -- Wake SUSPENDED workflows whose wait can be met: a due timer, an unconsumed
--- message on the awaited topic, a published event. With `target`, only those
--- waiting on that workflow (the payload of a NOTIFY: a message's destination,
--- an event's publisher); without, a sweep (polling, after a restart). Each
+-- message on the awaited topic, a published event. With `targets`, only those
+-- waiting on these workflows (the payloads of NOTIFYs: a message's destination,
+-- an event's publisher); with NULL, a sweep (polling, after a restart). Each
 -- becomes PENDING and owned by the caller's session, which runs it from its
 -- log; the caller must know its function (`names`) and run its application
 -- version. Waking is not a recovery: no attempt is counted. SKIP LOCKED: two
@@ -318,20 +318,20 @@ WITH ready AS (
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
     WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
-      AND (%(target)s::text IS NULL OR w.workflow_id = %(target)s::text)
+      AND (%(targets)s::text[] IS NULL OR w.workflow_id = ANY(%(targets)s::text[]))
     UNION
     SELECT w.workflow_id
     FROM dbos_agent.messages AS m
     JOIN dbos_agent.workflows AS w
       ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
     WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
-      AND (%(target)s::text IS NULL OR m.destination_id = %(target)s::text)
+      AND (%(targets)s::text[] IS NULL OR m.destination_id = ANY(%(targets)s::text[]))
     UNION
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
     JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
-      AND (%(target)s::text IS NULL OR w.wait_target = %(target)s::text)
+      AND (%(targets)s::text[] IS NULL OR w.wait_target = ANY(%(targets)s::text[]))
 ), page AS (
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w

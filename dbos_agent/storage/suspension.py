@@ -65,10 +65,11 @@ class SuspensionStore:
         executor_id: str,
         names: list[str],
         app_version: str | None,
-        target: str | None,
+        targets: list[str] | None,
         limit: int,
     ) -> list[WokenWorkflow]:
-        """Wake (take) up to ``limit`` suspended workflows whose wait can be met."""
+        """Wake (take) up to ``limit`` suspended workflows whose wait can be met: of those
+        waiting on ``targets`` (NOTIFY payloads), or any (None: a sweep)."""
         rows = self._db.all(
             "wake_workflows",
             "wake suspended workflows",
@@ -76,7 +77,7 @@ class SuspensionStore:
             executor_id=executor_id,
             names=names,
             app_version=app_version,
-            target=target,
+            targets=targets,
             limit=limit,
         )
         return [
