@@ -47,6 +47,14 @@ def mailbox(topic: str) -> str:
 
 
 @da.durable_workflow
+async def async_mailbox(topic: str) -> str:
+    BODY_RUNS[da.current_workflow_id() or ""] += 1
+    message = await da.recv_async(topic, timeout=None)
+    await da.sleep_async(1.5)  # a second wait, suspended too
+    return str(message)
+
+
+@da.durable_workflow
 def long_nap(seconds: float) -> list[float]:
     fell_asleep = clock()
     da.sleep(seconds)
@@ -108,6 +116,26 @@ def test_a_thousand_sleeps_end_together_not_in_batches(
     # 1000 sleeps of 3 s on 8 threads would take over 6 minutes in batches
     assert max(slept) < 15.0, max(slept)
     assert max(woke for _, woke in spans) - min(fell for fell, _ in spans) < 30.0
+
+
+def test_an_async_workflow_suspends_and_wakes_like_a_sync_one(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    wid = new_id("async-mail")
+    handle = da.start(async_mailbox, "a", workflow_id=wid)
+    wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended in recv_async")
+    da.send(wid, "async hello", topic="a")
+    wait_until(
+        lambda: (
+            (info := inspector.workflow(wid)) is not None
+            and info.waiting_for is not None
+            and info.waiting_for.kind == "sleep"
+        ),
+        10,
+        "suspended again, in sleep_async",
+    )
+    assert handle.result(timeout=10) == "async hello"
+    assert BODY_RUNS[wid] == 3  # the first run, woken by the message, woken by the time
 
 
 def test_an_event_wakes_its_waiter(runtime: da.Runtime, inspector: Inspector) -> None:

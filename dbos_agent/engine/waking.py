@@ -5,7 +5,7 @@ waker thread. It wakes at once on the NOTIFY of a message (its payload names the
 destination) or an event (the publisher), when the earliest suspended timer is due
 (it sleeps until then), and sweeps every couple of seconds for what a lost NOTIFY
 or another process's clock left behind. Each wake is one guarded statement
-(``wake_workflows``); a workflow two wakers race for goes to one of them.
+(``wake_notified``, ``wake_ready``); a workflow two wakers race for goes to one of them.
 """
 
 from __future__ import annotations

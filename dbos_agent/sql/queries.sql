@@ -305,33 +305,32 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
   )
 RETURNING w.workflow_id;
 
--- name: wake_workflows
--- Wake SUSPENDED workflows whose wait can be met: a due timer, an unconsumed
--- message on the awaited topic, a published event. With `targets`, only those
--- waiting on these workflows (the payloads of NOTIFYs: a message's destination,
--- an event's publisher); with NULL, a sweep (polling, after a restart). Each
--- becomes PENDING and owned by the caller's session, which runs it from its
+-- name: wake_notified
+-- Wake the SUSPENDED workflows waiting on `targets` (the payloads of NOTIFYs: a
+-- message's destination, an event's publisher) whose wait can be met now: an
+-- unconsumed message on the awaited topic, the published event, or a due time.
+-- Each becomes PENDING and owned by the caller's session, which runs it from its
 -- log; the caller must know its function (`names`) and run its application
 -- version. Waking is not a recovery: no attempt is counted. SKIP LOCKED: two
 -- wakers never take the same workflow.
 WITH ready AS (
-    SELECT w.workflow_id
-    FROM dbos_agent.workflows AS w
-    WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
-      AND (%(targets)s::text[] IS NULL OR w.workflow_id = ANY(%(targets)s::text[]))
-    UNION
-    SELECT w.workflow_id
+    SELECT m.destination_id AS workflow_id
     FROM dbos_agent.messages AS m
     JOIN dbos_agent.workflows AS w
       ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
-    WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
-      AND (%(targets)s::text[] IS NULL OR m.destination_id = ANY(%(targets)s::text[]))
+    WHERE m.destination_id = ANY(%(targets)s::text[]) AND m.consumed_seq IS NULL
+      AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
     UNION
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
     JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
-      AND (%(targets)s::text[] IS NULL OR w.wait_target = ANY(%(targets)s::text[]))
+      AND w.wait_target = ANY(%(targets)s::text[])
+    UNION
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    WHERE w.workflow_id = ANY(%(targets)s::text[]) AND w.status = 'SUSPENDED'
+      AND w.wake_at <= dbos_agent.now()
 ), page AS (
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
@@ -339,7 +338,48 @@ WITH ready AS (
     WHERE w.status = 'SUSPENDED'
       AND w.name = ANY(%(names)s)
       AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
-    ORDER BY w.wake_at NULLS LAST, w.workflow_id
+    LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE dbos_agent.workflows AS w
+SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
+    updated_at = now()
+FROM page
+WHERE w.workflow_id = page.workflow_id
+RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- name: wake_ready
+-- The sweep: wake SUSPENDED workflows whose wait can be met, whatever woke them
+-- (a due timer, a message or an event whose NOTIFY was lost or went to a
+-- process that could not wake it). As wake_notified otherwise. Each branch
+-- stops at a page, so a backlog of messages costs a page, not a scan.
+WITH ready AS (
+    (SELECT w.workflow_id
+     FROM dbos_agent.workflows AS w
+     WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
+     ORDER BY w.wake_at
+     LIMIT %(limit)s)
+    UNION
+    (SELECT m.destination_id
+     FROM dbos_agent.messages AS m
+     JOIN dbos_agent.workflows AS w
+       ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
+     WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
+     LIMIT %(limit)s)
+    UNION
+    (SELECT w.workflow_id
+     FROM dbos_agent.workflows AS w
+     JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
+     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
+     LIMIT %(limit)s)
+), page AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    JOIN ready USING (workflow_id)
+    WHERE w.status = 'SUSPENDED'
+      AND w.name = ANY(%(names)s)
+      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
     LIMIT %(limit)s
     FOR UPDATE OF w SKIP LOCKED
 )

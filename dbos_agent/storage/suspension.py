@@ -70,16 +70,19 @@ class SuspensionStore:
     ) -> list[WokenWorkflow]:
         """Wake (take) up to ``limit`` suspended workflows whose wait can be met: of those
         waiting on ``targets`` (NOTIFY payloads), or any (None: a sweep)."""
-        rows = self._db.all(
-            "wake_workflows",
-            "wake suspended workflows",
-            owner_key=owner_key,
-            executor_id=executor_id,
-            names=names,
-            app_version=app_version,
-            targets=targets,
-            limit=limit,
-        )
+        params = {
+            "owner_key": owner_key,
+            "executor_id": executor_id,
+            "names": names,
+            "app_version": app_version,
+            "limit": limit,
+        }
+        if targets is None:
+            rows = self._db.all("wake_ready", "wake suspended workflows", **params)
+        else:
+            rows = self._db.all(
+                "wake_notified", "wake suspended workflows", targets=targets, **params
+            )
         return [
             WokenWorkflow(r["workflow_id"], r["name"], text_of(r["inputs"]) or "{}") for r in rows
         ]
