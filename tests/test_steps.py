@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections import Counter
+from typing import Any
 
 import anthropic.types
 import pytest
@@ -371,3 +373,55 @@ def test_step_key_is_stable_across_a_rerun_of_the_step(runtime: da.Runtime) -> N
     with da.workflow_id(wid):
         nesting()
     assert KEYS == [f"{wid}:1", f"{wid}:1"]
+
+
+TIMED_ATTEMPTS: Counter[str] = Counter()
+
+
+@da.step(timeout=0.2, retries=1, interval=0.01)
+async def slow_call(key: str, seconds: float) -> str:
+    TIMED_ATTEMPTS[key] += 1
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@da.durable_workflow
+async def calls_slowly(key: str, seconds: float) -> str:
+    try:
+        return await slow_call(key, seconds)
+    except TimeoutError as exc:
+        return f"gave up: {exc}"
+
+
+def test_an_async_step_attempt_past_its_timeout_is_cancelled_retried_and_recorded(
+    runtime: da.Runtime,
+) -> None:
+    wid = new_id("timeout")
+    started = asyncio.run(_timed(calls_slowly, wid, 5.0))
+    answer, seconds = started
+    assert answer == "gave up: step 'slow_call' did not finish within 0.2s"
+    assert seconds < 2.0  # two attempts of 0.2 s, not 5 s each
+    assert TIMED_ATTEMPTS[wid] == 2
+    [step] = da.list_steps(wid)
+    assert (step.name, step.status, step.attempts) == ("slow_call", "ERROR", 2)
+    assert step.error is not None and step.error["type"] == "builtins.TimeoutError"
+    replayed, _ = asyncio.run(_timed(calls_slowly, wid, 5.0))
+    assert replayed == answer and TIMED_ATTEMPTS[wid] == 2  # replay raises it again, runs nothing
+    fast = new_id("in-time")
+    assert asyncio.run(_timed(calls_slowly, fast, 0.01))[0] == "done"
+
+
+async def _timed(workflow: Any, wid: str, seconds: float) -> tuple[str, float]:
+    started = time.monotonic()
+    with da.workflow_id(wid):
+        answer = await workflow(wid, seconds)
+    return answer, time.monotonic() - started
+
+
+def test_a_timeout_on_a_sync_step_is_refused() -> None:
+    def blocking() -> None: ...
+
+    with pytest.raises(ValueError, match="timeout= needs an async step"):
+        da.step(timeout=1.0)(blocking)
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        da.step(timeout=0)(slow_call.__wrapped__)  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ Registration is process-wide: decorators run at import time.
 from __future__ import annotations
 
 import inspect
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +85,8 @@ class StepDefinition:
     idempotent: bool = True
     guard: Callable[..., Any] | None = None
     inputs: InputsCodec | None = None
+    #: Seconds an attempt of an async step may take before it is cancelled.
+    timeout: float | None = None
 
 
 def step_definition(
@@ -93,19 +96,30 @@ def step_definition(
     *,
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
+    timeout: float | None = None,
 ) -> StepDefinition:
     step_name = check_identifier(name or fn.__qualname__, "step name")
     if guard is not None and idempotent:
         raise ValueError(f"step {step_name!r}: a guard only makes sense with idempotent=False")
+    is_async = inspect.iscoroutinefunction(fn)
+    if timeout is not None:
+        if not is_async:
+            raise ValueError(
+                f"step {step_name!r}: timeout= needs an async step (a running thread cannot "
+                "be stopped; give the call inside the step its own timeout)"
+            )
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"step {step_name!r}: timeout must be > 0 seconds, got {timeout}")
     return StepDefinition(
         name=step_name,
         fn=fn,
-        is_async=inspect.iscoroutinefunction(fn),
+        is_async=is_async,
         retry=retry,
         result=result_codec(fn),
         idempotent=idempotent,
         guard=guard,
         inputs=None if idempotent else InputsCodec(fn, step_name),
+        timeout=timeout,
     )
 
 

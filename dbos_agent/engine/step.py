@@ -229,7 +229,7 @@ async def _run_async_in(
             if not owns_now(ctx):
                 await asyncio.to_thread(ensure_owned, ctx)
             attempt += 1
-            outcome = await capture_async(step.fn(*args, **kwargs))
+            outcome = await capture_async(_attempt_async(step, args, kwargs))
             delay = (
                 None
                 if outcome.error is None
@@ -241,6 +241,19 @@ async def _run_async_in(
     outcome = _not_an_outage(ctx, outcome)
     done = await asyncio.to_thread(checkpoint, ctx, step, seq, outcome, attempt, started_at)
     return done.unwrap()
+
+
+async def _attempt_async(
+    step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """One attempt of an async step, cancelled after the step's timeout (a TimeoutError,
+    recorded and retried like any error)."""
+    if step.timeout is None:
+        return await step.fn(*args, **kwargs)
+    try:
+        return await asyncio.wait_for(step.fn(*args, **kwargs), step.timeout)
+    except TimeoutError:
+        raise TimeoutError(f"step {step.name!r} did not finish within {step.timeout}s") from None
 
 
 def make_step(fn: Callable[P, R], definition: StepDefinition) -> Callable[P, R]:
@@ -280,6 +293,7 @@ def step(
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -297,6 +311,7 @@ def step(
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
     retry_policy: RetryPolicy | None = None,
+    timeout: float | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
 
@@ -315,13 +330,19 @@ def step(
 
     ``retry_policy`` replaces the retry arguments with a :class:`RetryPolicy`
     (or a subclass deciding delays itself, e.g. from an error's retry-after).
+
+    ``timeout`` (async steps only) cancels an attempt that runs longer than that many
+    seconds; the attempt fails with a TimeoutError, retried (by ``retry_on``) and
+    recorded like any error.
     """
     policy = retry_policy or RetryPolicy(
         retries, interval, backoff, max_interval, jitter, tuple(retry_on)
     )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        definition = step_definition(func, name, policy, idempotent=idempotent, guard=guard)
+        definition = step_definition(
+            func, name, policy, idempotent=idempotent, guard=guard, timeout=timeout
+        )
         return make_step(func, definition)
 
     return decorate(fn) if fn is not None else decorate
