@@ -77,6 +77,20 @@ def subscriber(publisher_id: str) -> str:
     return str(da.get_event(publisher_id, "result", timeout=None))
 
 
+@da.durable_workflow
+def grandparent() -> str:
+    da.start(one_step, 1).result()  # a child that finishes before the cancel
+    da.start(family_waiter, True)  # a child that starts a grandchild, both waiting
+    return str(da.recv("never", timeout=None))
+
+
+@da.durable_workflow
+def family_waiter(with_child: bool) -> str:
+    if with_child:
+        da.start(family_waiter, False)
+    return str(da.recv("never", timeout=None))
+
+
 def _all(db: Inspector, ids: list[str], status: da.WorkflowStatus) -> bool:
     return set(db.statuses(ids).values()) == {status}
 
@@ -176,6 +190,42 @@ def test_a_cancel_ends_a_suspended_workflow_without_running_it(
     assert BODY_RUNS[wid] == 1 and HANDLED[wid] == 0  # never woken, never run again
     info = inspector.workflow(wid)
     assert info is not None and info.waiting_for is None
+
+
+def test_cancelling_a_workflow_cancels_the_workflows_it_started(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    root = new_id("family")
+    handle = da.start(grandparent, workflow_id=root)
+
+    def family() -> list[da.WorkflowInfo]:
+        return [w for w in inspector.workflows() if w.workflow_id.startswith(root)]
+
+    wait_until(
+        lambda: (
+            sorted(str(w.status) for w in family())
+            == ["SUCCESS", "SUSPENDED", "SUSPENDED", "SUSPENDED"]
+        ),
+        20,
+        "the root, a child and a grandchild suspended; the other child done",
+    )
+    da.cancel(root)
+    with pytest.raises(da.WorkflowCancelledError):
+        handle.result(timeout=10)
+    statuses = {w.workflow_id: w.status for w in family()}
+    assert sorted(str(s) for s in statuses.values()) == [
+        "CANCELLED",
+        "CANCELLED",
+        "CANCELLED",
+        "SUCCESS",
+    ]  # the finished child keeps its outcome
+    for wid, status in statuses.items():
+        info = inspector.workflow(wid)
+        assert info is not None
+        if wid != root and status == da.WorkflowStatus.CANCELLED:
+            assert (
+                info.error is not None and f"with {root}, which started it" in info.error["message"]
+            )
 
 
 def test_a_direct_call_waits_in_its_caller_and_is_never_suspended(

@@ -33,7 +33,13 @@ from ..storage.database import SystemDatabase
 from ..storage.rows import StepRow
 from ..storage.session import ExecutorSession, end_dead_local_sessions
 from . import state
-from .context import OwnershipLost, StopReason, WorkflowContext, entered_workflow
+from .context import (
+    OwnershipLost,
+    StopReason,
+    WorkflowContext,
+    current_workflow_id,
+    entered_workflow,
+)
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, stored_outcome, workflow_outcome
 from .registry import WorkflowDefinition
@@ -174,6 +180,7 @@ class Engine:
                 owner_key=self.session_key,
                 queue_name=queue_name,
                 priority=priority,
+                parent_id=current_workflow_id(),
             )
             if inserted and queue_name is None:
                 return Admission(run=run)

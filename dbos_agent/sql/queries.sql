@@ -10,11 +10,11 @@
 WITH inserted AS (
     INSERT INTO dbos_agent.workflows
         (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-         owner_key, queue_name, priority)
+         owner_key, queue_name, priority, parent_id)
     VALUES
         (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
          %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
-         %(priority)s)
+         %(priority)s, %(parent_id)s)
     ON CONFLICT (workflow_id) DO NOTHING
     RETURNING workflow_id
 )
@@ -546,33 +546,47 @@ RETURNING w.workflow_id, w.name, w.inputs::text;
 
 -- name: cancel_workflow
 -- Stop a workflow that has not finished, or drop one that is stuck (IN_DOUBT,
--- dead-lettered). A running process stops at its next step boundary: its
--- checkpoints are guarded on PENDING, and the notification (delivered at
--- commit) lets a listening runtime stop before the next step even starts.
--- Returns the status before, and whether this call cancelled it.
-WITH target AS (
-    SELECT workflow_id, status
-    FROM dbos_agent.workflows
-    WHERE workflow_id = %(workflow_id)s
-    FOR UPDATE
+-- dead-lettered), and with it every unfinished workflow it started, and theirs
+-- (parent_id, walked in this statement). A running process stops at its next
+-- step boundary: its checkpoints are guarded on PENDING, and the notification
+-- (delivered at commit) lets a listening runtime stop before the next step even
+-- starts; a SUSPENDED one simply ends. Returns the status before, and whether
+-- this call cancelled it.
+WITH RECURSIVE tree AS (
+    SELECT %(workflow_id)s::text AS workflow_id, 0 AS depth
+    UNION
+    SELECT c.workflow_id, t.depth + 1
+    FROM dbos_agent.workflows AS c
+    JOIN tree AS t ON c.parent_id = t.workflow_id
+    WHERE t.depth < 1000
+), target AS (
+    SELECT w.workflow_id, w.status, w.workflow_id = %(workflow_id)s AS is_root
+    FROM dbos_agent.workflows AS w
+    JOIN (SELECT DISTINCT workflow_id FROM tree) AS t USING (workflow_id)
+    FOR UPDATE OF w
 ), cancelled AS (
     UPDATE dbos_agent.workflows AS w
     SET status = 'CANCELLED', output = NULL, owner_key = NULL,
         wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
         error = jsonb_build_object(
             'type', 'dbos_agent.errors.WorkflowCancelledError',
-            'message', format('workflow %%s was cancelled (it was %%s)',
-                              w.workflow_id, target.status),
+            'message', format('workflow %%s was cancelled (it was %%s)%%s',
+                              w.workflow_id, target.status,
+                              CASE WHEN target.is_root THEN ''
+                                   ELSE format(' with %%s, which started it',
+                                               %(workflow_id)s::text) END),
             'args', jsonb_build_array()),
         updated_at = now(), finished_at = now()
     FROM target
     WHERE w.workflow_id = target.workflow_id
-      AND target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'IN_DOUBT',
-                            'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
-    RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id)
+      AND (target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED')
+           OR (target.is_root AND target.status IN ('IN_DOUBT',
+                                                     'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
+    RETURNING w.workflow_id, target.is_root, pg_notify('dbos_agent_cancel', w.workflow_id)
 )
-SELECT (SELECT count(*) FROM cancelled) = 1 AS cancelled, target.status
-FROM target;
+SELECT (SELECT count(*) FROM cancelled WHERE is_root) = 1 AS cancelled, target.status
+FROM target
+WHERE target.is_root;
 
 -- name: resume_workflow
 -- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents

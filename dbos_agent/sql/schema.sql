@@ -58,6 +58,9 @@ CREATE TABLE dbos_agent.workflows (
     wait_target           text,
     wait_name             text,
     wake_at               timestamptz,
+    -- The workflow that started this one (da.start in a workflow): a cancel of the
+    -- parent cancels it too. No foreign key: retention may delete the parent first.
+    parent_id             text,
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
@@ -91,6 +94,9 @@ CREATE INDEX workflows_suspended_until
     ON dbos_agent.workflows (wake_at) WHERE status = 'SUSPENDED';
 CREATE INDEX workflows_suspended_on
     ON dbos_agent.workflows (wait_kind, wait_target) WHERE status = 'SUSPENDED';
+-- The children of a workflow (a cancel walks them).
+CREATE INDEX workflows_children
+    ON dbos_agent.workflows (parent_id) WHERE parent_id IS NOT NULL;
 -- Claims: the PENDING workflows of dead sessions.
 CREATE INDEX workflows_pending_by_owner
     ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';

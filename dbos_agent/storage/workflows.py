@@ -28,10 +28,12 @@ class WorkflowStore:
         owner_key: int | None,
         queue_name: str | None = None,
         priority: int = 0,
+        parent_id: str | None = None,
     ) -> tuple[bool, WorkflowRow]:
         """Record a new workflow; ``(False, existing)`` when the id is taken.
 
-        It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given.
+        It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given;
+        ``parent_id`` is the workflow that started it (a cancel reaches it through that).
         """
         status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
         where = f"the inputs of workflow {workflow_id!r} ({name})"
@@ -49,6 +51,7 @@ class WorkflowStore:
             owner_key=None if queue_name is not None else owner_key,
             queue_name=queue_name,
             priority=priority,
+            parent_id=parent_id,
         )
         assert row is not None
         if row["inserted"]:  # the statement's snapshot cannot see its own insert
