@@ -66,8 +66,9 @@ class WorkflowInfo:
 @dataclass(frozen=True, slots=True)
 class WaitInfo:
     """What wakes a suspended workflow: ``kind`` ``sleep`` (at ``until``), ``recv``
-    (a message on topic ``name``, or the deadline ``until``) or ``event`` (workflow
-    ``target`` publishes ``name``, or the deadline)."""
+    (a message on topic ``name``, or the deadline ``until``), ``event`` (workflow
+    ``target`` publishes ``name``, or the deadline) or ``child`` (workflow ``target``
+    finishes)."""
 
     kind: str
     target: str | None
@@ -81,6 +82,8 @@ class WaitInfo:
             return f"sleep{until}"
         if self.kind == "recv":
             return f"recv {self.name or '(default topic)'!r}{until}"
+        if self.kind == "child":
+            return f"the result of {self.target}"
         return f"event {self.name!r} of {self.target}{until}"
 
 

@@ -91,6 +91,13 @@ def family_waiter(with_child: bool) -> str:
     return str(da.recv("never", timeout=None))
 
 
+@da.durable_workflow
+def waits_for_child(seconds: float) -> list[float]:
+    BODY_RUNS[da.current_workflow_id() or ""] += 1
+    child = da.start(long_nap, seconds)
+    return child.result()  # the child sleeps: the parent suspends on its result
+
+
 def _all(db: Inspector, ids: list[str], status: da.WorkflowStatus) -> bool:
     return set(db.statuses(ids).values()) == {status}
 
@@ -190,6 +197,23 @@ def test_a_cancel_ends_a_suspended_workflow_without_running_it(
     assert BODY_RUNS[wid] == 1 and HANDLED[wid] == 0  # never woken, never run again
     info = inspector.workflow(wid)
     assert info is not None and info.waiting_for is None
+
+
+def test_a_workflow_waiting_for_its_childs_result_suspends_until_it_finishes(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    ids = [new_id("parent") for _ in range(100)]
+    threads_before = threading.active_count()
+    handles = [da.start(waits_for_child, 2.0, workflow_id=wid) for wid in ids]
+    wait_until(lambda: _all(inspector, ids, SUSPENDED), 30, "100 parents suspended")
+    assert threading.active_count() <= threads_before + 12
+    info = inspector.workflow(ids[0])
+    assert info is not None and info.waiting_for is not None
+    assert info.waiting_for.kind == "child"
+    assert info.waiting_for.describe().startswith(f"the result of {ids[0]}")
+    spans = [h.result(timeout=30) for h in handles]
+    assert all(woke - fell >= 2.0 for fell, woke in spans)
+    assert all(BODY_RUNS[wid] == 2 for wid in ids)  # suspended once, woken once
 
 
 def test_cancelling_a_workflow_cancels_the_workflows_it_started(

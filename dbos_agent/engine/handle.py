@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -10,10 +11,13 @@ from typing import Any, Generic, TypeVar
 from ..errors import WorkflowInterruptedError, WorkflowNotFoundError
 from ..limits import check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
-from .context import OwnershipLost
+from ..storage.suspension import WaitCondition
+from .context import OwnershipLost, WorkflowContext, current_context, in_step
 from .core import Engine
 from .outcome import Outcome
+from .plans import Io, Plan, run_plan
 from .state import current_engine
+from .suspension import suspend_if_long
 
 R = TypeVar("R")
 
@@ -42,8 +46,13 @@ class WorkflowHandle(Generic[R]):
     def result(self, timeout: float | None = None) -> R:
         """The workflow's return value (typed as annotated), or raise its error.
 
-        Raises ``TimeoutError`` if it has not finished within ``timeout`` seconds.
+        Raises ``TimeoutError`` if it has not finished within ``timeout`` seconds. In a
+        background run of a workflow (without a timeout), waiting for an unfinished
+        workflow suspends the caller until that one finishes (see suspension.py).
         """
+        ctx = current_context()
+        if timeout is None and ctx is not None and not in_step() and ctx.may_suspend():
+            run_plan(_suspend_until_finished(ctx, self._workflow_id))
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._future is not None:
             try:
@@ -72,6 +81,15 @@ class WorkflowHandle(Generic[R]):
     def steps(self) -> list[StepInfo]:
         """The workflow's recorded steps, in order."""
         return self._runtime.db.steps.list(self._workflow_id)
+
+
+def _suspend_until_finished(ctx: WorkflowContext, workflow_id: str) -> Plan[None]:
+    """Suspend the calling workflow until ``workflow_id`` finishes, unless it has."""
+    info = yield Io(lambda: ctx.engine.db.workflows.get(workflow_id))
+    if info is None or info.status.finished:
+        return
+    with ctx.waiting():
+        yield from suspend_if_long(ctx, WaitCondition("child", target=workflow_id), math.inf)
 
 
 def retrieve(workflow_id: str) -> WorkflowHandle[Any]:

@@ -36,6 +36,8 @@ MESSAGES_CHANNEL = "dbos_agent_messages"
 EVENTS_CHANNEL = "dbos_agent_events"
 #: NOTIFY channel of cancels (see operations.py); waits in a workflow end early on it.
 CANCEL_CHANNEL = "dbos_agent_cancel"
+#: Payload: a workflow that finished while another was suspended on its result.
+FINISHED_CHANNEL = "dbos_agent_finished"
 
 _RECONNECT_MIN_S = 0.1
 _RECONNECT_MAX_S = 1.0

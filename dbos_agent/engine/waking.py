@@ -2,7 +2,8 @@
 
 See ``suspension.py`` for what suspension is. Every launched process runs one
 waker thread. It wakes at once on the NOTIFY of a message (its payload names the
-destination) or an event (the publisher), when the earliest suspended timer is due
+destination), an event (the publisher) or a finished workflow awaited by another,
+when the earliest suspended timer is due
 (it sleeps until then), and sweeps every couple of seconds for what a lost NOTIFY
 or another process's clock left behind. Each wake is one guarded statement
 (``wake_notified``, ``wake_ready``); a workflow two wakers race for goes to one of them.
@@ -15,7 +16,7 @@ import logging
 import threading
 
 from .core import Engine
-from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
+from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL
 from .registry import find_workflow, workflow_names
 from .state import lock as state_lock
 
@@ -44,6 +45,7 @@ class Waker:
         notifications = self._engine.notifications
         notifications.subscribe(MESSAGES_CHANNEL, self._notified)
         notifications.subscribe(EVENTS_CHANNEL, self._notified)
+        notifications.subscribe(FINISHED_CHANNEL, self._notified)
 
     def poke(self, sweep: bool = True) -> None:
         """Look again now (the clock moved, shutdown, a wait was just suspended)."""

@@ -302,13 +302,18 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
       OR (%(wait_kind)s = 'event' AND EXISTS (
           SELECT 1 FROM dbos_agent.events AS e
           WHERE e.workflow_id = %(wait_target)s AND e.key = %(wait_name)s))
+      OR (%(wait_kind)s = 'child' AND EXISTS (
+          SELECT 1 FROM dbos_agent.workflows AS c
+          WHERE c.workflow_id = %(wait_target)s
+            AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')))
   )
 RETURNING w.workflow_id;
 
 -- name: wake_notified
 -- Wake the SUSPENDED workflows waiting on `targets` (the payloads of NOTIFYs: a
--- message's destination, an event's publisher) whose wait can be met now: an
--- unconsumed message on the awaited topic, the published event, or a due time.
+-- message's destination, an event's publisher, a finished workflow) whose wait
+-- can be met now: an unconsumed message on the awaited topic, the published
+-- event, the finished workflow, or a due time.
 -- Each becomes PENDING and owned by the caller's session, which runs it from its
 -- log; the caller must know its function (`names`) and run its application
 -- version. Waking is not a recovery: no attempt is counted. SKIP LOCKED: two
@@ -326,6 +331,13 @@ WITH ready AS (
     JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
       AND w.wait_target = ANY(%(targets)s::text[])
+    UNION
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
+    WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'child'
+      AND w.wait_target = ANY(%(targets)s::text[])
+      AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
     UNION
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
@@ -372,6 +384,13 @@ WITH ready AS (
      FROM dbos_agent.workflows AS w
      JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
      WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
+     LIMIT %(limit)s)
+    UNION
+    (SELECT w.workflow_id
+     FROM dbos_agent.workflows AS w
+     JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
+     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'child'
+       AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
      LIMIT %(limit)s)
 ), page AS (
     SELECT w.workflow_id

@@ -53,8 +53,9 @@ CREATE TABLE dbos_agent.workflows (
     forked_from_step      integer     CHECK (forked_from_step >= 0),
     -- What wakes a SUSPENDED workflow: 'sleep' at wake_at; 'recv' a message to it
     -- (wait_target, itself) on topic wait_name, or its deadline wake_at; 'event'
-    -- workflow wait_target publishing event wait_name, or the deadline.
-    wait_kind             text        CHECK (wait_kind IN ('sleep', 'recv', 'event')),
+    -- workflow wait_target publishing event wait_name, or the deadline; 'child'
+    -- workflow wait_target finishing.
+    wait_kind             text        CHECK (wait_kind IN ('sleep', 'recv', 'event', 'child')),
     wait_target           text,
     wait_name             text,
     wake_at               timestamptz,
@@ -78,7 +79,7 @@ CREATE TABLE dbos_agent.workflows (
         (status = 'SUSPENDED') = (wait_kind IS NOT NULL)
         AND (wait_kind IS DISTINCT FROM 'sleep' OR wake_at IS NOT NULL)
         AND (wait_kind NOT IN ('recv', 'event') OR wait_name IS NOT NULL)
-        AND (wait_kind IS DISTINCT FROM 'event' OR wait_target IS NOT NULL)
+        AND (wait_kind NOT IN ('event', 'child') OR wait_target IS NOT NULL)
     )
 );
 
@@ -275,3 +276,24 @@ CREATE TRIGGER messages_notify AFTER INSERT ON dbos_agent.messages
     FOR EACH ROW EXECUTE FUNCTION dbos_agent.notify_message();
 CREATE TRIGGER events_notify AFTER INSERT OR UPDATE ON dbos_agent.events
     FOR EACH ROW EXECUTE FUNCTION dbos_agent.notify_event();
+
+-- A workflow finishing while another is suspended on its result: the payload is
+-- its id ('' when too long), on the channel dbos_agent_finished.
+CREATE FUNCTION dbos_agent.notify_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM dbos_agent.workflows
+               WHERE status = 'SUSPENDED' AND wait_kind = 'child'
+                 AND wait_target = NEW.workflow_id) THEN
+        PERFORM pg_notify('dbos_agent_finished',
+                          CASE WHEN octet_length(NEW.workflow_id) < 7000
+                               THEN NEW.workflow_id ELSE '' END);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER workflows_notify_finished AFTER UPDATE OF status ON dbos_agent.workflows
+    FOR EACH ROW
+    WHEN (NEW.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
+          AND OLD.status IN ('PENDING', 'ENQUEUED', 'SUSPENDED'))
+    EXECUTE FUNCTION dbos_agent.notify_finished();

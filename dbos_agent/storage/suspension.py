@@ -15,8 +15,9 @@ class WaitCondition:
     """What wakes a suspended workflow.
 
     ``kind`` is ``sleep`` (at ``wake_at``), ``recv`` (a message to ``target``, the
-    workflow itself, on topic ``name``) or ``event`` (workflow ``target`` publishes
-    ``name``); ``wake_at`` is also the deadline of a recv or get_event (None: none).
+    workflow itself, on topic ``name``), ``event`` (workflow ``target`` publishes
+    ``name``) or ``child`` (workflow ``target`` finishes); ``wake_at`` is also the
+    deadline of a recv or get_event (None: none).
     Times are epoch seconds on the database clock.
     """
 
