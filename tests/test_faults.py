@@ -111,6 +111,45 @@ def test_the_session_comes_back_after_its_connection_is_killed(
         rt.shutdown()
 
 
+@da.durable_workflow
+def fault_sleeper(seconds: float) -> str:
+    da.sleep(seconds)
+    return "awake"
+
+
+@da.durable_workflow
+def fault_receiver() -> str:
+    return str(da.recv("go", timeout=None))
+
+
+def test_suspended_workflows_wake_after_a_postgres_restart(
+    server: RestartablePostgres, url: str, db: Inspector, executor_id: str
+) -> None:
+    """Nothing of a suspended workflow is in memory: a restart of Postgres while 40 are
+    suspended loses none; the timers fire at their time and the messages sent after the
+    restart wake their receivers (the listener reconnects; the sweep covers a lost NOTIFY)."""
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    try:
+        sleepers = [da.start(fault_sleeper, 3.0) for _ in range(20)]
+        receivers = [da.start(fault_receiver) for _ in range(20)]
+        ids = [h.workflow_id for h in sleepers + receivers]
+        wait_until(
+            lambda: set(db.statuses(ids).values()) == {da.WorkflowStatus.SUSPENDED},
+            20,
+            "all suspended",
+        )
+        server.restart()
+        for handle in receivers:
+            da.send(handle.workflow_id, "after the restart", topic="go")
+        assert [h.result(timeout=60) for h in sleepers] == ["awake"] * 20
+        assert [h.result(timeout=60) for h in receivers] == ["after the restart"] * 20
+    finally:
+        rt.shutdown()
+    assert all(db.step_names(h.workflow_id) == ["dbos_agent.sleep"] for h in sleepers)
+    assert all(db.step_names(h.workflow_id) == ["dbos_agent.recv"] for h in receivers)
+    assert set(db.recovery_attempts(ids).values()) == {0}  # woken, never recovered
+
+
 def test_a_workflow_in_the_application_process_rides_out_a_postgres_restart(
     server: RestartablePostgres,
     url: str,

@@ -46,6 +46,10 @@ class WorkflowHost(Protocol):
         """The error that stops a run of ``workflow_id`` if it was cancelled, else None."""
         ...
 
+    def note_suspended(self, wake_at: float | None) -> None:
+        """A run of this process suspended its workflow (with a timer at ``wake_at``)."""
+        ...
+
 
 class RuntimeStopping(BaseException):
     """Raised at a step boundary while the runtime shuts down.

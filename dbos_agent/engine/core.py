@@ -95,6 +95,7 @@ class Engine:
         self.take_back_wanted = threading.Event()
         #: Called when every wait is woken (shutdown, a moved clock): the waker's poke.
         self._wake_hooks: list[Callable[[], None]] = []
+        self._suspend_hooks: list[Callable[[], None]] = []
         self._shut_down = False
 
     def open(self) -> Engine:
@@ -118,6 +119,17 @@ class Engine:
         sleeps and recv/get_event deadlines look again, the dispatcher re-reads limits."""
         self.db.advance_clock(seconds)
         self._wake_everything()
+
+    def on_suspended(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when a run here suspends its workflow with a timer (the waker
+        then sleeps until the earliest one)."""
+        self._suspend_hooks.append(hook)
+
+    def note_suspended(self, wake_at: float | None) -> None:
+        """A run of this process suspended its workflow (see suspension.py)."""
+        if wake_at is not None:
+            for hook in self._suspend_hooks:
+                hook()
 
     def on_wake_all(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` too whenever every wait is woken (shutdown, a moved clock)."""

@@ -125,6 +125,7 @@ def launch(
     waker = Waker(engine)
     waker.start()
     engine.on_wake_all(waker.poke)
+    engine.on_suspended(lambda: waker.poke(sweep=False))  # a new timer: sleep until it
     engine.notifications.start()
     if recover:
         engine.run_in_background(lambda: recover_pending(engine), "dbos-agent-recovery")

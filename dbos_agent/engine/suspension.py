@@ -53,4 +53,5 @@ def suspend_if_long(ctx: WorkflowContext, condition: WaitCondition, seconds: flo
         lambda: db.suspension.suspend(ctx.workflow_id, condition, ctx.engine.session_key)
     )
     if suspended:
+        ctx.engine.note_suspended(condition.wake_at)
         raise ctx.halt(StopReason.SUSPENDED, Suspended(ctx.workflow_id, condition))
