@@ -183,6 +183,39 @@ def test_a_client_with_only_the_url_wakes_a_suspended_workflow(
     assert handle.result(timeout=10) == "FROM A WEB HANDLER"
 
 
+def test_the_cli_tells_suspended_workflows_and_what_they_wait_for(
+    runtime: da.Runtime, inspector: Inspector, dbos_agent_database_url: str
+) -> None:
+    wid = new_id("cli-suspended")
+    handle = da.start(mailbox, "approval", workflow_id=wid)
+    wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
+    env = dict(os.environ, DBOS_AGENT_DATABASE_URL=dbos_agent_database_url)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "dbos_agent", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    listed = cli("workflows", "list", "--status", "SUSPENDED", "--limit", "1000")
+    assert "WAITING FOR" in listed
+    assert any(wid in line and "recv 'approval'" in line for line in listed.splitlines())
+    shown = cli("workflows", "show", wid)
+    assert "Waiting for" in shown and "recv 'approval'" in shown
+    document = json.loads(cli("workflows", "show", wid, "--json"))
+    assert document["status"] == "SUSPENDED"
+    assert (
+        document["waiting_for"]["kind"] == "recv" and document["waiting_for"]["name"] == "approval"
+    )
+    da.send(wid, "yes", topic="approval")
+    assert handle.result(timeout=10) == "YES"
+
+
 def test_a_cancel_ends_a_suspended_workflow_without_running_it(
     runtime: da.Runtime, inspector: Inspector
 ) -> None:
