@@ -285,6 +285,24 @@ def test_cancelling_a_workflow_cancels_the_workflows_it_started(
             )
 
 
+def test_a_process_launched_without_waking_leaves_suspended_workflows_to_others(
+    dbos_agent_database_url: str, executor_id: str, inspector: Inspector
+) -> None:
+    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, wake_suspended=False)
+    try:
+        wid = new_id("no-waker")
+        handle = da.start(mailbox, "w", workflow_id=wid)
+        wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
+        da.send(wid, "nobody here wakes it", topic="w")
+        time.sleep(2.5)  # a negative check: longer than a waker's sweep
+        assert inspector.status(wid) == SUSPENDED
+    finally:
+        rt.shutdown()
+    with da.launch(dbos_agent_database_url, executor_id=executor_id):  # a waker: it runs
+        assert da.retrieve(wid).result(timeout=10) == "NOBODY HERE WAKES IT"
+    assert handle.workflow_id == wid
+
+
 def test_a_direct_call_waits_in_its_caller_and_is_never_suspended(
     runtime: da.Runtime, inspector: Inspector
 ) -> None:

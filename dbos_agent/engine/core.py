@@ -4,6 +4,11 @@ It owns the system database, the executor session, the worker pool and the
 table of workflows this process is running, and it is where a workflow call is
 admitted (idempotent start), executed and finished. Recovery lives in
 ``recovery.py``, the ownership check before a live step in ``ownership.py``.
+
+It is a little over 500 lines on purpose: a run's whole life in this process (admitted,
+executed, finished or stopped for one of the reasons of ``StopReason``, released) reads
+in one place, next to the shutdown that ends every run; what can live apart already does
+(recovery, ownership, the run table, suspension, waking, timers, messaging).
 """
 
 from __future__ import annotations

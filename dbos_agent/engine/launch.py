@@ -45,6 +45,7 @@ def launch(
     retention: timedelta | None = None,
     take_over_every: float | None = None,
     suspend_after: float = 1.0,
+    wake_suspended: bool = True,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -80,7 +81,9 @@ def launch(
     a queue) whose ``sleep``, ``recv`` or ``get_event`` would wait longer than
     ``suspend_after`` seconds is SUSPENDED instead of holding a thread, and this
     process (or any other that knows the workflow) wakes it and continues it from
-    its log when the wait can be met (see engine/suspension.py).
+    its log when the wait can be met (see engine/suspension.py). With
+    ``wake_suspended=False`` this process wakes none (e.g. a web process that only
+    starts workflows; its workers wake them).
 
     With ``take_over_every`` (seconds) this process also looks that often for the
     workflows of dead sessions, of any executor, and takes them over: what the
@@ -122,17 +125,19 @@ def launch(
             db.close()
             raise
         state.set_engine(engine)
-    waker = Waker(engine)
-    waker.start()
-    engine.on_wake_all(waker.poke)
-    engine.on_suspended(lambda: waker.poke(sweep=False))  # a new timer: sleep until it
+    waker = Waker(engine) if wake_suspended else None
+    if waker is not None:
+        waker.start()
+        engine.on_wake_all(waker.poke)
+        engine.on_suspended(lambda: waker.poke(sweep=False))  # a new timer: sleep until it
     engine.notifications.start()
     if recover:
         engine.run_in_background(lambda: recover_pending(engine), "dbos-agent-recovery")
     else:
         engine.recovery_done.set()
     engine.run_in_background(lambda: keep_taking_back(engine), "dbos-agent-take-back")
-    engine.run_in_background(waker.run, "dbos-agent-waker")
+    if waker is not None:
+        engine.run_in_background(waker.run, "dbos-agent-waker")
     if run_queues:
         engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
     if take_over_every is not None:
