@@ -147,7 +147,7 @@ def test_an_executor_only_recovers_its_application_version(
         )
     other = _worker(url, log, "--app-version", "v2", "--lease", "0.5")
     try:
-        time.sleep(2.0)
+        time.sleep(2.0)  # a negative check: a worker of v2 must not take the v1 workflow
         assert _statuses(url, [wid])[wid] == "PENDING"
     finally:
         _stop([other])
