@@ -400,7 +400,7 @@ def test_a_read_only_server_during_a_failover_is_waited_out(
             admin.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
             server.terminate(url, "dbos_agent")  # its connections come back read-only
             ran = len(_starts(step_log))
-            time.sleep(1.5)  # a negative check: no step may run while the server is read-only
+            time.sleep(1.5)  # negative check: only the step under way may finish
             assert len(_starts(step_log)) <= ran + 1  # at most the step under way
             admin.execute(f'ALTER DATABASE "{dbname}" RESET default_transaction_read_only')
         assert handle.result(timeout=30) == expected(steps)
