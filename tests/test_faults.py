@@ -235,8 +235,10 @@ def test_killing_the_session_connections_of_healthy_workers_takes_nothing_over(
         _enqueue(url, ids, steps)
         wait_until(lambda: len(_starts(step_log)) >= 12, 30, "workflows under way")
         for _ in range(3):  # again and again, past the lease
+            # both sessions back (a loaded machine may take longer than the pause below)
+            wait_until(lambda: len(db.locked_sessions()) == 2, 10, "both sessions back")
             assert server.terminate(url, "dbos_agent_session") == 2
-            time.sleep(1.0)
+            time.sleep(1.0)  # not a wait for a condition: the kills go on past the lease
         server.terminate(url, "dbos_agent")  # and every pooled connection too
         wait_until(lambda: _all_succeeded(db, ids), 60, "all workflows finished")
     finally:
