@@ -11,7 +11,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.state import forget_queues
-from dbos_agent.testing import advance_clock, clock_offset
+from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import new_id, wait_until
 
 ORDER: list[str] = []
@@ -156,3 +156,30 @@ def test_a_cancelled_queued_workflow_resumes_into_its_queue(queue_runtime: da.Ru
     assert blocker.result(30) == "blocker"
     assert resumed.result(30) == "waiting"
     assert IN_FLIGHT["max"] == 1 and RUNS["waiting"] == 1
+
+
+@da.durable_workflow
+def queued_waiter(tag: str) -> str:
+    return record(tag + str(da.recv("go", timeout=None)), 0.0)
+
+
+@pytest.mark.parametrize("count_suspended", [False, True], ids=["slot-freed", "slot-held"])
+def test_a_suspended_workflow_frees_its_queue_slot_unless_the_queue_counts_it(
+    queue_runtime: da.Runtime, inspector: Inspector, count_suspended: bool
+) -> None:
+    q = da.Queue(new_id("q"), concurrency=1, count_suspended=count_suspended)
+    first = q.enqueue(queued_waiter, "first")
+    wait_until(
+        lambda: inspector.status(first.workflow_id) == da.WorkflowStatus.SUSPENDED,
+        10,
+        "the first suspended in recv",
+    )
+    second = q.enqueue(queued, "second")
+    if count_suspended:
+        time.sleep(2.0)  # a negative check: the dispatcher would have started it by now
+        assert inspector.status(second.workflow_id) == da.WorkflowStatus.ENQUEUED
+    else:
+        assert second.result(10) == "second"  # the suspended one holds no slot
+    da.send(first.workflow_id, "!", topic="go")
+    assert first.result(10) == "first!"
+    assert second.result(10) == "second"

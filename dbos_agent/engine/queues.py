@@ -33,6 +33,8 @@ class Queue:
         concurrency: int | None = None,
         worker_concurrency: int | None = None,
         rate_limit: tuple[int, float] | None = None,
+        *,
+        count_suspended: bool = False,
     ) -> None:
         check_identifier(name, "queue name")
         for label, value in (
@@ -52,13 +54,18 @@ class Queue:
         self.concurrency = concurrency
         self.worker_concurrency = worker_concurrency
         self.rate_limit = rate_limit
+        #: Suspended workflows of the queue count against ``concurrency`` (they hold
+        #: something while they wait: a licence, a sandbox). By default they do not:
+        #: a suspended workflow holds no resources, and its slot goes to the next one.
+        self.count_suspended = count_suspended
         with state.lock():
             state.queues[name] = self
 
     def __repr__(self) -> str:
         return (
             f"Queue({self.name!r}, concurrency={self.concurrency}, "
-            f"worker_concurrency={self.worker_concurrency}, rate_limit={self.rate_limit})"
+            f"worker_concurrency={self.worker_concurrency}, rate_limit={self.rate_limit}, "
+            f"count_suspended={self.count_suspended})"
         )
 
     def enqueue(
@@ -124,6 +131,7 @@ def dispatch_once(engine: Engine) -> int:
             concurrency=queue.concurrency,
             worker_concurrency=queue.worker_concurrency,
             rate_limit=queue.rate_limit,
+            count_suspended=queue.count_suspended,
         ):
             definition = find_workflow(name)
             if definition is None:  # filtered by name in the query; defensive

@@ -116,13 +116,27 @@ def _clock(db: SystemDatabase) -> float:
     return time.monotonic() + db.clock_offset
 
 
-def _pause(ctx: WorkflowContext, seconds: float, wake_at: float) -> Plan[None]:
+def _database_now(db: SystemDatabase) -> Plan[tuple[float, float]]:
+    """The database clock now, and the offset this process's clock had just before it
+    was read: an end computed from both stays right if a test moves the clock meanwhile
+    (it then errs towards the moved clock)."""
+    offset = db.clock_offset
+    now: float = yield Io(db.messages.database_time)
+    return now, offset
+
+
+def _end(seconds: float, offset: float) -> float:
+    """When, on :func:`_clock`, ``seconds`` from a reading taken at ``offset`` are over."""
+    return time.monotonic() + offset + seconds
+
+
+def _pause(ctx: WorkflowContext, seconds: float, wake_at: float, offset: float) -> Plan[None]:
     """Wait ``seconds`` of database clock (until ``wake_at``); shutdown or a cancel end it
     early, and a background run suspends instead of waiting long (suspension.py)."""
     if seconds <= 0:
         return
     db = ctx.engine.db
-    end = _clock(db) + seconds
+    end = _end(seconds, offset)
     with ctx.waiting(), ctx.engine.notifications.waiter(cancel_key(ctx)) as waiter:
         yield from suspend_if_long(ctx, WaitCondition("sleep", wake_at=wake_at), seconds)
         while (left := end - _clock(db)) > 0:
@@ -138,7 +152,7 @@ def _sleep_plan(seconds: float) -> Plan[None]:
         return
     seq, row = ctx.begin_step(SLEEP_STEP)
     db = ctx.engine.db
-    now: float = yield Io(db.messages.database_time)
+    now, offset = yield from _database_now(db)
     if row is None:
         started_at = datetime.now(UTC)
         done = yield Io(
@@ -147,7 +161,7 @@ def _sleep_plan(seconds: float) -> Plan[None]:
         wake_at: float = done.unwrap()
     else:
         wake_at = recorded(ctx, _SLEEP, seq, row).unwrap()
-    yield from _pause(ctx, wake_at - now, wake_at)
+    yield from _pause(ctx, wake_at - now, wake_at, offset)
 
 
 def sleep(seconds: float) -> None:
@@ -215,7 +229,7 @@ def durable_wait(
     if found is not None:
         return found
     if resumed or timeout is None or timeout > 0:
-        now: float = yield Io(db.messages.database_time)
+        now, offset = yield from _database_now(db)
         if not resumed:
             deadline = None if timeout is None else now + timeout
             write = yield Io(
@@ -231,7 +245,7 @@ def durable_wait(
             other = None if write.written else continue_or_adopt(ctx, step, seq, write)
             if other is not None:
                 return other
-        end = math.inf if deadline is None else _clock(db) + (deadline - now)
+        end = math.inf if deadline is None else _end(deadline - now, offset)
         with ctx.waiting():
             condition = dataclasses.replace(condition, wake_at=deadline)
             yield from suspend_if_long(ctx, condition, end - _clock(db))

@@ -518,14 +518,16 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue_name)s));
 
 -- name: dequeue_workflows
 -- Hand the caller's session as many ENQUEUED workflows of a queue as every
--- limit allows: global concurrency (PENDING across all sessions), this
--- worker's concurrency, the rate limit (dequeues within the period), and the
--- caller's free slots. Highest priority (lowest number) first, then oldest.
+-- limit allows: global concurrency (PENDING across all sessions, and SUSPENDED
+-- ones when the queue counts them), this worker's concurrency, the rate limit
+-- (dequeues within the period), and the caller's free slots. Highest priority
+-- (lowest number) first, then oldest.
 WITH in_flight AS (
     SELECT count(*) AS total,
            count(*) FILTER (WHERE owner_key = %(owner_key)s) AS mine
     FROM dbos_agent.workflows
-    WHERE queue_name = %(queue_name)s AND status = 'PENDING'
+    WHERE queue_name = %(queue_name)s
+      AND (status = 'PENDING' OR (%(count_suspended)s AND status = 'SUSPENDED'))
 ), recent AS (
     SELECT count(*) AS started
     FROM dbos_agent.workflows

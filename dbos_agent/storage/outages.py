@@ -71,6 +71,8 @@ class OutageMonitor:
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._recovered_at = -_QUIET_AFTER_RECOVERY_S
+        #: Whether the outage going on was announced (its end is, then, too).
+        self._announced = False
 
     @property
     def down(self) -> bool:
@@ -84,7 +86,8 @@ class OutageMonitor:
                 return
             self._down_since = time.monotonic()
             settling = self._down_since - self._recovered_at < _QUIET_AFTER_RECOVERY_S
-        (log.warning if self._warn and not settling else log.debug)(
+            self._announced = self._warn and not settling
+        (log.warning if self._announced else log.debug)(
             "the dbos_agent database at %s is unavailable (%s); retrying",
             self._where,
             describe(exc),
@@ -99,7 +102,8 @@ class OutageMonitor:
             if since is None:
                 return
             self._recovered_at = time.monotonic()
-        (log.info if self._warn else log.debug)(
+            announced = self._announced
+        (log.info if announced else log.debug)(
             "the dbos_agent database at %s is reachable again after %.1fs",
             self._where,
             self._recovered_at - since,

@@ -26,8 +26,11 @@ class QueueStore:
         concurrency: int | None,
         worker_concurrency: int | None,
         rate_limit: tuple[int, float] | None,
+        count_suspended: bool = False,
     ) -> list[tuple[str, str, str]]:
-        """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow."""
+        """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow
+        (``count_suspended``: suspended workflows of the queue count against its
+        concurrency)."""
         limit, period = rate_limit if rate_limit else (None, 1.0)
         params = {
             "queue_name": queue_name,
@@ -40,6 +43,7 @@ class QueueStore:
             "worker_concurrency": worker_concurrency,
             "rate_limit": limit,
             "rate_period": period,
+            "count_suspended": count_suspended,
         }
 
         def body(conn: Connection) -> list[Row]:

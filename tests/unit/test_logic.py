@@ -150,3 +150,16 @@ def test_a_quiet_outage_monitor_logs_at_debug_only(caplog: pytest.LogCaptureFixt
         monitor.failed(OSError("connection refused"))
         monitor.succeeded()
         assert {r.levelno for r in caplog.records} == levels
+
+
+def test_an_outage_right_after_another_is_not_announced_either_way(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="dbos_agent.storage.outages")
+    monitor = OutageMonitor("db")
+    monitor.failed(OSError("restart"))
+    monitor.succeeded()
+    caplog.clear()
+    monitor.failed(OSError("a stale pooled connection"))  # within the quiet window
+    monitor.succeeded()
+    assert {r.levelno for r in caplog.records} == {logging.DEBUG}
