@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from .. import agent  # noqa: F401  (registers how model steps are described)
+from ..engine.messaging import send_plain
 from ..engine.operations import (
     cancel_workflow,
     fork_workflow,
@@ -271,16 +272,9 @@ def send(args: argparse.Namespace, db: SystemDatabase) -> None:
             value = json.loads(args.message)
         except ValueError:
             value = args.message
-    payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
     status = _get(db, args.workflow_id).status
-    found, inserted = db.messages.send(
-        destination_id=args.workflow_id,
-        topic=args.topic or "",
-        message=payload,
-        idempotency_key=args.idempotency_key,
-    )
-    if not found:
-        raise WorkflowNotFoundError(args.workflow_id)
+    inserted = send_plain(db, args.workflow_id, value, args.topic, args.idempotency_key)
+    payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
     warning = None
     if inserted and status in _ENDED:
         warning = (

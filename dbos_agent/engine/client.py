@@ -13,12 +13,13 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import WorkflowNotFoundError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier, check_topic
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
+from .messaging import send_plain
 from .waiting import wait_for_stored_outcome
 
 
@@ -129,19 +130,7 @@ class Client:
         workflow if it is suspended in ``recv``. Messages with the same idempotency key
         are delivered once (without a key, one is made, so that a send retried through
         an outage is delivered once). Raises WorkflowNotFoundError for an unknown id."""
-        check_identifier(workflow_id, "destination workflow id")
-        check_topic(topic)
-        if idempotency_key is not None:
-            check_identifier(idempotency_key, "idempotency key")
-        payload = codec_for(Any).dumps(message, f"message to workflow {workflow_id!r}")
-        found, _ = self.db.messages.send(
-            destination_id=workflow_id,
-            topic=topic or "",
-            message=payload,
-            idempotency_key=idempotency_key or f"send:{uuid.uuid4()}",
-        )
-        if not found:
-            raise WorkflowNotFoundError(workflow_id)
+        send_plain(self.db, workflow_id, message, topic, idempotency_key)
 
     def retrieve(self, workflow_id: str) -> ClientHandle:
         handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))

@@ -283,14 +283,8 @@ class Engine:
             with entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
             return self.finish(run, ctx, outcome)
-        except Suspended:
-            return self._stop_suspended(run)
-        except OwnershipLost as exc:
-            self._abandon(run, exc)
-            return Outcome(error=exc)
         except BaseException as exc:
-            self._abandon(run, exc)
-            raise
+            return self._ended_early(run, exc)
 
     async def execute_async(self, run: WorkflowRun) -> Outcome:
         """Run an async workflow's body on this event loop and record its outcome."""
@@ -301,14 +295,19 @@ class Engine:
             with entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
             return await asyncio.to_thread(self.finish, run, ctx, outcome)
-        except Suspended:
-            return self._stop_suspended(run)
-        except OwnershipLost as exc:
-            self._abandon(run, exc)
-            return Outcome(error=exc)
         except BaseException as exc:
-            self._abandon(run, exc)
-            raise
+            return self._ended_early(run, exc)
+
+    def _ended_early(self, run: WorkflowRun, exc: BaseException) -> Outcome:
+        """A run that ended by an exception out of the workflow's code or its finish: a
+        suspension or a lost workflow ends it quietly; anything else (shutdown, a crash)
+        leaves the workflow PENDING and is raised again."""
+        if isinstance(exc, Suspended):
+            return self._stop_suspended(run)
+        self._abandon(run, exc)
+        if isinstance(exc, OwnershipLost):
+            return Outcome(error=exc)
+        raise exc
 
     def finish(self, run: WorkflowRun, ctx: WorkflowContext, outcome: Outcome) -> Outcome:
         """Record the workflow's outcome, or stop without one (see StopReason)."""

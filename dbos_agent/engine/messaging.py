@@ -33,6 +33,7 @@ from ..errors import WorkflowNotFoundError
 from ..limits import check_identifier, check_topic
 from ..records import StepStatus
 from ..serialization import Codec, codec_for
+from ..storage.database import SystemDatabase
 from ..storage.suspension import WaitCondition
 from .context import WorkflowHost, current_context, in_step
 from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
@@ -76,30 +77,54 @@ def _timeout(timeout: float | None) -> float | None:
 
 
 def _insert(
-    engine: WorkflowHost, destination_id: str, payload: str, topic: str | None, key: str | None
+    db: SystemDatabase, destination_id: str, payload: str, topic: str | None, key: str | None
 ) -> Outcome:
-    found, _ = engine.db.messages.send(
+    found, _ = db.messages.send(
         destination_id=destination_id, topic=topic or "", message=payload, idempotency_key=key
     )
     return Outcome() if found else Outcome(error=WorkflowNotFoundError(destination_id))
 
 
-def _send_plan(
-    destination_id: str, message: Any, topic: str | None, idempotency_key: str | None
-) -> Plan[None]:
+def _check_send(destination_id: str, topic: str | None, idempotency_key: str | None) -> None:
     check_identifier(destination_id, "destination workflow id")
     check_topic(topic)
     if idempotency_key is not None:
         check_identifier(idempotency_key, "idempotency key")
-    ctx = current_context()
+
+
+def send_plain(
+    db: SystemDatabase,
+    destination_id: str,
+    message: Any,
+    topic: str | None = None,
+    idempotency_key: str | None = None,
+) -> bool:
+    """A send that is not a step (outside a workflow, in a step, from a client or the CLI);
+    whether it stored a message (False: its key was sent before). Without a key one is
+    made, so that a send retried through an outage is delivered once."""
+    _check_send(destination_id, topic, idempotency_key)
     payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
+    found, inserted = db.messages.send(
+        destination_id=destination_id,
+        topic=topic or "",
+        message=payload,
+        idempotency_key=idempotency_key or f"send:{uuid.uuid4()}",
+    )
+    if not found:
+        raise WorkflowNotFoundError(destination_id)
+    return inserted
+
+
+def _send_plan(
+    destination_id: str, message: Any, topic: str | None, idempotency_key: str | None
+) -> Plan[None]:
+    ctx = current_context()
     if ctx is None or in_step():
         engine = current_engine() if ctx is None else ctx.engine
-        # A key of its own, so that a send retried through an outage is delivered once.
-        key = idempotency_key or f"send:{uuid.uuid4()}"
-        sent: Outcome = yield Io(partial(_insert, engine, destination_id, payload, topic, key))
-        sent.unwrap()
+        yield Io(partial(send_plain, engine.db, destination_id, message, topic, idempotency_key))
         return
+    _check_send(destination_id, topic, idempotency_key)
+    payload = _ANY.dumps(message, f"message to workflow {destination_id!r}")
     seq, row = ctx.begin_step(SEND_STEP)
     if row is not None:
         recorded(ctx, _SEND, seq, row).unwrap()
@@ -108,7 +133,7 @@ def _send_plan(
     key = idempotency_key or f"{ctx.workflow_id}:{seq}"
     if not owns_now(ctx):  # the message is a side effect: only while the workflow is ours
         yield Io(partial(ensure_owned, ctx))
-    sent = yield Io(partial(_insert, ctx.engine, destination_id, payload, topic, key))
+    sent = yield Io(partial(_insert, ctx.engine.db, destination_id, payload, topic, key))
     done: Outcome = yield Io(partial(checkpoint, ctx, _SEND, seq, sent, 1, started_at))
     done.unwrap()
 
