@@ -25,7 +25,14 @@ from . import describe  # noqa: F401  (registers how model steps read in `dbos-a
 
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
-    from .model import DEFAULT_MODEL, MODEL_STEP_NAME, Model, configure, default_client
+    from .model import (
+        DEFAULT_MODEL,
+        MODEL_STEP_NAME,
+        Model,
+        configure,
+        default_async_client,
+        default_client,
+    )
     from .replay import (
         ReplayReport,
         last_replay_report,
@@ -41,7 +48,14 @@ if TYPE_CHECKING:
 
 _MODULES = {
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
-    "model": ("DEFAULT_MODEL", "MODEL_STEP_NAME", "Model", "configure", "default_client"),
+    "model": (
+        "DEFAULT_MODEL",
+        "MODEL_STEP_NAME",
+        "Model",
+        "configure",
+        "default_async_client",
+        "default_client",
+    ),
     "replay": (
         "ReplayReport",
         "last_replay_report",
@@ -83,6 +97,7 @@ __all__ = [
     "Usage",
     "UsageTotals",
     "configure",
+    "default_async_client",
     "default_client",
     "is_retryable",
     "last_replay_report",

@@ -25,7 +25,14 @@ from .replay import note_step
 from .retrying import RETRYABLE_TYPES, ModelRetryPolicy
 from .tool_registry import ToolRegistry
 
-__all__ = ["DEFAULT_MODEL", "MODEL_STEP_NAME", "Model", "configure", "default_client"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODEL_STEP_NAME",
+    "Model",
+    "configure",
+    "default_async_client",
+    "default_client",
+]
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 #: The step name of model calls, streamed or not (so a recovered run may switch).
@@ -34,13 +41,45 @@ MODEL_STEP_NAME = "anthropic.messages"
 TextCallback = Callable[[str], None]
 
 _default_client: anthropic.Anthropic | None = None
+_default_async_client: anthropic.AsyncAnthropic | None = None
 _on_text: ContextVar[TextCallback | None] = ContextVar("dbos_agent_on_text", default=None)
 
 
-def configure(*, client: anthropic.Anthropic) -> None:
-    """Set the client every :class:`Model` without its own client uses (process-wide)."""
-    global _default_client
-    _default_client = client
+def configure(
+    *,
+    client: anthropic.Anthropic | None = None,
+    async_client: anthropic.AsyncAnthropic | None = None,
+) -> None:
+    """Set the clients every :class:`Model` without its own uses (process-wide).
+
+    Without ``async_client``, async calls use one made from ``client``'s key and URL.
+    """
+    global _default_client, _default_async_client
+    if client is not None:
+        _default_client = client
+    if async_client is not None or client is not None:
+        _default_async_client = async_client
+
+
+def async_twin(client: anthropic.Anthropic) -> anthropic.AsyncAnthropic:
+    """An async client with the same credentials, URL and timeout as ``client``."""
+    return anthropic.AsyncAnthropic(
+        api_key=client.api_key,
+        auth_token=client.auth_token,
+        base_url=client.base_url,
+        timeout=client.timeout,
+        max_retries=client.max_retries,
+    )
+
+
+def default_async_client() -> anthropic.AsyncAnthropic:
+    """The configured async client, else the twin of a configured sync client, else one
+    built from the environment."""
+    global _default_async_client
+    if _default_async_client is None:
+        sync = _default_client
+        _default_async_client = anthropic.AsyncAnthropic() if sync is None else async_twin(sync)
+    return _default_async_client
 
 
 def default_client() -> anthropic.Anthropic:
@@ -60,12 +99,17 @@ class Model:
     ``jitter``; each attempt is counted in the step log. Other errors (a 400, a 401) are
     recorded and raised at once. The client's own retries are switched off so that there
     is exactly one retry loop.
+
+    ``create_async`` / ``stream_async`` are the same calls for async workflows, through
+    ``async_client`` (default: the async twin of ``client``, else the configured one);
+    both kinds record the same step, so a run may switch between them.
     """
 
     def __init__(
         self,
         client: anthropic.Anthropic | None = None,
         *,
+        async_client: anthropic.AsyncAnthropic | None = None,
         model: str = DEFAULT_MODEL,
         max_tokens: int = 4096,
         system: str | None = None,
@@ -86,7 +130,9 @@ class Model:
         self.timeout = timeout
         self.step_name = step_name
         self._client = client
+        self._async_client = async_client
         self._bound: tuple[anthropic.Anthropic, anthropic.Anthropic] | None = None
+        self._bound_async: tuple[anthropic.AsyncAnthropic, anthropic.AsyncAnthropic] | None = None
         self._lock = threading.Lock()
         policy = ModelRetryPolicy(
             retries,
@@ -102,18 +148,35 @@ class Model:
         def call_model(request: dict[str, Any], stream: bool) -> Message:
             return self._call(request, stream)
 
+        async def call_model_async(request: dict[str, Any], stream: bool) -> Message:
+            return await self._call_async(request, stream)
+
         self._step = durable_step(name=step_name, retry_policy=policy)(call_model)
+        self._step_async = durable_step(name=step_name, retry_policy=policy)(call_model_async)
+
+    def _client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"max_retries": 0}
+        if self.timeout is not None:
+            options["timeout"] = self.timeout
+        return options
 
     def client(self) -> anthropic.Anthropic:
         """The client used for calls: no client-side retries, this model's timeout."""
         base = self._client or default_client()
         with self._lock:
             if self._bound is None or self._bound[0] is not base:
-                options: dict[str, Any] = {"max_retries": 0}
-                if self.timeout is not None:
-                    options["timeout"] = self.timeout
-                self._bound = (base, base.with_options(**options))
+                self._bound = (base, base.with_options(**self._client_options()))
             return self._bound[1]
+
+    def async_client(self) -> anthropic.AsyncAnthropic:
+        """The client used for async calls, configured like :meth:`client`'s."""
+        if self._async_client is None and self._client is not None:
+            self._async_client = async_twin(self._client)
+        base = self._async_client or default_async_client()
+        with self._lock:
+            if self._bound_async is None or self._bound_async[0] is not base:
+                self._bound_async = (base, base.with_options(**self._client_options()))
+            return self._bound_async[1]
 
     def request(self, messages: Iterable[MessageParam], **overrides: Any) -> dict[str, Any]:
         """The Messages API request for ``messages`` (JSON-friendly; no credentials)."""
@@ -154,6 +217,39 @@ class Model:
         finally:
             _on_text.reset(token)
         return result
+
+    async def create_async(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
+        """:meth:`create` for async workflows: the call awaits, holding no thread."""
+        note_step()
+        result: Message = await self._step_async(self.request(messages, **overrides), False)
+        return result
+
+    async def stream_async(
+        self,
+        messages: Iterable[MessageParam],
+        on_text: TextCallback | None = None,
+        **overrides: Any,
+    ) -> Message:
+        """:meth:`stream` for async workflows (``on_text`` is called on the event loop)."""
+        note_step()
+        token = _on_text.set(on_text)
+        try:
+            result: Message = await self._step_async(self.request(messages, **overrides), True)
+        finally:
+            _on_text.reset(token)
+        return result
+
+    async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
+        with _configuration_errors():
+            client = self.async_client()
+            if not stream:
+                return cast(Message, await client.messages.create(**request))
+            on_text = _on_text.get()
+            async with client.messages.stream(**request) as events:
+                async for chunk in events.text_stream:
+                    if on_text is not None:
+                        on_text(chunk)
+                return await events.get_final_message()
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
         with _configuration_errors():

@@ -5,26 +5,27 @@ raising) is recorded in the step log as that position's error and handed back to
 as an ``is_error`` tool result, so the agent can correct itself instead of crashing; on
 replay the recorded error yields the same result again.
 
-Several blocks of one reply may run concurrently, yet each takes the log position its
-place in the reply gives it: call ``i`` starts only once call ``i - 1`` holds its position
-(which is at the start of its step, not its end), so replay never depends on which tool
-finished first.
+Several blocks of one reply may run concurrently (in threads with ``call_all(parallel=True)``,
+as tasks with ``call_all_async``), yet each takes the log position its place in the reply
+gives it: the registry reserves one position per block before any starts, so replay never
+depends on which tool started or finished first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
-import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from anthropic.types import ToolParam, ToolResultBlockParam
 
+from ..engine.context import at_position, reserve_positions
 from ..engine.step import step as engine_step
 from ..errors import DbosAgentError
 from .replay import note_step
-from .tools import Tool, ToolInputError, _position_taken, mark_position_taken
+from .tools import Tool, ToolInputError
 
 __all__ = ["ToolRegistry", "ToolUse"]
 
@@ -46,7 +47,6 @@ class ToolUse(Protocol):
 @engine_step(name=REJECTED_STEP_NAME)
 def _reject(tool: str, reason: str) -> None:
     """Record a refused call in the log like any other outcome (as its error)."""
-    mark_position_taken()
     raise ToolInputError(reason)
 
 
@@ -55,6 +55,23 @@ def error_text(error: BaseException) -> str:
     if isinstance(error, ToolInputError):
         return str(error)
     return f"{type(error).__name__}: {error}"
+
+
+def result_block(block: ToolUse, content: str | BaseException) -> ToolResultBlockParam:
+    """The ``tool_result`` of a call: its text, or its failure as ``is_error``."""
+    if isinstance(content, BaseException):
+        return {
+            "type": "tool_result",
+            "tool_use_id": block.id,
+            "content": error_text(content),
+            "is_error": True,
+        }
+    return {"type": "tool_result", "tool_use_id": block.id, "content": content}
+
+
+def tool_uses(content: Iterable[Any]) -> list[ToolUse]:
+    """The ``tool_use`` blocks of a reply's content, in reply order."""
+    return [block for block in content if getattr(block, "type", None) == "tool_use"]
 
 
 class ToolRegistry:
@@ -87,20 +104,43 @@ class ToolRegistry:
         """Definitions for the Messages API ``tools`` list."""
         return [item.param() for item in self._tools.values()]
 
-    def run(self, block: ToolUse) -> str:
-        """Run one call as one step and return its text; raises what the call raised."""
+    def _resolve(self, block: ToolUse) -> tuple[Tool[..., Any], dict[str, Any]] | str:
+        """The tool and its arguments for ``block``, or why the call is refused."""
         note_step()
         item = self._tools.get(block.name)
         if item is None:
             known = ", ".join(sorted(self._tools)) or "none"
-            _reject(block.name, f"unknown tool {block.name!r}; available tools: {known}")
-            raise AssertionError("unreachable")  # pragma: no cover
+            return f"unknown tool {block.name!r}; available tools: {known}"
         try:
-            kwargs = item.validate(block.input)
+            return item, item.validate(block.input)
         except ToolInputError as exc:
-            _reject(block.name, str(exc))
-            raise AssertionError("unreachable") from exc  # pragma: no cover
-        return Tool.render(item(**kwargs))
+            return str(exc)
+
+    def run(self, block: ToolUse) -> str:
+        """Run one call as one step and return its text; raises what the call raised.
+
+        An ``async def`` tool runs to its end on an event loop of its own (use
+        :meth:`run_async` from async code).
+        """
+        resolved = self._resolve(block)
+        if isinstance(resolved, str):
+            _reject(block.name, resolved)
+            raise AssertionError("unreachable")  # pragma: no cover
+        item, kwargs = resolved
+        value = asyncio.run(item(**kwargs)) if item.is_async else item(**kwargs)
+        return Tool.render(value)
+
+    async def run_async(self, block: ToolUse) -> str:
+        """:meth:`run` on the event loop: an async tool is awaited, a sync one (and the
+        log write of a refused call) runs in a worker thread."""
+        resolved = self._resolve(block)
+        if isinstance(resolved, str):
+            await asyncio.to_thread(_reject, block.name, resolved)
+            raise AssertionError("unreachable")  # pragma: no cover
+        item, kwargs = resolved
+        if item.is_async:
+            return Tool.render(await item(**kwargs))
+        return Tool.render(await asyncio.to_thread(item, **kwargs))
 
     def call(self, block: ToolUse) -> ToolResultBlockParam:
         """Run one ``tool_use`` block and return its ``tool_result`` (``is_error`` on failure).
@@ -109,44 +149,60 @@ class ToolRegistry:
         and propagate.
         """
         try:
-            content = self.run(block)
+            return result_block(block, self.run(block))
         except DbosAgentError:
             raise
         except Exception as exc:
-            return {
-                "type": "tool_result",
-                "tool_use_id": block.id,
-                "content": error_text(exc),
-                "is_error": True,
-            }
-        return {"type": "tool_result", "tool_use_id": block.id, "content": content}
+            return result_block(block, exc)
+
+    async def call_async(self, block: ToolUse) -> ToolResultBlockParam:
+        """:meth:`call` for async code (see :meth:`run_async`)."""
+        try:
+            return result_block(block, await self.run_async(block))
+        except DbosAgentError:
+            raise
+        except Exception as exc:
+            return result_block(block, exc)
 
     def call_all(
         self, content: Iterable[Any], *, parallel: bool = False, max_workers: int = 8
     ) -> list[ToolResultBlockParam]:
         """Run every ``tool_use`` block of a reply's content; results in reply order.
 
-        With ``parallel=True`` the calls run in threads (context copied), positions still
-        fixed by reply order.
+        With ``parallel=True`` the calls run in threads (context copied), each at the
+        log position reserved for its place in the reply.
         """
-        uses: list[ToolUse] = [b for b in content if getattr(b, "type", None) == "tool_use"]
+        uses = tool_uses(content)
         if not parallel or len(uses) < 2:
             return [self.call(block) for block in uses]
-        gates = [threading.Event() for _ in uses]
+        positions = reserve_positions(len(uses))
 
-        def run_in_order(index: int) -> ToolResultBlockParam:
-            if index:
-                gates[index - 1].wait()
-            token = _position_taken.set(gates[index])
-            try:
+        def call_at(index: int) -> ToolResultBlockParam:
+            with at_position(positions[index]):
                 return self.call(uses[index])
-            finally:
-                gates[index].set()
-                _position_taken.reset(token)
 
         with ThreadPoolExecutor(max_workers=min(max_workers, len(uses))) as pool:
             futures = [
-                pool.submit(contextvars.copy_context().run, run_in_order, i)
-                for i in range(len(uses))
+                pool.submit(contextvars.copy_context().run, call_at, i) for i in range(len(uses))
             ]
             return [future.result() for future in futures]
+
+    async def call_all_async(self, content: Iterable[Any]) -> list[ToolResultBlockParam]:
+        """Run every ``tool_use`` block of a reply concurrently, as tasks; results in reply
+        order, each call at the log position reserved for its place in the reply (replay
+        does not depend on which finished first). If a call raises an engine signal the
+        others are cancelled and it propagates."""
+        uses = tool_uses(content)
+        positions = reserve_positions(len(uses))
+
+        async def call_at(index: int) -> ToolResultBlockParam:
+            with at_position(positions[index]):
+                return await self.call_async(uses[index])
+
+        tasks = [asyncio.ensure_future(call_at(i)) for i in range(len(uses))]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise

@@ -11,10 +11,8 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import threading
 import typing
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Annotated, Any, Generic, ParamSpec, TypeVar, overload
 
 import pydantic
@@ -35,20 +33,6 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
 class ToolInputError(Exception):
     """A tool call the registry refused: unknown tool name or input that fails validation."""
-
-
-# Set by the registry while running tool calls concurrently: the tool step sets it once
-# its position in the log is taken, which lets the next call in reply order take its own.
-_position_taken: ContextVar[threading.Event | None] = ContextVar(
-    "dbos_agent_tool_position_taken", default=None
-)
-
-
-def mark_position_taken() -> None:
-    """Signal that the running tool step holds its log position (see ToolRegistry)."""
-    event = _position_taken.get()
-    if event is not None:
-        event.set()
 
 
 def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -116,10 +100,10 @@ def _format_validation_error(name: str, error: pydantic.ValidationError) -> str:
 class Tool(Generic[P, R]):
     """A function the model can call, run as a durable step named ``tool:<name>``.
 
-    Calling the tool inside a workflow is a step (checkpointed, replayed); outside it is a
-    plain call. ``idempotent=False`` (with an optional ``guard``) is passed to the step: the
-    intent is recorded before the tool runs, and after a crash the guard decides whether the
-    effect already happened.
+    ``def`` and ``async def`` functions both work. Calling the tool inside a workflow is a
+    step (checkpointed, replayed); outside it is a plain call. ``idempotent=False`` (with an
+    optional ``guard``) is passed to the step: the intent is recorded before the tool runs,
+    and after a crash the guard decides whether the effect already happened.
     """
 
     def __init__(
@@ -136,23 +120,19 @@ class Tool(Generic[P, R]):
         max_interval: float = 60.0,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
     ) -> None:
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError("@tool supports plain (sync) functions; run async work inside it")
         self.name = name or fn.__name__
         if not _NAME.match(self.name):
             raise ValueError(f"tool name {self.name!r} must match {_NAME.pattern}")
         doc, arg_docs = _split_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else doc
         self.fn = fn
+        #: An ``async def`` tool: calling it returns a coroutine (run it with
+        #: ``ToolRegistry.call_async`` / ``call_all_async``, or ``await`` it).
+        self.is_async = inspect.iscoroutinefunction(fn)
         self.idempotent = idempotent
         self.guard = guard
         self.input_model = _input_model(fn, self.name, arg_docs)
         self.input_schema: dict[str, Any] = _clean_schema(self.input_model.model_json_schema())
-
-        @functools.wraps(fn)
-        def body(*args: Any, **kwargs: Any) -> Any:
-            mark_position_taken()
-            return fn(*args, **kwargs)
 
         self._step: Callable[..., R] = engine_step(
             name=TOOL_STEP_PREFIX + self.name,
@@ -163,7 +143,7 @@ class Tool(Generic[P, R]):
             retry_on=retry_on,
             idempotent=idempotent,
             guard=guard,
-        )(body)
+        )(fn)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -20,7 +20,8 @@ from ..storage.database import SystemDatabase
 from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .messaging import send_plain
-from .waiting import wait_for_stored_outcome
+from .plans import run_plan, run_plan_async
+from .waiting import finished_outcome
 
 
 class ClientHandle:
@@ -35,7 +36,12 @@ class ClientHandle:
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the workflow's result (or raise its error)."""
-        return wait_for_stored_outcome(self._db, self.workflow_id, timeout).unwrap()
+        return run_plan(finished_outcome(self._db, self.workflow_id, timeout)).unwrap()
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """:meth:`result` for an event loop (polls without blocking it)."""
+        outcome = await run_plan_async(finished_outcome(self._db, self.workflow_id, timeout))
+        return outcome.unwrap()
 
     def get_info(self) -> WorkflowInfo:
         info = self._db.workflows.get(self.workflow_id)

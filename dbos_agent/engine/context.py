@@ -170,10 +170,16 @@ class WorkflowContext:
 
     def next_position(self) -> int:
         """Hand out the next step position (thread-safe: positions are call order)."""
+        return self.reserve(1).start
+
+    def reserve(self, count: int) -> range:
+        """Hand out ``count`` consecutive positions at once, for steps that run
+        concurrently: each takes its own (see :func:`at_position`), so the log does not
+        depend on which of them starts or finishes first."""
         with self._lock:
-            seq = self._next_seq
-            self._next_seq += 1
-        return seq
+            base = self._next_seq
+            self._next_seq += count
+        return range(base, base + count)
 
     def check_not_stopped(self) -> None:
         """Raise if the run must end: shutdown, a stop noted earlier, or a cancel."""
@@ -188,7 +194,11 @@ class WorkflowContext:
     def begin_step(self, name: str) -> tuple[int, StepRow | None]:
         """Take a position for step ``name``; return its recorded row when replaying."""
         self.check_not_stopped()
-        seq = self.next_position()
+        seq = _pinned_position.get()
+        if seq is None:
+            seq = self.next_position()
+        else:  # one step per reserved position
+            _pinned_position.set(None)
         recorded = self.recorded.pop(seq, None)
         if recorded is not None and recorded.name != name:
             raise self.halt(
@@ -215,6 +225,7 @@ _current_step: ContextVar[int | None] = ContextVar("dbos_agent_step", default=No
 _assigned_workflow_id: ContextVar[str | None] = ContextVar(
     "dbos_agent_assigned_workflow_id", default=None
 )
+_pinned_position: ContextVar[int | None] = ContextVar("dbos_agent_pinned_position", default=None)
 
 
 def current_context() -> WorkflowContext | None:
@@ -232,11 +243,35 @@ def entered_workflow(ctx: WorkflowContext) -> Iterator[WorkflowContext]:
     """Make ``ctx`` the current workflow (and no step current) for the block."""
     wf_token = _current_workflow.set(ctx)
     step_token = _current_step.set(None)
+    pin_token = _pinned_position.set(None)
     try:
         yield ctx
     finally:
+        _pinned_position.reset(pin_token)
         _current_step.reset(step_token)
         _current_workflow.reset(wf_token)
+
+
+def reserve_positions(count: int) -> list[int | None]:
+    """Positions for ``count`` steps about to run concurrently, in the order they were
+    asked for (all None outside a workflow, or inside a step, where steps are plain calls).
+    """
+    ctx = _current_workflow.get()
+    if ctx is None or _current_step.get() is not None:
+        return [None] * count
+    return list(ctx.reserve(count))
+
+
+@contextmanager
+def at_position(seq: int | None) -> Iterator[None]:
+    """The first step begun in this block, in this thread or task, takes position ``seq``
+    (one of :func:`reserve_positions`); None changes nothing. Run each concurrent call in
+    its own context (a task, ``contextvars.copy_context().run``)."""
+    token = _pinned_position.set(seq)
+    try:
+        yield
+    finally:
+        _pinned_position.reset(token)
 
 
 @contextmanager

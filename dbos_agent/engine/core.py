@@ -45,12 +45,14 @@ from .context import (
     current_workflow_id,
     entered_workflow,
 )
+from .event_loop import EventLoop
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, stored_outcome, workflow_outcome
+from .plans import Plan, run_plan
 from .registry import WorkflowDefinition
 from .runs import Admission, RunTable, WorkflowRun, check_same_call
 from .suspension import Suspended
-from .waiting import wait_for_stored_outcome
+from .waiting import finished_outcome
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class Engine:
         lease_seconds: float = 30.0,
         session_grace: float = 3.0,
         suspend_after: float = 1.0,
+        async_runs: int = 1000,
     ) -> None:
         if suspend_after < 0:
             raise ValueError(f"suspend_after must be >= 0 seconds, got {suspend_after}")
@@ -85,6 +88,9 @@ class Engine:
         )
         self.session_key: int | None = None
         self.pool = WorkerPool(workers)
+        #: Where background async runs execute: one loop, its blocking calls on as many
+        #: threads as there are database connections.
+        self.loop = EventLoop(io_threads=db.pool_size, max_runs=async_runs)
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
         self.notifications = Notifications(db)
         self.stopping = False
@@ -213,10 +219,13 @@ class Engine:
             mine = pending and row.owner_key == self.session_key
             if not mine:
                 run.owned_streak = self.ownership_mark()
+                if pending and row.owner_live:  # a dead process here is declared dead now
+                    end_dead_local_sessions(self.db)
+            # the take-over is guarded on the owner's session being dead, whoever (recovery
+            # in this process, another one) found it dead since the row was read
             if mine or (
                 pending
                 and self.session_key is not None
-                and (not row.owner_live or end_dead_local_sessions(self.db) > 0)
                 and self.db.workflows.take_over(
                     workflow_id, row.owner_key, self.session_key, self.executor_id
                 )
@@ -261,7 +270,10 @@ class Engine:
         )
         if not self.adopt(run):
             return self.active_future(workflow_id) or run.future
-        self.pool.wait_for_room(backlog=self.pool.size * 2)
+        if definition.is_async:
+            self.loop.wait_for_room()
+        else:
+            self.pool.wait_for_room(backlog=self.pool.size * 2)
         return self.submit(run)
 
     def active_ids(self) -> list[str]:
@@ -459,34 +471,47 @@ class Engine:
         )
 
     def submit(self, run: WorkflowRun) -> Future[Outcome]:
-        """Run ``run`` on the worker pool; the future resolves with its outcome. A run of
-        the pool is a background run: its long waits suspend (see suspension.py)."""
+        """Run ``run`` in the background; the future resolves with its outcome. A sync
+        workflow takes a thread of the worker pool, an async one a task on the shared
+        event loop. A background run's long waits suspend (see suspension.py)."""
         run.background = True
-
-        def job() -> None:
-            try:
-                if run.definition.is_async:
-                    asyncio.run(self.execute_async(run))
-                else:
-                    self.execute(run)
-            except BaseException as exc:  # already resolved by _abandon
-                if not self.stopping:
-                    log.error("workflow %s was interrupted: %s", run.workflow_id, exc)
-
-        self.pool.submit(job)
+        if run.definition.is_async:
+            self.loop.submit(self._background_async(run))
+        else:
+            self.pool.submit(lambda: self._background_sync(run))
         return run.future
+
+    def _background_sync(self, run: WorkflowRun) -> None:
+        try:
+            self.execute(run)
+        except BaseException as exc:  # already resolved by _abandon
+            self._note_interrupted(run, exc)
+
+    async def _background_async(self, run: WorkflowRun) -> None:
+        try:
+            await self.execute_async(run)
+        except BaseException as exc:  # already resolved by _abandon
+            self._note_interrupted(run, exc)
+
+    def _note_interrupted(self, run: WorkflowRun, exc: BaseException) -> None:
+        if not self.stopping:
+            log.error("workflow %s was interrupted: %s", run.workflow_id, exc)
 
     def wait_for_outcome(self, workflow_id: str, timeout: float | None = None) -> Outcome:
         """Wait until the workflow is finished, by whichever process runs it.
 
         Waits on the in-process run when there is one, else polls the
         database. A run here that stops without an outcome (taken over,
-        shut down) falls back to the database. Raises TimeoutError.
+        shut down, suspended) falls back to the database. Raises TimeoutError.
         """
+        return run_plan(self.outcome_of(workflow_id, timeout))
+
+    def outcome_of(self, workflow_id: str, timeout: float | None = None) -> Plan[Outcome]:
+        """:meth:`wait_for_outcome` as a plan, for sync and async callers alike."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            outcome = wait_for_stored_outcome(
+            outcome = yield from finished_outcome(
                 self.db, workflow_id, remaining, lambda: self.active_future(workflow_id)
             )
             if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
@@ -523,6 +548,7 @@ class Engine:
         for thread in self._background:
             thread.join(grace)
         wait_futures(self.runs.futures(), timeout=grace)
+        self.loop.stop()
         self.pool.stop()
         self.session.close()
         self.db.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
 from ..errors import WorkflowInterruptedError, WorkflowNotFoundError
@@ -15,7 +14,7 @@ from ..storage.suspension import WaitCondition
 from .context import OwnershipLost, WorkflowContext, current_context, in_step
 from .core import Engine
 from .outcome import Outcome
-from .plans import Io, Plan, run_plan
+from .plans import Await, Io, Plan, run_plan, run_plan_async
 from .state import current_engine
 from .suspension import suspend_if_long
 
@@ -48,24 +47,32 @@ class WorkflowHandle(Generic[R]):
 
         Raises ``TimeoutError`` if it has not finished within ``timeout`` seconds. In a
         background run of a workflow (without a timeout), waiting for an unfinished
-        workflow suspends the caller until that one finishes (see suspension.py).
+        workflow suspends the caller until that one finishes (see suspension.py). In an
+        async workflow use :meth:`result_async`.
         """
+        return run_plan(self._result(timeout))  # type: ignore[no-any-return]
+
+    async def result_async(self, timeout: float | None = None) -> R:
+        """:meth:`result` for an event loop: waiting blocks no thread."""
+        return await run_plan_async(self._result(timeout))
+
+    def _result(self, timeout: float | None) -> Plan[Any]:
         ctx = current_context()
         if timeout is None and ctx is not None and not in_step() and ctx.may_suspend():
-            run_plan(_suspend_until_finished(ctx, self._workflow_id))
+            yield from _suspend_until_finished(ctx, self._workflow_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._future is not None:
             try:
-                outcome = self._future.result(timeout)
-            except FutureTimeout:
+                outcome = yield Await(self._future, timeout)
+            except TimeoutError:
                 raise TimeoutError(
                     f"workflow {self._workflow_id!r} did not finish within {timeout}s"
                 ) from None
             if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-                return outcome.unwrap()  # type: ignore[no-any-return]
+                return outcome.unwrap()
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        outcome = self._runtime.wait_for_outcome(self._workflow_id, remaining)
-        return outcome.unwrap()  # type: ignore[no-any-return]
+        outcome = yield from self._runtime.outcome_of(self._workflow_id, remaining)
+        return outcome.unwrap()
 
     def get_info(self) -> WorkflowInfo:
         """The stored row of the workflow."""

@@ -46,14 +46,18 @@ def launch(
     take_over_every: float | None = None,
     suspend_after: float = 1.0,
     wake_suspended: bool = True,
+    async_runs: int = 1000,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
     ``database_url`` defaults to ``$DBOS_AGENT_DATABASE_URL`` and then to an
     embedded Postgres kept under ``./.dbos_agent/``. Recovery of this
     executor's PENDING workflows runs in the background: ``launch`` returns
-    at once. ``workers`` bounds the threads that run background and recovered
+    at once. ``workers`` bounds the threads that run background and recovered sync
     workflows; ``pool_size`` the database connections (default: workers + 4).
+    Background async workflows share one event loop of this process instead, as
+    tasks (at most ``async_runs`` at once; recovery and wake-ups wait for room): their
+    model calls overlap without a thread each.
 
     Taking over: other executors take this process's workflows over only once
     its session is dead: its heartbeat lease (``lease_seconds``) ran out (a hung
@@ -119,6 +123,7 @@ def launch(
                 lease_seconds=lease_seconds,
                 session_grace=session_grace,
                 suspend_after=suspend_after,
+                async_runs=async_runs,
             )
             engine.open()
         except BaseException:

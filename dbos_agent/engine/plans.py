@@ -1,7 +1,8 @@
 """Plans: durable waits written once, for sync and async workflows alike.
 
-A wait (sleep, recv, get_event, a send) is a generator that yields :class:`Io`
-(a blocking database call) and :class:`Wait` (block on a waiter) requests.
+A wait (sleep, recv, get_event, a send, a workflow's result) is a generator that
+yields :class:`Io` (a blocking database call), :class:`Wait` (block on a waiter) and
+:class:`Await` (a run of this process) requests.
 :func:`run_plan` performs them in the calling thread; :func:`run_plan_async`
 runs the calls in a worker thread and waits on the event loop, so an ``async``
 workflow waiting for hours holds no thread.
@@ -12,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Generator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import DatabaseUnavailableError
 from .context import StopReason, current_context, in_step
+from .event_loop import refuse_blocking_wait
 from .notifications import Waiter
 
 T = TypeVar("T")
@@ -37,7 +40,16 @@ class Wait:
     seconds: float
 
 
-Plan: TypeAlias = Generator[Io | Wait, Any, T]
+@dataclass(frozen=True, slots=True)
+class Await:
+    """Wait for ``future`` (a run of this process) for at most ``seconds`` (None: no
+    limit); the reply is its result, or TimeoutError."""
+
+    future: Future[Any]
+    seconds: float | None
+
+
+Plan: TypeAlias = Generator[Io | Wait | Await, Any, T]
 
 
 def _noted(exc: BaseException) -> BaseException:
@@ -64,6 +76,10 @@ def run_plan(plan: Plan[T]) -> T:
             try:
                 if isinstance(request, Io):
                     reply = request.call()
+                    continue
+                refuse_blocking_wait("a sync durable wait (sleep, recv, get_event, result)")
+                if isinstance(request, Await):
+                    reply = request.future.result(request.seconds)
                 elif request.waiter is None:
                     time.sleep(max(0.0, request.seconds))
                 else:
@@ -88,6 +104,10 @@ async def run_plan_async(plan: Plan[T]) -> T:
             try:
                 if isinstance(request, Io):
                     reply = await asyncio.to_thread(request.call)
+                elif isinstance(request, Await):
+                    reply = await asyncio.wait_for(
+                        asyncio.shield(asyncio.wrap_future(request.future)), request.seconds
+                    )
                 elif request.waiter is None:
                     await asyncio.sleep(max(0.0, request.seconds))
                 else:

@@ -1,4 +1,8 @@
-"""Waiting for a workflow that another process may be running: poll with backoff."""
+"""Waiting for a workflow that another process may be running: poll with backoff.
+
+Written once as a plan (see plans.py): ``handle.result()`` drives it in its thread,
+``await handle.result_async()`` on the event loop.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,19 @@ from concurrent.futures import Future
 from ..errors import WorkflowNotFoundError
 from ..storage.database import SystemDatabase
 from .outcome import Outcome, workflow_outcome
+from .plans import Await, Io, Plan, Wait
 from .registry import find_workflow
 
 POLL_MIN_S = 0.005
 POLL_MAX_S = 0.5
 
 
-def wait_for_stored_outcome(
+def finished_outcome(
     db: SystemDatabase,
     workflow_id: str,
     timeout: float | None,
     local_future: Callable[[], Future[Outcome] | None] = lambda: None,
-) -> Outcome:
+) -> Plan[Outcome]:
     """Poll until the workflow is finished, typed through its registered function if any.
 
     ``local_future`` is asked on every round: when this process starts running
@@ -33,12 +38,13 @@ def wait_for_stored_outcome(
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         if future is not None:
             try:
-                return future.result(remaining)
+                outcome: Outcome = yield Await(future, remaining)
             except TimeoutError:
                 raise TimeoutError(
                     f"workflow {workflow_id!r} did not finish within {timeout}s"
                 ) from None
-        info = db.workflows.get(workflow_id)
+            return outcome
+        info = yield Io(lambda: db.workflows.get(workflow_id))
         if info is None:
             raise WorkflowNotFoundError(workflow_id)
         if info.status.finished:
@@ -55,5 +61,5 @@ def wait_for_stored_outcome(
                 f"workflow {workflow_id!r} did not finish within {timeout}s (status {info.status})"
             )
         pause = delay if deadline is None else min(delay, deadline - time.monotonic())
-        time.sleep(max(0.0, pause))
+        yield Wait(None, max(0.0, pause))
         delay = min(delay * 2, POLL_MAX_S)

@@ -97,7 +97,9 @@ class Connector:
         self.retrier = Retrier(self.monitor, outage_timeout)
         self._weeded_at = 0.0
         self._weed_lock = threading.Lock()
-        self._pool = ConnectionPool(self._connect_pooled, max(1, pool_size))
+        #: At most this many connections are open at once (blocking calls beyond wait).
+        self.pool_size = max(1, pool_size)
+        self._pool = ConnectionPool(self._connect_pooled, self.pool_size)
         #: Seconds added to the database clock (``dbos_agent.now()``) on every connection
         #: this process uses: tests move time with :meth:`advance_clock` instead of sleeping.
         self.clock_offset = 0.0

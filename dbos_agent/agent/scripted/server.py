@@ -38,6 +38,9 @@ class _ScriptExhaustedError(Exception):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Hundreds of async agents connect at once: the default backlog (5) would make the
+    # kernel drop their SYNs and the clients retry after a second or more.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], scripted: ScriptedServer) -> None:
         self.scripted = scripted

@@ -1,0 +1,138 @@
+"""One event loop per process for every background async workflow.
+
+A background async run (``da.start`` of an ``async def`` workflow, recovery, a queue,
+a wake-up) is a task on this loop, not a thread of the worker pool: thousands of
+async agents make their model calls concurrently while a handful of threads serve
+them. The loop runs in one daemon thread, started on first use. Its default executor
+(what ``asyncio.to_thread`` uses: the database round trips of steps and waits) has
+as many threads as the engine has database connections, so blocking calls queue for
+a connection there instead of piling up threads.
+
+A blocking wait (``da.sleep``, ``da.recv`` without ``_async``, ``handle.result()``)
+called on this loop would stop every other task of it: :func:`refuse_blocking_wait`
+turns that into a clear error naming the ``_async`` twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ..errors import DbosAgentError
+
+log = logging.getLogger(__name__)
+
+_on_loop = threading.local()
+
+
+def refuse_blocking_wait(what: str) -> None:
+    """Raise if this thread is a shared event loop's: a blocking wait would stall it."""
+    if getattr(_on_loop, "loop", False):
+        raise DbosAgentError(
+            f"{what} blocks, and this async workflow runs on the process's shared event "
+            f"loop: use its async form (await ... _async) so the other workflows keep running"
+        )
+
+
+class EventLoop:
+    """A daemon thread running one asyncio loop; ``max_runs`` bounds live runs on it."""
+
+    def __init__(self, io_threads: int, max_runs: int) -> None:
+        if io_threads < 1 or max_runs < 1:
+            raise ValueError(
+                f"the event loop needs io_threads >= 1 and max_runs >= 1, got "
+                f"{io_threads} and {max_runs}"
+            )
+        self.max_runs = max_runs
+        self._io_threads = io_threads
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._live = 0
+        self._stopped = False
+
+    @property
+    def live(self) -> int:
+        """Runs submitted and not yet ended."""
+        return self._live
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        """The loop, started on first use (a process without async workflows never starts it)."""
+        if self._loop is not None:
+            return self._loop
+        if self._stopped:
+            raise DbosAgentError("the dbos_agent event loop has stopped (the runtime shut down)")
+        loop = asyncio.new_event_loop()
+        executor = ThreadPoolExecutor(self._io_threads, thread_name_prefix="dbos-agent-io")
+        loop.set_default_executor(executor)
+        ready = threading.Event()
+
+        def serve() -> None:
+            _on_loop.loop = True
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        thread = threading.Thread(target=serve, name="dbos-agent-event-loop", daemon=True)
+        thread.start()
+        ready.wait()
+        self._loop, self._thread, self._executor = loop, thread, executor
+        return loop
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        """Run ``coro`` as a task on the loop; the future resolves with its result."""
+        with self._lock:
+            try:
+                loop = self._started()
+            except BaseException:
+                coro.close()
+                raise
+            self._live += 1
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        future.add_done_callback(self._ended)
+        return future
+
+    def _ended(self, _: Future[Any]) -> None:
+        with self._room:
+            self._live -= 1
+            self._room.notify_all()
+
+    def wait_for_room(self) -> None:
+        """Block while ``max_runs`` runs are live (recovery and wake-ups keep memory flat)."""
+        with self._room:
+            while self._live >= self.max_runs and not self._stopped:
+                self._room.wait(0.5)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Cancel what still runs, stop the loop and its thread (waits up to ``timeout``)."""
+        with self._room:
+            self._stopped = True
+            self._room.notify_all()
+            loop, thread, executor = self._loop, self._thread, self._executor
+        if loop is None or thread is None:
+            return
+
+        async def drain() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=timeout)
+            loop.stop()
+
+        if not loop.is_closed():
+            asyncio.run_coroutine_threadsafe(drain(), loop)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the dbos_agent event loop did not stop within %.1fs", timeout)
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
