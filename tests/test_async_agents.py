@@ -137,6 +137,59 @@ def test_parallel_async_tool_calls_take_positions_in_reply_order(
     assert "started" not in CURRENT
 
 
+@tool(timeout=0.2)
+async def too_slow() -> str:
+    """Never finishes in time."""
+    CURRENT["slow_attempts"] = CURRENT.get("slow_attempts", 0) + 1
+    await asyncio.sleep(30)
+    return "late"
+
+
+@da.durable_workflow(name="async_agents_timeout")
+async def times_out() -> list[ToolResultBlockParam]:
+    return await ToolRegistry([too_slow]).call_all_async([use(0, "too_slow")])
+
+
+def test_an_async_tool_past_its_timeout_is_an_error_for_the_model(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    started = time.monotonic()
+    result = da.start(times_out).result(timeout=30)[0]
+    assert time.monotonic() - started < 5
+    assert result.get("is_error") and "TimeoutError" in str(result["content"])
+    assert CURRENT["slow_attempts"] == 1
+    wid = inspector.workflows(name="async_agents_timeout")[0].workflow_id
+    assert inspector.steps(wid)[0].status == "ERROR"
+
+
+@da.durable_workflow(name="async_agents_stream")
+async def streams(turns: int) -> list[str]:
+    model: Model = CURRENT["model"]
+    texts = []
+    for _ in range(turns):
+        reply = await model.stream_async(HELLO, on_text=CURRENT.setdefault("deltas", []).append)
+        texts.append("".join(block.text for block in reply.content if block.type == "text"))
+    return texts
+
+
+def test_a_streamed_async_model_call_is_checkpointed_and_replayed_silently(
+    runtime: da.Runtime,
+) -> None:
+    script = [Reply((text("one two three"),)), Reply((text("four"),))]
+    with ScriptedServer(script) as server:
+        CURRENT["model"] = Model(anthropic.Anthropic(base_url=server.url, api_key="x"))
+        wid = new_id("stream-async")
+        with da.workflow_id(wid):
+            assert asyncio.run(streams(2)) == ["one two three", "four"]
+        assert "".join(CURRENT["deltas"]) == "one two threefour"
+        assert [r.stream for r in server.requests] == [True, True]
+        CURRENT["deltas"] = []
+        with da.workflow_id(wid):
+            assert asyncio.run(streams(2)) == ["one two three", "four"]
+        assert CURRENT["deltas"] == []  # replayed: nothing streamed, nothing paid
+        assert len(server.requests) == 2
+
+
 def test_the_sync_registry_runs_async_tools_too(runtime: da.Runtime) -> None:
     results = TOOLS.call_all([use(0, "pause_then", i=7, seconds=0.0)], parallel=True)
     assert results[0]["content"] == "7"

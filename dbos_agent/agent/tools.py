@@ -119,6 +119,7 @@ class Tool(Generic[P, R]):
         backoff: float = 2.0,
         max_interval: float = 60.0,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
+        timeout: float | None = None,
     ) -> None:
         self.name = name or fn.__name__
         if not _NAME.match(self.name):
@@ -143,6 +144,7 @@ class Tool(Generic[P, R]):
             retry_on=retry_on,
             idempotent=idempotent,
             guard=guard,
+            timeout=timeout,
         )(fn)
         functools.update_wrapper(self, fn)
 
@@ -194,6 +196,7 @@ def tool(
     backoff: float = 2.0,
     max_interval: float = 60.0,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
+    timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -210,12 +213,16 @@ def tool(
     backoff: float = 2.0,
     max_interval: float = 60.0,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
+    timeout: float | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a typed function a model tool and a durable step (bare or with options).
 
     Idempotent tools (the default) are at-least-once: cut off by a crash, they run again.
     For effects that must not repeat, pass ``idempotent=False`` and a ``guard(**input)``
     that checks the world and returns the earlier result or :data:`NotDone`.
+
+    ``timeout`` (``async def`` tools) cancels an attempt after that many seconds: the
+    model gets the TimeoutError as an ``is_error`` result, after ``retries``.
     """
 
     def decorate(func: Callable[P, R]) -> Tool[P, R]:
@@ -230,6 +237,7 @@ def tool(
             backoff=backoff,
             max_interval=max_interval,
             retry_on=retry_on,
+            timeout=timeout,
         )
 
     return decorate(fn) if fn is not None else decorate
