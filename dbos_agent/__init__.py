@@ -7,7 +7,7 @@ crash the next :func:`launch` replays the recorded steps and continues live.
 """
 
 from .engine.client import Client, ClientHandle
-from .engine.context import current_workflow_id, step_key, workflow_id
+from .engine.context import current_workflow_id, step_key, workflow_id, workflow_timeout
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
 from .engine.messaging import (
@@ -47,6 +47,7 @@ from .errors import (
     WorkflowInterruptedError,
     WorkflowNotFoundError,
     WorkflowStatusError,
+    WorkflowTimeoutError,
 )
 from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 
@@ -84,6 +85,7 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowStatus",
     "WorkflowStatusError",
+    "WorkflowTimeoutError",
     "__version__",
     "cancel",
     "current_runtime",
@@ -111,4 +113,5 @@ __all__ = [
     "step",
     "step_key",
     "workflow_id",
+    "workflow_timeout",
 ]

@@ -116,6 +116,11 @@ class WorkflowCancelledError(DbosAgentError):
     """The workflow was cancelled; it stops at its next step boundary."""
 
 
+class WorkflowTimeoutError(WorkflowCancelledError):
+    """The workflow passed its deadline (:func:`dbos_agent.workflow_timeout`) unfinished:
+    it was cancelled, with the workflows it started."""
+
+
 class StepInDoubtError(DbosAgentError):
     """A non-idempotent step recorded its intent but no result, and has no guard.
 

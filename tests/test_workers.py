@@ -198,3 +198,36 @@ def test_a_global_concurrency_limit_holds_across_workers(
         in_flight += delta
         peak = max(peak, in_flight)
     assert peak == 2, f"at most 2 workflows of the queue may run at once, saw {peak}"
+
+
+def test_workers_share_a_limited_queue_fairly(dbos_agent_database_url: str, tmp_path: Path) -> None:
+    """A queue limited to 4 in flight, two workers with room for 16 each: each takes its
+    share (2), instead of whichever dispatches first taking all 4 again and again."""
+    url, log = dbos_agent_database_url, tmp_path / "steps.log"
+    log.touch()
+    ids = [new_id("fair") for _ in range(24)]
+    workers = [_worker(url, log, step_seconds=0.1) for _ in range(2)]
+    try:
+        wait_until(lambda: len(_queue_servers(url)) >= 2, 30, "both workers serving the queue")
+        with da.Client(url) as client:
+            for wid in ids:
+                client.enqueue("worker-tests-fair", "job", 2, workflow_id=wid)
+        _wait_all(url, ids, 90)
+    finally:
+        _stop(workers)
+    by_worker: dict[int, set[str]] = defaultdict(set)
+    for pid, wid, _seq, _start, _end in _executions(log):
+        by_worker[pid].add(wid)
+    shares = sorted(len(wids) for wids in by_worker.values())
+    assert len(shares) == 2 and shares[0] >= 8, f"workflows per worker: {shares}"
+
+
+def _queue_servers(url: str) -> list[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('dbos_agent.executors')").fetchone() == (None,):
+            return []  # no worker has created the schema yet
+        rows = conn.execute(
+            "SELECT session_key FROM dbos_agent.executors "
+            "WHERE 'worker-tests-fair' = ANY(queues) AND heartbeat_at > now() - interval '10s'"
+        ).fetchall()
+    return [row[0] for row in rows]

@@ -16,6 +16,7 @@ STEP_SECONDS = float(os.environ.get("WORKER_APP_STEP_SECONDS", "0.1"))
 
 work_queue = da.Queue("worker-tests", worker_concurrency=4)
 limited_queue = da.Queue("worker-tests-limited", concurrency=2)
+fair_queue = da.Queue("worker-tests-fair", concurrency=4)
 
 
 def _log(wid: str, seq: int, start: float, end: float) -> None:

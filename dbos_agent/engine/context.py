@@ -225,6 +225,9 @@ _current_step: ContextVar[int | None] = ContextVar("dbos_agent_step", default=No
 _assigned_workflow_id: ContextVar[str | None] = ContextVar(
     "dbos_agent_assigned_workflow_id", default=None
 )
+_workflow_timeout: ContextVar[float | None] = ContextVar(
+    "dbos_agent_workflow_timeout", default=None
+)
 _pinned_position: ContextVar[int | None] = ContextVar("dbos_agent_pinned_position", default=None)
 
 
@@ -244,9 +247,11 @@ def entered_workflow(ctx: WorkflowContext) -> Iterator[WorkflowContext]:
     wf_token = _current_workflow.set(ctx)
     step_token = _current_step.set(None)
     pin_token = _pinned_position.set(None)
+    timeout_token = _workflow_timeout.set(None)  # its own children end with it anyway
     try:
         yield ctx
     finally:
+        _workflow_timeout.reset(timeout_token)
         _pinned_position.reset(pin_token)
         _current_step.reset(step_token)
         _current_workflow.reset(wf_token)
@@ -315,6 +320,33 @@ def workflow_id(value: str) -> Iterator[None]:
         yield
     finally:
         _assigned_workflow_id.reset(token)
+
+
+@contextmanager
+def workflow_timeout(seconds: float | None) -> Iterator[None]:
+    """Give the workflows started in this block (called, ``da.start``-ed, enqueued) a
+    deadline ``seconds`` from their first start, on the database clock.
+
+    Unfinished at its deadline, a workflow is cancelled (its ``result()`` raises
+    :class:`WorkflowTimeoutError`), and so are the workflows it started; a run stops at
+    its next step. A restart or a recovery keeps the first start's deadline. Deadlines
+    are enforced by the waker of a process launched with ``wake_suspended`` (every
+    launched process by default), within about two seconds. ``None`` sets no deadline.
+    """
+    if seconds is not None and not (isinstance(seconds, int | float) and 0 < seconds < 1e9):
+        raise ValueError(
+            f"workflow_timeout: seconds must be a number > 0 (and finite), got {seconds!r}"
+        )
+    token = _workflow_timeout.set(None if seconds is None else float(seconds))
+    try:
+        yield
+    finally:
+        _workflow_timeout.reset(token)
+
+
+def current_workflow_timeout() -> float | None:
+    """The timeout a workflow started here gets (see :func:`workflow_timeout`)."""
+    return _workflow_timeout.get()
 
 
 def take_workflow_id(explicit: str | None = None) -> str:

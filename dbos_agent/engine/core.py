@@ -43,6 +43,7 @@ from .context import (
     StopReason,
     WorkflowContext,
     current_workflow_id,
+    current_workflow_timeout,
     entered_workflow,
 )
 from .event_loop import EventLoop
@@ -204,6 +205,7 @@ class Engine:
                 queue_name=queue_name,
                 priority=priority,
                 parent_id=current_workflow_id(),
+                timeout=current_workflow_timeout(),
             )
             if inserted and queue_name is None:
                 return Admission(run=run)

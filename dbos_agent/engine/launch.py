@@ -23,7 +23,7 @@ from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from . import state
 from .core import Engine
-from .queues import run_dispatcher
+from .queues import registered_queues, run_dispatcher
 from .recovery import RecoveryReport, keep_taking_back, keep_taking_over, recover_pending
 from .retention import check_older_than, run_retention
 from .waking import Waker
@@ -125,6 +125,8 @@ def launch(
                 suspend_after=suspend_after,
                 async_runs=async_runs,
             )
+            if run_queues:  # registered from its first moment as serving them
+                engine.session.queues = [queue.name for queue in registered_queues()]
             engine.open()
         except BaseException:
             db.close()

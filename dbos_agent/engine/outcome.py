@@ -82,7 +82,10 @@ def workflow_outcome(
     if status is WorkflowStatus.SUCCESS:
         where = f"workflow {workflow_id!r} result"
         return Outcome(value=codec.from_jsonable(output, where) if codec else output)
-    if status is WorkflowStatus.CANCELLED:
+    if status is WorkflowStatus.CANCELLED:  # what the cancel recorded (a deadline, a parent)
+        recorded = error_from_json(error) if error else None
+        if isinstance(recorded, WorkflowCancelledError):
+            return Outcome(error=recorded)
         return Outcome(error=WorkflowCancelledError(f"workflow {workflow_id!r} was cancelled"))
     if status is WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED:
         detail = str((error or {}).get("message") or workflow_id)

@@ -4,6 +4,9 @@ Limits hold across every worker sharing the database: ``concurrency`` (in
 flight over all workers), ``worker_concurrency`` (in flight on one worker)
 and ``rate_limit`` (starts per period). A dequeue counts and applies them in
 one transaction serialised per queue (see ``dequeue_workflows`` in queries.sql).
+A queue with ``concurrency`` is shared fairly: each live worker serving it takes at
+most its share (``fair_share``; workers say which queues they serve with their
+heartbeat).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Queue:
         rate_limit: tuple[int, float] | None = None,
         *,
         count_suspended: bool = False,
+        fair_share: bool = True,
     ) -> None:
         check_identifier(name, "queue name")
         for label, value in (
@@ -58,6 +62,10 @@ class Queue:
         #: something while they wait: a licence, a sandbox). By default they do not:
         #: a suspended workflow holds no resources, and its slot goes to the next one.
         self.count_suspended = count_suspended
+        #: With ``concurrency`` and no ``worker_concurrency``: each live worker serving
+        #: the queue takes at most its share of ``concurrency`` (rounded up), so that
+        #: one worker does not take all of it while others have room.
+        self.fair_share = fair_share
         with state.lock():
             state.queues[name] = self
 
@@ -65,7 +73,7 @@ class Queue:
         return (
             f"Queue({self.name!r}, concurrency={self.concurrency}, "
             f"worker_concurrency={self.worker_concurrency}, rate_limit={self.rate_limit}, "
-            f"count_suspended={self.count_suspended})"
+            f"count_suspended={self.count_suspended}, fair_share={self.fair_share})"
         )
 
     def enqueue(
@@ -113,7 +121,9 @@ def dispatch_once(engine: Engine) -> int:
     """
     started = 0
     names = workflow_names()
-    for queue in registered_queues():
+    queues = registered_queues()
+    engine.session.queues = [queue.name for queue in queues]  # the next heartbeat says so
+    for queue in queues:
         free = engine.pool.size - len(engine.active_ids())
         if free <= 0:
             break
@@ -132,6 +142,7 @@ def dispatch_once(engine: Engine) -> int:
             worker_concurrency=queue.worker_concurrency,
             rate_limit=queue.rate_limit,
             count_suspended=queue.count_suspended,
+            fair=queue.fair_share and queue.worker_concurrency is None,
         ):
             definition = find_workflow(name)
             if definition is None:  # filtered by name in the query; defensive

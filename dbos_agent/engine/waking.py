@@ -5,7 +5,8 @@ waker thread. It wakes at once on the NOTIFY of a message (its payload names the
 destination), an event (the publisher) or a finished workflow awaited by another,
 when the earliest suspended timer is due
 (it sleeps until then), and sweeps every couple of seconds for what a lost NOTIFY
-or another process's clock left behind. Each wake is one guarded statement
+or another process's clock left behind. The sweep also cancels the workflows past
+their deadline (``da.workflow_timeout``). Each wake is one guarded statement
 (``wake_notified``, ``wake_ready``); a workflow two wakers race for goes to one of them.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 
 from .core import Engine
 from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL
@@ -39,6 +41,7 @@ class Waker:
         self._targets: set[str] = set()
         self._sweep = True  # the first round sweeps: what came due while nobody ran
         self._wanted = threading.Event()
+        self._swept_at = 0.0
 
     def start(self) -> None:
         """Listen for messages and events; the loop itself runs in :meth:`run`."""
@@ -69,10 +72,14 @@ class Waker:
             with self._lock:
                 targets, self._targets = self._targets, set()
                 sweep, self._sweep = self._sweep, False
+            # a steady stream of NOTIFYs must not put the sweep off forever
+            sweep = sweep or time.monotonic() - self._swept_at >= _SWEEP_EVERY_S
             try:
                 if targets:
                     self._wake(sorted(targets))
                 if sweep:
+                    self._swept_at = time.monotonic()
+                    self._cancel_overdue()
                     self._wake(None)
                 with state_lock():
                     names = workflow_names()
@@ -90,6 +97,17 @@ class Waker:
             if not self._wanted.wait(max(_MIN_PAUSE_S, pause)):
                 with self._lock:
                     self._sweep = True  # a timer came due, or it is time to sweep
+
+    def _cancel_overdue(self) -> None:
+        """Cancel the workflows past their deadline (see context.workflow_timeout); a run
+        of one here stops before its next step."""
+        engine = self._engine
+        while not engine.stopping:
+            cancelled = engine.db.operations.cancel_overdue(limit=_WAKE_PAGE)
+            for workflow_id in cancelled:
+                engine.note_cancelled(workflow_id)
+            if len(cancelled) < _WAKE_PAGE:
+                return
 
     def _wake(self, targets: list[str] | None) -> None:
         """Wake and run every workflow that can run now: those waiting on ``targets``,

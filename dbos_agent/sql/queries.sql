@@ -5,16 +5,18 @@
 
 -- name: insert_workflow
 -- Record a new workflow (PENDING and owned by the caller's session, or
--- ENQUEUED and owned by nobody); if the id exists already, return that row
--- instead, with whether its owner is alive (idempotent start). One round trip.
+-- ENQUEUED and owned by nobody), with its deadline if it has a timeout; if the
+-- id exists already, return that row instead, with whether its owner is alive
+-- (idempotent start: the first start's deadline stays). One round trip.
 WITH inserted AS (
     INSERT INTO dbos_agent.workflows
         (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-         owner_key, queue_name, priority, parent_id)
+         owner_key, queue_name, priority, parent_id, deadline_at)
     VALUES
         (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
          %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
-         %(priority)s, %(parent_id)s)
+         %(priority)s, %(parent_id)s,
+         dbos_agent.now() + make_interval(secs => %(timeout)s::float8))
     ON CONFLICT (workflow_id) DO NOTHING
     RETURNING workflow_id
 )
@@ -429,17 +431,19 @@ SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
 -- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
     (session_key, executor_id, app_version, hostname, pid, process_key, lease_seconds,
-     grace_seconds, heartbeat_at)
+     grace_seconds, heartbeat_at, queues)
 VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(hostname)s, %(pid)s,
-        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now())
+        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now(),
+        %(queues)s::text[])
 ON CONFLICT (session_key) DO UPDATE
     SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
         hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
         lease_seconds = EXCLUDED.lease_seconds, grace_seconds = EXCLUDED.grace_seconds,
-        heartbeat_at = dbos_agent.now(), lock_lost_at = NULL;
+        heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = EXCLUDED.queues;
 
 -- name: heartbeat_executor
--- Renew the lease (on the connection that holds the lock). Returns whether the
+-- Renew the lease (on the connection that holds the lock), and say again which
+-- queues the session serves. Returns whether the
 -- session could have been declared dead before this renewal: then its
 -- workflows may have been taken over, and each run must check before going on.
 -- No row: the session was forgotten (it looked dead) and must register again.
@@ -454,7 +458,7 @@ WITH before AS (
     FOR UPDATE
 )
 UPDATE dbos_agent.executors AS e
-SET heartbeat_at = dbos_agent.now(), lock_lost_at = NULL
+SET heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = %(queues)s::text[]
 FROM before
 WHERE e.session_key = before.session_key
 RETURNING before.was_dead;
@@ -520,9 +524,15 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue_name)s));
 -- Hand the caller's session as many ENQUEUED workflows of a queue as every
 -- limit allows: global concurrency (PENDING across all sessions, and SUSPENDED
 -- ones when the queue counts them), this worker's concurrency, the rate limit
--- (dequeues within the period), and the caller's free slots. Highest priority
--- (lowest number) first, then oldest.
-WITH in_flight AS (
+-- (dequeues within the period), the caller's free slots, and, for a queue
+-- shared fairly, the caller's share of the global limit among the live sessions
+-- serving the queue. Highest priority (lowest number) first, then oldest.
+WITH servers AS (
+    SELECT GREATEST(1, count(*)) AS n
+    FROM dbos_agent.executors AS e
+    WHERE %(queue_name)s = ANY(e.queues)
+      AND e.session_key NOT IN (SELECT dbos_agent.dead_sessions())
+), in_flight AS (
     SELECT count(*) AS total,
            count(*) FILTER (WHERE owner_key = %(owner_key)s) AS mine
     FROM dbos_agent.workflows
@@ -538,8 +548,11 @@ WITH in_flight AS (
                %(free_slots)s,
                COALESCE(%(concurrency)s - in_flight.total, %(free_slots)s),
                COALESCE(%(worker_concurrency)s - in_flight.mine, %(free_slots)s),
-               COALESCE(%(rate_limit)s - recent.started, %(free_slots)s))) AS n
-    FROM in_flight, recent
+               COALESCE(%(rate_limit)s - recent.started, %(free_slots)s),
+               CASE WHEN %(fair)s
+                    THEN ceil(%(concurrency)s::float8 / servers.n)::int - in_flight.mine
+               END)) AS n
+    FROM in_flight, recent, servers
 ), picked AS (
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
@@ -608,6 +621,49 @@ WITH RECURSIVE tree AS (
 SELECT (SELECT count(*) FROM cancelled WHERE is_root) = 1 AS cancelled, target.status
 FROM target
 WHERE target.is_root;
+
+-- name: cancel_overdue_workflows
+-- Cancel a page of unfinished workflows past their deadline, with every
+-- unfinished workflow they started (and theirs), as cancel_workflow does; rows
+-- another caller is cancelling are skipped. Returns the ids cancelled.
+WITH RECURSIVE overdue AS (
+    SELECT workflow_id
+    FROM dbos_agent.workflows
+    WHERE deadline_at <= dbos_agent.now() AND deadline_at IS NOT NULL
+      AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED')
+    ORDER BY deadline_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), tree AS (
+    SELECT workflow_id, workflow_id AS root, 0 AS depth FROM overdue
+    UNION
+    SELECT c.workflow_id, t.root, t.depth + 1
+    FROM dbos_agent.workflows AS c
+    JOIN tree AS t ON c.parent_id = t.workflow_id
+    WHERE t.depth < 1000
+), target AS (
+    SELECT DISTINCT ON (workflow_id) workflow_id, root
+    FROM tree
+    ORDER BY workflow_id, depth
+)
+UPDATE dbos_agent.workflows AS w
+SET status = 'CANCELLED', output = NULL, owner_key = NULL,
+    wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
+    error = CASE WHEN w.workflow_id = target.root THEN jsonb_build_object(
+                'type', 'dbos_agent.errors.WorkflowTimeoutError',
+                'message', format('workflow %%s passed its deadline (%%s) and was cancelled',
+                                  w.workflow_id, w.deadline_at),
+                'args', jsonb_build_array())
+            ELSE jsonb_build_object(
+                'type', 'dbos_agent.errors.WorkflowCancelledError',
+                'message', format('workflow %%s was cancelled with %%s, which started it '
+                                  'and passed its deadline', w.workflow_id, target.root),
+                'args', jsonb_build_array()) END,
+    updated_at = now(), finished_at = now()
+FROM target
+WHERE w.workflow_id = target.workflow_id
+  AND w.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED')
+RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id);
 
 -- name: resume_workflow
 -- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents

@@ -62,6 +62,9 @@ CREATE TABLE dbos_agent.workflows (
     -- The workflow that started this one (da.start in a workflow): a cancel of the
     -- parent cancels it too. No foreign key: retention may delete the parent first.
     parent_id             text,
+    -- Past this time (database clock) an unfinished workflow is cancelled, with the
+    -- workflows it started (da.workflow_timeout; set once, at its first start).
+    deadline_at           timestamptz,
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
@@ -98,6 +101,8 @@ CREATE INDEX workflows_suspended_on
 -- The children of a workflow (a cancel walks them).
 CREATE INDEX workflows_children
     ON dbos_agent.workflows (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX workflows_deadlines ON dbos_agent.workflows (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED');
 -- Claims: the PENDING workflows of dead sessions.
 CREATE INDEX workflows_pending_by_owner
     ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';
@@ -179,7 +184,9 @@ CREATE TABLE dbos_agent.executors (
     grace_seconds double precision NOT NULL DEFAULT 3 CHECK (grace_seconds > 0),
     lock_lost_at  timestamptz,
     -- 'boot id/pid namespace/pid/start time', NULL where the platform cannot say.
-    process_key   text
+    process_key   text,
+    -- The queues this session dequeues from (a limited queue is shared among them).
+    queues        text[]      NOT NULL DEFAULT '{}'
 );
 CREATE INDEX executors_by_id ON dbos_agent.executors (executor_id);
 

@@ -23,6 +23,14 @@ class OperationStore:
             return None
         return CancelResult(bool(row["cancelled"]), WorkflowStatus(row["status"]))
 
+    def cancel_overdue(self, limit: int = 100) -> list[str]:
+        """Cancel up to ``limit`` workflows past their deadline (with the workflows they
+        started) and notify their runners; returns every id cancelled."""
+        rows = self._db.all(
+            "cancel_overdue_workflows", "cancel workflows past their deadline", limit=limit
+        )
+        return [row["workflow_id"] for row in rows]
+
     def resume(
         self, workflow_id: str, *, executor_id: str | None, owner_key: int | None
     ) -> ResumeResult | None:

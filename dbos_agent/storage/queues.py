@@ -27,10 +27,12 @@ class QueueStore:
         worker_concurrency: int | None,
         rate_limit: tuple[int, float] | None,
         count_suspended: bool = False,
+        fair: bool = False,
     ) -> list[tuple[str, str, str]]:
         """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow
         (``count_suspended``: suspended workflows of the queue count against its
-        concurrency)."""
+        concurrency; ``fair``: take at most this session's share of ``concurrency``
+        among the live sessions serving the queue)."""
         limit, period = rate_limit if rate_limit else (None, 1.0)
         params = {
             "queue_name": queue_name,
@@ -44,6 +46,7 @@ class QueueStore:
             "rate_limit": limit,
             "rate_period": period,
             "count_suspended": count_suspended,
+            "fair": fair and concurrency is not None,
         }
 
         def body(conn: Connection) -> list[Row]:

@@ -87,6 +87,9 @@ class ExecutorSession:
         self.lease_seconds = lease_seconds
         self.grace_seconds = grace_seconds
         self.key = 0
+        #: The queues this process dequeues from, said again with every heartbeat (a
+        #: limited queue is shared among the sessions serving it).
+        self.queues: list[str] = []
         self._window = min(grace_seconds, lease_seconds) * _FENCE_SHARE
         #: Seconds between heartbeats: several per fence window.
         self.interval = min(1.0, self._window / 3)
@@ -161,7 +164,8 @@ class ExecutorSession:
                 try:
                     self.db.sync_clock(self._conn)
                     row = self._conn.execute(
-                        query("heartbeat_executor"), {"session_key": self.key}
+                        query("heartbeat_executor"),
+                        {"session_key": self.key, "queues": list(self.queues)},
                     ).fetchone()
                 except psycopg.Error:
                     self._drop_connection()
@@ -247,6 +251,7 @@ class ExecutorSession:
                 "process_key": process_key(),
                 "lease_seconds": self.lease_seconds,
                 "grace_seconds": self.grace_seconds,
+                "queues": list(self.queues),
             },
         )
 

@@ -29,11 +29,13 @@ class WorkflowStore:
         queue_name: str | None = None,
         priority: int = 0,
         parent_id: str | None = None,
+        timeout: float | None = None,
     ) -> tuple[bool, WorkflowRow]:
         """Record a new workflow; ``(False, existing)`` when the id is taken.
 
         It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given;
-        ``parent_id`` is the workflow that started it (a cancel reaches it through that).
+        ``parent_id`` is the workflow that started it (a cancel reaches it through that);
+        with ``timeout`` (seconds) it is cancelled if unfinished that long from now.
         """
         status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
         where = f"the inputs of workflow {workflow_id!r} ({name})"
@@ -52,6 +54,7 @@ class WorkflowStore:
             queue_name=queue_name,
             priority=priority,
             parent_id=parent_id,
+            timeout=timeout,
         )
         assert row is not None
         if row["inserted"]:  # the statement's snapshot cannot see its own insert
