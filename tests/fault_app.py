@@ -72,6 +72,14 @@ def paced(wid: str, steps: int) -> int:
     return total
 
 
+@da.durable_workflow
+def waiter(wid: str, steps: int) -> str:
+    """Waits for a message (suspended meanwhile), then runs ``steps`` steps; returns the
+    message and the sum of the squares."""
+    message = da.recv("go", timeout=None)
+    return f"{message}:{sum(work(wid, i) for i in range(steps))}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.fault_app APP_ID COUNT STEPS``: an application process that runs
     COUNT chain workflows itself (ids APP_ID-0..), waits for them, prints their results."""

@@ -438,3 +438,95 @@ def test_messages_and_events_ride_out_restarts(
     with da.Client(url) as client:
         steps = [s.name for s in client.retrieve(wid).steps()]
     assert steps.count("dbos_agent.recv") == 1
+
+
+def _send_all(url: str, ids: list[str], message: str) -> None:
+    with da.Client(url) as client:
+        for wid in ids:
+            client.send(wid, message, topic="go")
+
+
+def test_a_worker_paused_past_its_lease_while_waking_wakes_and_runs_nothing_twice(
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path
+) -> None:
+    """Suspended workflows, some woken and mid-steps when their worker is paused (SIGSTOP)
+    past its lease: another worker takes those over and wakes the rest when their
+    messages come; after SIGCONT the paused one starts nothing of theirs, and every
+    message is received exactly once."""
+    woken, later, steps = (
+        [new_id("woken") for _ in range(4)],
+        [new_id("later") for _ in range(4)],
+        8,
+    )
+    ids = woken + later
+    paused = _worker(url, step_log, "--lease", "2", "--workers", "16", step_seconds=0.25)
+    other: subprocess.Popen[str] | None = None
+    try:
+        _enqueue(url, ids, steps, "waiter")
+        wait_until(
+            lambda: set(db.statuses(ids).values()) == {da.WorkflowStatus.SUSPENDED},
+            30,
+            "all suspended in recv",
+        )
+        _send_all(url, woken, "first")
+        wait_until(
+            lambda: {w for _, _, w, _, _ in _lines(step_log)} >= set(woken), 30, "woken, mid-steps"
+        )
+        paused.send_signal(signal.SIGSTOP)
+        other = _worker(url, step_log, "--lease", "2", "--workers", "16", step_seconds=0.05)
+        _send_all(url, later, "second")  # only the other worker can wake these now
+        wait_until(lambda: _all_succeeded(db, ids), 60, "the other worker finished them")
+        paused.send_signal(signal.SIGCONT)
+        woke_at = time.time()
+        time.sleep(3.0)  # a negative check: let the paused worker run whatever it would
+    finally:
+        logs = _stop([paused, *([other] if other else [])])
+    for wid in ids:
+        info = db.workflow(wid)
+        assert info is not None and info.status is da.WorkflowStatus.SUCCESS, wid
+        message = "first" if wid in woken else "second"
+        assert info.output == f"{message}:{expected(steps)}", wid
+        assert db.step_names(wid) == ["dbos_agent.recv"] + ["work"] * steps, wid
+    late = [r for r in _lines(step_log) if r[0] == "S" and r[1] == paused.pid and r[4] > woke_at]
+    assert late == [], f"the paused worker started steps after waking: {late}"
+    assert all(
+        not any(pid == paused.pid for _, pid, w, _, _ in _lines(step_log) if w == wid)
+        for wid in later
+    )  # it never woke the ones whose messages came during its pause
+    assert max(_starts(step_log).values()) <= 2  # only a step in flight at the pause repeats
+    assert "Traceback" not in logs
+
+
+def test_killing_every_connection_of_a_waking_worker_loses_no_wake_up(
+    url: str, db: Inspector, step_log: Path
+) -> None:
+    """pg_terminate_backend on all of a worker's connections (its pool, its listener, its
+    session), again and again, while messages wake 30 suspended workflows: each wakes and
+    finishes once (a lost NOTIFY is caught by the sweep)."""
+    ids, steps = [new_id("killed-conns") for _ in range(30)], 2
+    worker = _worker(url, step_log, "--workers", "8", step_seconds=0.02)
+    try:
+        _enqueue(url, ids, steps, "waiter")
+        wait_until(
+            lambda: set(db.statuses(ids).values()) == {da.WorkflowStatus.SUSPENDED},
+            30,
+            "all suspended in recv",
+        )
+        for batch in range(3):
+            part = ids[batch * 10 : (batch + 1) * 10]
+            _rows(
+                url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'dbos_agent%%' "
+                "AND application_name <> 'dbos_agent_inspector' AND pid <> pg_backend_pid()",
+            )
+            _send_all(url, part, f"batch{batch}")
+        wait_until(lambda: _all_succeeded(db, ids), 60, "every woken workflow finished")
+    finally:
+        logs = _stop([worker])
+    for wid in ids:
+        info = db.workflow(wid)
+        assert info is not None and str(info.output).endswith(f":{expected(steps)}"), wid
+        assert db.step_names(wid) == ["dbos_agent.recv"] + ["work"] * steps, wid
+    assert max(_starts(step_log).values()) == 1
+    assert "Traceback" not in logs
