@@ -217,15 +217,17 @@ def park(url: str, prefix: str, n: int) -> tuple[subprocess.Popen[str], dict[str
     }
 
 
-def wake(url: str, prefix: str, n: int, rate: float | None) -> dict[str, Any]:
+def wake(url: str, prefix: str, n: int, rate: float | None, threads: int = 4) -> dict[str, Any]:
     started = time.monotonic()
-    send_s = send_all(url, prefix, n, rate)
+    send_s = send_all(url, prefix, n, rate, threads)
     wait_for(lambda: count(url, "SUCCESS", prefix) >= n, 3600, f"{n} woken")
     total_s = time.monotonic() - started
     lat = latencies(url, prefix)
     return {
         "n": n,
         "rate": rate or "full",
+        "send_threads": threads,
+        "sends_per_s": round(n / send_s),
         "send_s": round(send_s, 2),
         "all_resumed_s": round(total_s, 2),
         "resumptions_per_s": round(n / total_s),
@@ -246,6 +248,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--steady-n", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--send-threads", type=int, default=4, help="sender threads")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -290,13 +293,17 @@ def main() -> int:
     )
     print(json.dumps(results[-1]), flush=True)
 
-    results.append({"phase": "wake_full_speed", **wake(url, "park", args.n, None)})
+    results.append(
+        {"phase": "wake_full_speed", **wake(url, "park", args.n, None, args.send_threads)}
+    )
     print(json.dumps(results[-1]), flush=True)
 
     steady, steady_stats = park(url, "steady", args.steady_n)
     results.append({"phase": "park_steady", **steady_stats})
     print(json.dumps(results[-1]), flush=True)
-    results.append({"phase": "wake_steady", **wake(url, "steady", args.steady_n, args.rate)})
+    results.append(
+        {"phase": "wake_steady", **wake(url, "steady", args.steady_n, args.rate, args.send_threads)}
+    )
     print(json.dumps(results[-1]), flush=True)
     kill(steady)
     kill(serving)

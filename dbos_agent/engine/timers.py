@@ -139,9 +139,11 @@ def _pause(ctx: WorkflowContext, seconds: float, wake_at: float, offset: float) 
     end = _end(seconds, offset)
     with ctx.waiting(), ctx.engine.notifications.waiter(cancel_key(ctx)) as waiter:
         yield from suspend_if_long(ctx, WaitCondition("sleep", wake_at=wake_at), seconds)
+        # a cancel may have come before the waiter could hear it (it is why the workflow
+        # did not suspend): look now, and again at every recheck interval
+        stop_if_interrupted(ctx)
         while (left := end - _clock(db)) > 0:
-            yield Wait(waiter, left)
-            stop_if_interrupted(ctx)
+            yield from wait_once(ctx.engine, waiter, left, ctx)
 
 
 def _sleep_plan(seconds: float) -> Plan[None]:

@@ -29,8 +29,8 @@ LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
 -- name: append_step
 -- The checkpoint in its common case and cheapest form: a plain insert,
 -- guarded on the workflow being PENDING and owned by the caller's session.
--- No row back (the guard failed) or a unique violation (the position is
--- taken) sends the caller to record_step, which says why and adopts.
+-- No row back (the guard failed, or the position is taken) sends the caller to
+-- record_step, which says why and adopts.
 INSERT INTO dbos_agent.steps
     (workflow_id, seq, name, status, output, error, attempts, started_at)
 SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(output)s::jsonb, %(error)s::jsonb,
@@ -38,7 +38,25 @@ SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(output)s::jsonb, %(erro
 WHERE EXISTS (
     SELECT 1 FROM dbos_agent.workflows
     WHERE workflow_id = %(workflow_id)s AND status = 'PENDING' AND owner_key = %(owner_key)s)
-RETURNING seq;
+ON CONFLICT (workflow_id, seq) DO NOTHING
+RETURNING workflow_id, seq;
+
+-- name: append_steps
+-- append_step for a group commit of several steps (storage/group_commit.py): each
+-- insert guarded on its own workflow.
+INSERT INTO dbos_agent.steps
+    (workflow_id, seq, name, status, output, error, attempts, started_at)
+SELECT s.workflow_id, s.seq, s.name, s.status, s.output::jsonb, s.error::jsonb, s.attempts,
+       s.started_at
+FROM unnest(%(workflow_ids)s::text[], %(seqs)s::integer[], %(names)s::text[],
+            %(statuses)s::text[], %(outputs)s::text[], %(errors)s::text[],
+            %(attempts)s::integer[], %(started_ats)s::timestamptz[], %(owner_keys)s::integer[])
+     AS s(workflow_id, seq, name, status, output, error, attempts, started_at, owner_key)
+WHERE EXISTS (
+    SELECT 1 FROM dbos_agent.workflows AS w
+    WHERE w.workflow_id = s.workflow_id AND w.status = 'PENDING' AND w.owner_key = s.owner_key)
+ON CONFLICT (workflow_id, seq) DO NOTHING
+RETURNING workflow_id, seq;
 
 -- name: record_step
 -- Record step `seq`'s result: the checkpoint. Only while the workflow is

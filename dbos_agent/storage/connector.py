@@ -188,12 +188,15 @@ class Connector:
         where: str | None = None,
         resend: bool = True,
         transaction: bool = False,
+        single_attempt: bool = False,
     ) -> T:
         """``body(conn)`` on a pooled connection, through outages.
 
         ``what`` completes "could not ..." in errors. ``where`` names the value being
         written: a value Postgres refuses then raises SerializationError naming it.
         With ``resend=False`` the statement is not sent again once it may have run.
+        With ``single_attempt=True`` it is tried once: a failure is raised as it is, for a caller
+        with a fallback of its own (a group commit whose writers then write alone).
         """
 
         def once(conn: Connection) -> T:
@@ -220,6 +223,8 @@ class Connector:
                         conn.close()
                     raise
 
+        if single_attempt:
+            return attempt()
         try:
             return self.retrier.call(attempt, what, on_failure=self._weed)
         except _OutcomeUnknown as exc:

@@ -6,13 +6,16 @@ session (``write_status`` in the schema): a run that lost its workflow cannot wr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
 from ..records import StepInfo, StepStatus, WorkflowStatus
 from . import jsonb
 from .connector import Connection, Connector
+from .group_commit import GroupCommit
 from .rows import StepRow, StepWrite, step_row, step_write, text_of
 from .sql_files import query
 
@@ -22,6 +25,37 @@ class StepStore:
 
     def __init__(self, db: Connector) -> None:
         self._db = db
+        #: Checkpoints of idempotent steps that arrive together share a commit.
+        self._appends: GroupCommit[dict[str, Any], bool] = GroupCommit(self._append)
+
+    def _append(self, rows: Sequence[dict[str, Any]]) -> list[bool]:
+        """One guarded insert of one or several steps; whether each was written."""
+        if len(rows) == 1:  # the plainer statement: cheaper to plan and run
+            name, params = "append_step", rows[0]
+        else:
+            name, params = "append_steps", self._columns(rows)
+        written = self._db.run(
+            f"write {len(rows)} steps",
+            lambda conn: conn.execute(query(name), params).fetchall(),
+            single_attempt=True,
+        )
+        done = {(row["workflow_id"], row["seq"]) for row in written}
+        return [(r["workflow_id"], r["seq"]) in done for r in rows]
+
+    @staticmethod
+    def _columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+        """The rows' values as one array per column (for ``unnest``)."""
+        return {
+            "workflow_ids": [r["workflow_id"] for r in rows],
+            "seqs": [r["seq"] for r in rows],
+            "names": [r["name"] for r in rows],
+            "statuses": [str(r["status"]) for r in rows],
+            "outputs": [r["output"] for r in rows],
+            "errors": [r["error"] for r in rows],
+            "attempts": [r["attempts"] for r in rows],
+            "started_ats": [r["started_at"] for r in rows],
+            "owner_keys": [r["owner_key"] for r in rows],
+        }
 
     def record(
         self,
@@ -57,13 +91,12 @@ class StepStore:
                 "started_at": started_at,
             }
 
+            # the position taken (a retry, a race), the guard refusing, a failed batch:
+            # record_step explains and adopts
+            if fresh and self._appends.submit(params) is True:
+                return StepWrite(True, WorkflowStatus.PENDING, None)
+
             def body(conn: Connection) -> StepWrite:
-                if fresh:
-                    try:
-                        if conn.execute(query("append_step"), params).fetchone() is not None:
-                            return StepWrite(True, WorkflowStatus.PENDING, None)
-                    except psycopg.errors.UniqueViolation:
-                        pass  # the position is taken (a retry, a race): explain and adopt below
                 return step_write(seq, conn.execute(query("record_step"), params).fetchone())
 
             return self._db.run(f"write step {seq} of workflow {workflow_id!r}", body, where=where)
