@@ -25,6 +25,15 @@ from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
 from .engine.retention import GcReport, garbage_collect
 from .engine.step import step
+from .engine.streams import (
+    StreamItem,
+    close_stream,
+    close_stream_async,
+    read_stream,
+    read_stream_async,
+    write_stream,
+    write_stream_async,
+)
 from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
@@ -40,6 +49,7 @@ from .errors import (
     SchemaVersionError,
     SerializationError,
     StepInDoubtError,
+    StreamClosedError,
     WorkflowCancelledError,
     WorkflowDivergedError,
     WorkflowIdConflictError,
@@ -75,6 +85,8 @@ __all__ = [
     "StepInDoubtError",
     "StepInfo",
     "StepStatus",
+    "StreamClosedError",
+    "StreamItem",
     "WorkflowCancelledError",
     "WorkflowDivergedError",
     "WorkflowHandle",
@@ -88,6 +100,8 @@ __all__ = [
     "WorkflowTimeoutError",
     "__version__",
     "cancel",
+    "close_stream",
+    "close_stream_async",
     "current_runtime",
     "current_workflow_id",
     "durable_workflow",
@@ -98,6 +112,8 @@ __all__ = [
     "launch",
     "list_steps",
     "list_workflows",
+    "read_stream",
+    "read_stream_async",
     "recv",
     "recv_async",
     "resolve_in_doubt",
@@ -114,4 +130,6 @@ __all__ = [
     "step_key",
     "workflow_id",
     "workflow_timeout",
+    "write_stream",
+    "write_stream_async",
 ]

@@ -121,6 +121,10 @@ class WorkflowTimeoutError(WorkflowCancelledError):
     it was cancelled, with the workflows it started."""
 
 
+class StreamClosedError(DbosAgentError):
+    """The stream was closed (``da.close_stream``): nothing more may be written to it."""
+
+
 class StepInDoubtError(DbosAgentError):
     """A non-idempotent step recorded its intent but no result, and has no guard.
 

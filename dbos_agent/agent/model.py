@@ -19,6 +19,7 @@ import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
 from ..engine.step import step as durable_step
+from ..engine.streams import write_stream, write_stream_async
 from ..errors import ConfigurationError
 from .accounting import MODEL_STEP_NAMES
 from .replay import note_step
@@ -43,6 +44,7 @@ TextCallback = Callable[[str], None]
 _default_client: anthropic.Anthropic | None = None
 _default_async_client: anthropic.AsyncAnthropic | None = None
 _on_text: ContextVar[TextCallback | None] = ContextVar("dbos_agent_on_text", default=None)
+_stream_key: ContextVar[str | None] = ContextVar("dbos_agent_stream_key", default=None)
 
 
 def configure(
@@ -203,19 +205,25 @@ class Model:
         self,
         messages: Iterable[MessageParam],
         on_text: TextCallback | None = None,
+        *,
+        stream_key: str | None = None,
         **overrides: Any,
     ) -> Message:
         """Like :meth:`create`, streaming: ``on_text`` gets each text delta as it arrives.
 
         Only the final ``Message`` is checkpointed. A replayed call calls ``on_text`` never.
-        A retried attempt streams again from its start.
+        A retried attempt streams again from its start. With ``stream_key`` the deltas
+        are also published to the workflow's durable stream of that key
+        (``da.read_stream``), tagged with this step: a retried or re-run call's earlier
+        deltas are voided by a reset item, and a replayed call publishes nothing.
         """
         note_step()
-        token = _on_text.set(on_text)
+        tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
             result: Message = self._step(self.request(messages, **overrides), True)
         finally:
-            _on_text.reset(token)
+            _on_text.reset(tokens[0])
+            _stream_key.reset(tokens[1])
         return result
 
     async def create_async(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
@@ -228,15 +236,18 @@ class Model:
         self,
         messages: Iterable[MessageParam],
         on_text: TextCallback | None = None,
+        *,
+        stream_key: str | None = None,
         **overrides: Any,
     ) -> Message:
         """:meth:`stream` for async workflows (``on_text`` is called on the event loop)."""
         note_step()
-        token = _on_text.set(on_text)
+        tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
             result: Message = await self._step_async(self.request(messages, **overrides), True)
         finally:
-            _on_text.reset(token)
+            _on_text.reset(tokens[0])
+            _stream_key.reset(tokens[1])
         return result
 
     async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
@@ -244,11 +255,13 @@ class Model:
             client = self.async_client()
             if not stream:
                 return cast(Message, await client.messages.create(**request))
-            on_text = _on_text.get()
+            on_text, key = _on_text.get(), _stream_key.get()
             async with client.messages.stream(**request) as events:
                 async for chunk in events.text_stream:
                     if on_text is not None:
                         on_text(chunk)
+                    if key is not None:
+                        await write_stream_async(key, chunk)
                 return await events.get_final_message()
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
@@ -256,11 +269,13 @@ class Model:
             client = self.client()
             if not stream:
                 return cast(Message, client.messages.create(**request))
-            on_text = _on_text.get()
+            on_text, key = _on_text.get(), _stream_key.get()
             with client.messages.stream(**request) as events:
                 for chunk in events.text_stream:
                     if on_text is not None:
                         on_text(chunk)
+                    if key is not None:
+                        write_stream(key, chunk)
                 return events.get_final_message()
 
 

@@ -29,6 +29,7 @@ from ..engine.retention import (
     format_duration,
     garbage_collect_db,
 )
+from ..engine.streams import follow
 from ..errors import WorkflowNotFoundError
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for
@@ -335,3 +336,37 @@ def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
         )
     else:
         print(f"deleted {what}, in {report.batches:,} batch(es) ({took})")
+
+
+def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Print a stream's items (waiting for more with --follow, until it ends)."""
+    _get(db, args.workflow_id)
+    items = follow(db, None, args.workflow_id, args.key, args.offset, None if args.follow else 0)
+    at_line_start = True
+    try:
+        for item in items:
+            if args.json:
+                render.print_json_line(
+                    {
+                        "offset": item.offset,
+                        "value": item.value,
+                        "reset": item.reset,
+                        "step": item.step,
+                        "attempt": item.attempt,
+                    }
+                )
+                continue
+            if item.reset:
+                line = f"[step {item.step}: the output above from this step is void; it ran again]"
+                print(("" if at_line_start else "\n") + line, flush=True)
+                at_line_start = True
+            elif isinstance(item.value, str):
+                print(item.value, end="", flush=True)
+                at_line_start = item.value.endswith("\n")
+            else:
+                print(("" if at_line_start else "\n") + json.dumps(item.value), flush=True)
+                at_line_start = True
+    except TimeoutError:  # without --follow: everything there is was printed
+        pass
+    if not args.json and not at_line_start:
+        print()

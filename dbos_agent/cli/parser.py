@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workflows(tree, common)
     _add_steps(tree, common)
     _add_send(tree, common)
+    _add_stream(tree, common)
     _add_gc(tree, common)
     _add_worker(tree)
     return parser
@@ -238,6 +239,32 @@ def _add_send(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "--idempotency-key", metavar="KEY", help="send at most once with this key (for retries)"
     )
     send.add_argument("--text", action="store_true", help="send MESSAGE as a string, as is")
+
+
+def _add_stream(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    stream = _command(
+        tree,
+        common,
+        "stream",
+        "print a workflow's durable stream (da.write_stream)",
+        commands.stream,
+        "Print the items of stream KEY of workflow ID from --from (default 0): text as it\n"
+        "comes, other values as JSON lines, and a marked line where a step's earlier output\n"
+        "was voided (a retried or re-run step). Without --follow it prints what is there and\n"
+        "exits; with --follow it waits for more until the stream is closed or the workflow\n"
+        "has finished. --json prints one JSON object per item (JSON Lines).",
+    )
+    stream.add_argument("workflow_id", metavar="ID", help="workflow id")
+    stream.add_argument("key", metavar="KEY", help="stream key")
+    stream.add_argument("--follow", "-f", action="store_true", help="wait for more items")
+    stream.add_argument(
+        "--from",
+        dest="offset",
+        type=types.natural,
+        default=0,
+        metavar="OFFSET",
+        help="first offset to print (default 0)",
+    )
 
 
 def _add_gc(tree: _Group[Any], common: argparse.ArgumentParser) -> None:

@@ -250,6 +250,13 @@ def print_json(document: Any) -> None:
     sys.stdout.write("\n")
 
 
+def print_json_line(document: Any) -> None:
+    """One object of a streaming ``--json`` command (JSON Lines), flushed at once."""
+    json.dump(document, sys.stdout, ensure_ascii=False, default=_json_default)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()

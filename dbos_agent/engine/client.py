@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .messaging import send_plain
 from .plans import run_plan, run_plan_async
+from .streams import StreamItem, follow, follow_async
 from .waiting import finished_outcome
 
 
@@ -137,6 +139,19 @@ class Client:
         are delivered once (without a key, one is made, so that a send retried through
         an outage is delivered once). Raises WorkflowNotFoundError for an unknown id."""
         send_plain(self.db, workflow_id, message, topic, idempotency_key)
+
+    def read_stream(
+        self, workflow_id: str, key: str, offset: int = 0, *, timeout: float | None = None
+    ) -> Iterator[StreamItem]:
+        """Follow a workflow's stream ``key`` from ``offset`` (see ``da.read_stream``); a
+        client polls (every 0.1 s while it waits) instead of listening."""
+        return follow(self.db, None, workflow_id, key, offset, timeout)
+
+    def read_stream_async(
+        self, workflow_id: str, key: str, offset: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[StreamItem]:
+        """:meth:`read_stream` as an async iterator, for a web handler."""
+        return follow_async(self.db, None, workflow_id, key, offset, timeout)
 
     def retrieve(self, workflow_id: str) -> ClientHandle:
         handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))

@@ -6,9 +6,10 @@ so steps find their workflow without any argument threading through user code.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from ..errors import (
 )
 from ..limits import check_identifier, derived_identifier
 from ..storage.rows import StepRow
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..errors import WorkflowCancelledError
@@ -218,6 +221,37 @@ class WorkflowContext:
         return derived_identifier(self.workflow_id, f"-{self.next_position()}")
 
 
+@dataclass(eq=False)
+class Attempt:
+    """One attempt of a step running live: what stream items written inside it are
+    tagged with (see streams.py), and what to do when it fails (void what it wrote)."""
+
+    seq: int
+    number: int
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _voids: dict[str, Callable[[], object]] = field(default_factory=dict)
+
+    def on_void(self, name: str, callback: Callable[[], object]) -> None:
+        """Call ``callback`` if this attempt fails (once per ``name``)."""
+        self._voids.setdefault(name, callback)
+
+    @property
+    def wrote(self) -> bool:
+        """Whether anything asked to be voided if this attempt fails."""
+        return bool(self._voids)
+
+    def void(self) -> None:
+        """The attempt failed: run the callbacks (a failing one is logged, not raised:
+        the next attempt's first write voids the items anyway)."""
+        for name, callback in self._voids.items():
+            try:
+                callback()
+            except Exception as exc:
+                log.warning(
+                    "could not void %s of a failed attempt of step %d: %s", name, self.seq, exc
+                )
+
+
 _current_workflow: ContextVar[WorkflowContext | None] = ContextVar(
     "dbos_agent_workflow", default=None
 )
@@ -229,6 +263,7 @@ _workflow_timeout: ContextVar[float | None] = ContextVar(
     "dbos_agent_workflow_timeout", default=None
 )
 _pinned_position: ContextVar[int | None] = ContextVar("dbos_agent_pinned_position", default=None)
+_current_attempt: ContextVar[Attempt | None] = ContextVar("dbos_agent_attempt", default=None)
 
 
 def current_context() -> WorkflowContext | None:
@@ -277,6 +312,22 @@ def at_position(seq: int | None) -> Iterator[None]:
         yield
     finally:
         _pinned_position.reset(token)
+
+
+@contextmanager
+def entered_attempt(seq: int, number: int) -> Iterator[Attempt]:
+    """Mark attempt ``number`` of step ``seq`` as running for the block."""
+    attempt = Attempt(seq, number)
+    token = _current_attempt.set(attempt)
+    try:
+        yield attempt
+    finally:
+        _current_attempt.reset(token)
+
+
+def current_attempt() -> Attempt | None:
+    """The step attempt running here, if any."""
+    return _current_attempt.get()
 
 
 @contextmanager

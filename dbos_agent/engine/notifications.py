@@ -171,6 +171,14 @@ class Notifications:
 
         return unsubscribe
 
+    def listen(self, channel: str) -> None:
+        """LISTEN on ``channel`` from now on (for waiters keyed on it), if not already."""
+        with self._lock:
+            if channel in self._subscribers:
+                return
+            self._subscribers[channel] = []
+        self._poke()
+
     @contextlib.contextmanager
     def waiter(self, *keys: tuple[str, str]) -> Iterator[Waiter]:
         """A waiter woken by a NOTIFY of any ``(channel, payload)`` in ``keys``, and by shutdown.

@@ -29,6 +29,7 @@ from .context import (
     StopReason,
     WorkflowContext,
     current_context,
+    entered_attempt,
     entered_step,
     in_step,
 )
@@ -192,7 +193,10 @@ def _run_sync_in(
         while True:
             ensure_owned(ctx)
             attempt += 1
-            outcome = capture(step.fn, *args, **kwargs)
+            with entered_attempt(seq, attempt) as current:
+                outcome = capture(step.fn, *args, **kwargs)
+            if outcome.error is not None and current.wrote:
+                current.void()
             delay = (
                 None
                 if outcome.error is None
@@ -229,7 +233,10 @@ async def _run_async_in(
             if not owns_now(ctx):
                 await asyncio.to_thread(ensure_owned, ctx)
             attempt += 1
-            outcome = await capture_async(_attempt_async(step, args, kwargs))
+            with entered_attempt(seq, attempt) as current:
+                outcome = await capture_async(_attempt_async(step, args, kwargs))
+            if outcome.error is not None and current.wrote:
+                await asyncio.to_thread(current.void)
             delay = (
                 None
                 if outcome.error is None

@@ -935,6 +935,10 @@ WITH picked AS (
     DELETE FROM dbos_agent.events
     WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
     RETURNING 1
+), streams AS (  -- runs, though not counted (a data-modifying WITH always runs)
+    DELETE FROM dbos_agent.streams
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted) AS workflows,
        (SELECT count(*) FROM steps) AS steps,
@@ -1001,3 +1005,28 @@ WHERE %(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::te
 
 -- name: inspect_locked_sessions
 SELECT dbos_agent.locked_sessions() AS session_key;
+
+-- == streams ==
+
+-- name: append_stream_item
+-- One item at the stream's next offset (see dbos_agent.append_stream): -1 when
+-- the stream is closed.
+SELECT dbos_agent.append_stream(%(workflow_id)s, %(key)s, %(kind)s, %(value)s::jsonb,
+                                %(seq)s, %(attempt)s, %(attempt_id)s) AS "offset";
+
+-- name: read_stream_items
+-- Items of a stream from an offset on, in order, with the workflow's status read
+-- in the same snapshot (a finished workflow with nothing more to read ends it).
+SELECT s."offset", s.kind, s.value::text, s.step_seq, s.attempt,
+       (SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s)
+           AS workflow_status
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT "offset", kind, value, step_seq, attempt
+    FROM dbos_agent.streams
+    WHERE workflow_id = %(workflow_id)s AND key = %(key)s AND "offset" >= %(offset)s
+    ORDER BY "offset"
+    LIMIT %(limit)s
+) AS s ON true
+ORDER BY s."offset";
+

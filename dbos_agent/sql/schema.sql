@@ -304,3 +304,72 @@ CREATE TRIGGER workflows_notify_finished AFTER UPDATE OF status ON dbos_agent.wo
     WHEN (NEW.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
           AND OLD.status IN ('PENDING', 'ENQUEUED', 'SUSPENDED'))
     EXECUTE FUNCTION dbos_agent.notify_finished();
+
+-- == streams ===========================================================================
+
+-- Ordered JSON items a workflow publishes under a key, one row each, offsets dense
+-- from 0 per (workflow, key). Values written from the workflow body are checkpointed
+-- with a step (exactly once); values written from inside a step go out live, tagged
+-- with the step's position and attempt, and a 'reset' item voids a step's earlier
+-- items when another attempt of it writes (or an attempt fails). 'close' ends it.
+CREATE TABLE dbos_agent.streams (
+    workflow_id text        NOT NULL,
+    key         text        NOT NULL,
+    "offset"    integer     NOT NULL CHECK ("offset" >= 0),
+    kind        text        NOT NULL CHECK (kind IN ('value', 'reset', 'close')),
+    value       jsonb,
+    step_seq    integer,
+    attempt     integer,
+    attempt_id  text,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, key, "offset"),
+    CONSTRAINT streams_value_only_on_values CHECK ((kind = 'value') = (value IS NOT NULL))
+);
+
+-- Append one item at the next offset and NOTIFY readers (payload: the workflow id).
+-- Returns the offset, or -1 when the stream is closed (nothing is written). The
+-- first value of a step attempt after items of another attempt of that step (a
+-- retry, a re-run after a crash) is preceded by a reset naming the step. Offsets
+-- come from the primary key: a writer that loses a race takes the next one, after
+-- the winner commits, so readers never see a later offset before an earlier one.
+CREATE FUNCTION dbos_agent.append_stream(
+    wid text, skey text, item_kind text, item jsonb,
+    seq integer, attempt_no integer, attempt_tag text
+) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    next_offset integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM dbos_agent.streams
+               WHERE workflow_id = wid AND key = skey AND kind = 'close') THEN
+        RETURN -1;
+    END IF;
+    IF item_kind = 'value' AND seq IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM dbos_agent.streams
+                       WHERE workflow_id = wid AND key = skey AND step_seq = seq
+                         AND attempt_id = attempt_tag)
+       AND EXISTS (SELECT 1 FROM dbos_agent.streams AS s
+                   WHERE s.workflow_id = wid AND s.key = skey AND s.step_seq = seq
+                     AND s.kind = 'value'
+                     AND s."offset" > COALESCE(
+                         (SELECT max(r."offset") FROM dbos_agent.streams AS r
+                          WHERE r.workflow_id = wid AND r.key = skey AND r.step_seq = seq
+                            AND r.kind = 'reset'), -1)) THEN
+        PERFORM dbos_agent.append_stream(wid, skey, 'reset', NULL, seq, attempt_no, attempt_tag);
+    END IF;
+    LOOP
+        SELECT COALESCE(max("offset") + 1, 0) INTO next_offset
+        FROM dbos_agent.streams WHERE workflow_id = wid AND key = skey;
+        BEGIN
+            INSERT INTO dbos_agent.streams
+                (workflow_id, key, "offset", kind, value, step_seq, attempt, attempt_id)
+            VALUES (wid, skey, next_offset, item_kind, item, seq, attempt_no, attempt_tag);
+            EXIT;
+        EXCEPTION WHEN unique_violation THEN
+            -- another writer took this offset (and has committed): take the next
+        END;
+    END LOOP;
+    PERFORM pg_notify('dbos_agent_streams',
+                      CASE WHEN octet_length(wid) < 7000 THEN wid ELSE '' END);
+    RETURN next_offset;
+END
+$$;

@@ -22,6 +22,7 @@ from .queues import QueueStore
 from .recovery import RecoveryStore
 from .retention import RetentionStore
 from .steps import StepStore
+from .streams import StreamStore
 from .suspension import SuspensionStore
 from .workflows import WorkflowStore
 
@@ -55,6 +56,7 @@ class SystemDatabase(Connector):
         self.operations = OperationStore(self)
         self.retention = RetentionStore(self)
         self.suspension = SuspensionStore(self)
+        self.streams = StreamStore(self)
         self.inspection = InspectionStore(self)
 
     def migrate(self) -> int:

@@ -1,0 +1,162 @@
+"""The ``streams`` table: items a workflow publishes under a key, read by offset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..errors import StreamClosedError
+from ..records import StepStatus, WorkflowStatus
+from . import jsonb
+from .connector import Connection, Connector
+from .rows import StepWrite, step_write, text_of
+from .sql_files import query
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRow:
+    """One stored item: a value (JSON text), a reset of a step's items, or the close."""
+
+    offset: int
+    kind: str
+    value: str | None
+    step_seq: int | None
+    attempt: int | None
+
+
+class StreamStore:
+    """Appends to and reads from durable streams."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def append_live(
+        self,
+        workflow_id: str,
+        key: str,
+        kind: str,
+        value: str | None,
+        *,
+        seq: int | None,
+        attempt: int | None,
+        attempt_id: str | None,
+    ) -> int:
+        """Append an item now (written from inside a step: not checkpointed); its offset.
+
+        Raises StreamClosedError when the stream is closed.
+        """
+        where = f"stream {key!r} of workflow {workflow_id!r}"
+        row = self._db.one(
+            "append_stream_item",
+            f"write to {where}",
+            where=where,
+            workflow_id=workflow_id,
+            key=key,
+            kind=kind,
+            value=self._db.json_in_optional(value, where),
+            seq=seq,
+            attempt=attempt,
+            attempt_id=attempt_id,
+        )
+        assert row is not None
+        if row["offset"] < 0:
+            raise StreamClosedError(f"{where} is closed")
+        return int(row["offset"])
+
+    def append_checkpointed(
+        self,
+        *,
+        workflow_id: str,
+        key: str,
+        kind: str,
+        value: str | None,
+        seq: int,
+        step_name: str,
+        owner_key: int | None,
+        started_at: datetime,
+    ) -> tuple[StepWrite, int | None]:
+        """Append an item and checkpoint step ``seq`` with its offset, in one transaction
+        (written from the workflow body: exactly once). When the step cannot be recorded
+        (not the owner, the position taken) nothing is appended: ``(write, None)``.
+        Raises StreamClosedError when the stream is closed."""
+        where = f"stream {key!r} of workflow {workflow_id!r}"
+        stored = self._db.json_in_optional(value, where)
+
+        def body(conn: Connection) -> tuple[StepWrite, int | None]:
+            with conn.transaction():
+                row = conn.execute(
+                    query("append_stream_item"),
+                    {
+                        "workflow_id": workflow_id,
+                        "key": key,
+                        "kind": kind,
+                        "value": stored,
+                        "seq": None,
+                        "attempt": None,
+                        "attempt_id": None,
+                    },
+                ).fetchone()
+                assert row is not None
+                offset = int(row["offset"])
+                if offset < 0:
+                    raise StreamClosedError(f"{where} is closed")
+                write = step_write(
+                    seq,
+                    conn.execute(
+                        query("record_step"),
+                        {
+                            "workflow_id": workflow_id,
+                            "seq": seq,
+                            "name": step_name,
+                            "status": StepStatus.SUCCESS,
+                            "output": str(offset),
+                            "error": None,
+                            "attempts": 1,
+                            "started_at": started_at,
+                            "owner_key": owner_key,
+                        },
+                    ).fetchone(),
+                )
+                if not write.written:  # raising out of the block rolls the append back
+                    raise _NotWritten(write)
+                return write, offset
+
+        try:
+            return self._db.run(f"write to {where}", body, where=where)
+        except _NotWritten as refused:
+            return refused.write, None
+
+    def read(
+        self, workflow_id: str, key: str, offset: int, limit: int = 500
+    ) -> tuple[list[StreamRow], WorkflowStatus | None]:
+        """Up to ``limit`` items from ``offset`` on, and the workflow's status (None: no
+        such workflow), read together."""
+        rows = self._db.all(
+            "read_stream_items",
+            f"read stream {key!r} of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            key=key,
+            offset=offset,
+            limit=limit,
+        )
+        status = rows[0]["workflow_status"] if rows else None
+        items = [
+            StreamRow(
+                int(r["offset"]),
+                r["kind"],
+                jsonb.from_db(text_of(r["value"])),
+                r["step_seq"],
+                r["attempt"],
+            )
+            for r in rows
+            if r["offset"] is not None
+        ]
+        return items, None if status is None else WorkflowStatus(status)
+
+
+class _NotWritten(Exception):
+    """Rolls the append back when its checkpoint was refused."""
+
+    def __init__(self, write: StepWrite) -> None:
+        super().__init__("the checkpoint of a stream write was refused")
+        self.write = write
