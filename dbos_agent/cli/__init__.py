@@ -29,6 +29,7 @@ from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV, configured_url, scrub
 from ..storage.embedded import DEFAULT_DIRECTORY, embedded_database_url
 from ..storage.sql_files import migrations
+from ..web import serve
 from . import commands, render
 from .arguments import PROG
 from .parser import Run, build_parser
@@ -107,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.database_url = getattr(args, "database_url", None)
     if args.command == "worker":  # a daemon, on connections of its own
         return worker.run(args)
+    if args.command == "serve":  # a web server, on connections of its own
+        return serve.run(args)
     run: Run = args.run
     url: str | None = None
     db: SystemDatabase | None = None

@@ -15,7 +15,10 @@ import json
 import sys
 from typing import Any
 
-from .. import agent  # noqa: F401  (registers how model steps are described)
+from .. import (
+    agent,  # noqa: F401  (registers how model steps are described)
+    documents,
+)
 from ..engine.messaging import send_plain
 from ..engine.operations import (
     cancel_workflow,
@@ -90,7 +93,7 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
         limit=args.limit,
     )
     if args.json:
-        render.print_json([render.workflow_json(info) for info in found])
+        render.print_json([documents.workflow_json(info) for info in found])
         return
     if not found:
         print("no workflows match")
@@ -102,7 +105,7 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
             str(info.status),
             info.executor_id,
             render.ts(info.created_at),
-            render.duration(render.wall_seconds(info)),
+            render.duration(documents.wall_seconds(info)),
             str(info.recovery_attempts),
             info.app_version or "-",
         ]
@@ -123,12 +126,12 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     steps = db.steps.list(info.workflow_id)
     origin = db.operations.fork_origin(info.workflow_id)
     digests = [describe_step(step) for step in steps]
-    totals = render.token_totals(digests)
+    totals = documents.token_totals(digests)
     if args.json:
-        document = render.workflow_json(info)
+        document = documents.workflow_json(info)
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
-        document["steps"] = [render.step_json(s, d) for s, d in zip(steps, digests, strict=True)]
+        document["steps"] = [documents.step_json(s, d) for s, d in zip(steps, digests, strict=True)]
         document["usage"] = totals
         render.print_json(document)
         return
@@ -142,7 +145,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Created", render.ts(info.created_at) + " UTC"),
         ("Updated", render.ts(info.updated_at) + " UTC"),
         ("Finished", render.ts(info.finished_at) + (" UTC" if info.finished_at else "")),
-        ("Duration", render.duration(render.wall_seconds(info))),
+        ("Duration", render.duration(documents.wall_seconds(info))),
         ("Recoveries", f"{info.recovery_attempts} of at most {info.max_recovery_attempts}"),
     ]
     if origin:
@@ -169,7 +172,7 @@ def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
     found = db.steps.list(args.workflow_id)
     digests = [describe_step(step) for step in found]
     if args.json:
-        render.print_json([render.step_json(s, d) for s, d in zip(found, digests, strict=True)])
+        render.print_json([documents.step_json(s, d) for s, d in zip(found, digests, strict=True)])
     elif found:
         render.print_steps(found, digests)
     else:

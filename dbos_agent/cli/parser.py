@@ -12,6 +12,7 @@ from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, parse_durat
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV
+from ..web import serve
 from . import arguments as types
 from . import commands
 from .arguments import PROG
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stream(tree, common)
     _add_gc(tree, common)
     _add_worker(tree)
+    _add_serve(tree)
     return parser
 
 
@@ -322,3 +324,15 @@ def _add_worker(tree: _Group[Any]) -> None:
         description=worker.DESCRIPTION,
     )
     worker.add_arguments(command)
+
+
+def _add_serve(tree: _Group[Any]) -> None:
+    """``serve``: the web API and dashboard (:mod:`dbos_agent.web.serve`), on a process of
+    their own like ``worker``."""
+    command: argparse.ArgumentParser = tree.add_parser(
+        "serve",
+        help="serve the JSON API and the web dashboard",
+        description=serve.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_arguments(command)

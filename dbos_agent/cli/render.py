@@ -8,9 +8,7 @@ never cut, wrapped or coloured, one record a line, so ``head``, ``grep`` and
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,8 +20,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..documents import tokens_of
 from ..engine.retention import GcReport
-from ..records import StepDigest, StepInfo, StepStatus, WorkflowInfo
+from ..records import StepDigest, StepInfo, StepStatus
 from .arguments import PROG
 
 SUMMARY_CHARS = 60
@@ -86,12 +85,6 @@ def error_text(error: dict[str, Any] | None) -> str:
         return ""
     kind = str(error.get("type") or "Error").rsplit(".", 1)[-1]
     return f"{kind}: {error.get('message', '')}"
-
-
-def wall_seconds(info: WorkflowInfo) -> float | None:
-    """Creation to finish, for a finished workflow."""
-    end = info.finished_at if info.status.finished else None
-    return None if end is None else (end - info.created_at).total_seconds()
 
 
 def status_text(status: str) -> Text:
@@ -171,7 +164,7 @@ def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None])
             result = digest.summary
         else:
             result = compact(step.output)
-        tokens = _tokens(digest)
+        tokens = tokens_of(digest)
         rows.append(
             [
                 str(step.seq),
@@ -191,31 +184,6 @@ def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None])
 # -- tokens ------------------------------------------------------------------------------
 
 
-def _tokens(digest: StepDigest | None) -> tuple[int, int] | None:
-    """(input, output) tokens of a step that is a model call, else None."""
-    if digest is None or (digest.input_tokens is None and digest.output_tokens is None):
-        return None
-    return digest.input_tokens or 0, digest.output_tokens or 0
-
-
-def token_totals(digests: Sequence[StepDigest | None]) -> dict[str, Any] | None:
-    """Tokens and cost over a workflow's model calls (None without any): the ``usage`` of
-    ``workflows show --json``. The cost is the exactly rounded sum of the calls' costs,
-    None when one of them has no known price."""
-    calls = [d for d in digests if d is not None and _tokens(d) is not None]
-    if not calls:
-        return None
-    costs = [d.cost_usd for d in calls]
-    return {
-        "model_calls": len(calls),
-        "input_tokens": sum(d.input_tokens or 0 for d in calls),
-        "output_tokens": sum(d.output_tokens or 0 for d in calls),
-        "cache_creation_input_tokens": sum(d.cache_creation_input_tokens or 0 for d in calls),
-        "cache_read_input_tokens": sum(d.cache_read_input_tokens or 0 for d in calls),
-        "cost_usd": None if None in costs else math.fsum(c for c in costs if c is not None),
-    }
-
-
 def tokens_line(totals: dict[str, Any]) -> str:
     """The ``Tokens`` field of ``workflows show``, from :func:`token_totals`."""
     cost = totals["cost_usd"]
@@ -226,22 +194,6 @@ def tokens_line(totals: dict[str, Any]) -> str:
 
 
 # -- JSON --------------------------------------------------------------------------------
-
-
-def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
-    """A workflow as in ``--json`` documents."""
-    data = dataclasses.asdict(info)
-    data["duration_seconds"] = wall_seconds(info)
-    return data
-
-
-def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
-    """A step as in ``--json`` documents; ``tokens`` for a model call, else None."""
-    data = dataclasses.asdict(step)
-    data["duration_ms"] = step.duration_ms
-    tokens = _tokens(digest)
-    data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}
-    return data
 
 
 def print_json(document: Any) -> None:

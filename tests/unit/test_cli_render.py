@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dbos_agent import records
+from dbos_agent import documents, records
 from dbos_agent.agent.describe import describe_model_step
 from dbos_agent.cli import render
 from dbos_agent.records import StepDigest, StepInfo, StepStatus, describe_step
@@ -76,7 +76,7 @@ def test_token_totals_come_from_the_digests() -> None:
         StepDigest(summary="not a model call"),
         StepDigest(input_tokens=5, output_tokens=2, cache_read_input_tokens=7, cost_usd=0.5),
     ]
-    totals = render.token_totals(digests)
+    totals = documents.token_totals(digests)
     assert totals == {
         "model_calls": 2,
         "input_tokens": 15,
@@ -86,9 +86,9 @@ def test_token_totals_come_from_the_digests() -> None:
         "cost_usd": 0.75,
     }
     assert render.tokens_line(totals) == "15 in, 3 out over 2 model call(s), about $0.7500"
-    unpriced = render.token_totals([*digests, StepDigest(input_tokens=1, output_tokens=1)])
+    unpriced = documents.token_totals([*digests, StepDigest(input_tokens=1, output_tokens=1)])
     assert unpriced is not None and unpriced["cost_usd"] is None
-    assert render.token_totals([None, StepDigest(summary="x")]) is None
+    assert documents.token_totals([None, StepDigest(summary="x")]) is None
 
 
 def test_a_table_off_a_terminal_is_whole_plain_lines() -> None:

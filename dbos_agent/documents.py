@@ -1,0 +1,62 @@
+"""Workflows and steps as JSON documents: what ``--json`` prints and the HTTP API serves.
+
+One shape for both, so that a script written against the CLI reads the API too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .records import StepDigest, StepInfo, WorkflowInfo
+
+__all__ = ["step_json", "token_totals", "tokens_of", "wall_seconds", "workflow_json"]
+
+
+def wall_seconds(info: WorkflowInfo) -> float | None:
+    """Creation to finish, for a finished workflow."""
+    end = info.finished_at if info.status.finished else None
+    return None if end is None else (end - info.created_at).total_seconds()
+
+
+def tokens_of(digest: StepDigest | None) -> tuple[int, int] | None:
+    """(input, output) tokens of a step that is a model call, else None."""
+    if digest is None or (digest.input_tokens is None and digest.output_tokens is None):
+        return None
+    return digest.input_tokens or 0, digest.output_tokens or 0
+
+
+def token_totals(digests: Sequence[StepDigest | None]) -> dict[str, Any] | None:
+    """Tokens and cost over a workflow's model calls (None without any): the ``usage`` of
+    ``workflows show --json``. The cost is the exactly rounded sum of the calls' costs,
+    None when one of them has no known price."""
+    calls = [d for d in digests if d is not None and tokens_of(d) is not None]
+    if not calls:
+        return None
+    costs = [d.cost_usd for d in calls]
+    return {
+        "model_calls": len(calls),
+        "input_tokens": sum(d.input_tokens or 0 for d in calls),
+        "output_tokens": sum(d.output_tokens or 0 for d in calls),
+        "cache_creation_input_tokens": sum(d.cache_creation_input_tokens or 0 for d in calls),
+        "cache_read_input_tokens": sum(d.cache_read_input_tokens or 0 for d in calls),
+        "cost_usd": None if None in costs else math.fsum(c for c in costs if c is not None),
+    }
+
+
+def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
+    """A workflow as in ``--json`` documents."""
+    data = dataclasses.asdict(info)
+    data["duration_seconds"] = wall_seconds(info)
+    return data
+
+
+def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
+    """A step as in ``--json`` documents; ``tokens`` for a model call, else None."""
+    data = dataclasses.asdict(step)
+    data["duration_ms"] = step.duration_ms
+    tokens = tokens_of(digest)
+    data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}
+    return data

@@ -1,0 +1,293 @@
+"""The HTTP API: the CLI's operator actions as JSON over HTTP, and streams as SSE.
+
+``create_app(database_url, token=...)`` returns an ASGI application (FastAPI, with its
+OpenAPI document at ``/api/openapi.json``) that works on the system database through a
+:class:`~dbos_agent.Client`: it runs no workflow itself, so it is stateless and may run
+in as many copies as wanted beside the workers. ``dbos-agent serve`` runs it on uvicorn
+with the dashboard at ``/``.
+
+Errors are JSON ``{"error": ..., "type": ...}``: 401 without the bearer token (when one is
+set), 404 for an unknown workflow or step, 409 for an action the workflow's status does
+not allow, 400 for a bad value, 422 for a body that does not fit. They never contain the
+database password.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from .. import documents
+from ..engine.client import Client
+from ..engine.messaging import send_plain
+from ..engine.operations import (
+    cancel_workflow,
+    fork_workflow,
+    resolve_in_doubt_step,
+    resume_workflow,
+)
+from ..engine.streams import follow_async
+from ..errors import (
+    DbosAgentError,
+    InvalidIdentifierError,
+    SerializationError,
+    WorkflowNotFoundError,
+    WorkflowStatusError,
+)
+from ..records import WorkflowInfo, WorkflowStatus, describe_step
+from ..storage.database import SystemDatabase
+from ..storage.dsn import scrub
+
+__all__ = ["create_app"]
+
+
+class ForkBody(BaseModel):
+    from_step: int = Field(ge=0, description="the first step to run live")
+    new_id: str | None = Field(default=None, description="id of the new workflow")
+
+
+class SendBody(BaseModel):
+    message: Any = Field(description="any JSON value")
+    topic: str | None = None
+    idempotency_key: str | None = None
+
+
+class ResolveBody(BaseModel):
+    result: Any = Field(default=None, description="the result the step had (it happened)")
+    rerun: bool = Field(default=False, description="it did not happen: run it again")
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def _status_of(exc: Exception) -> int:
+    if isinstance(exc, _Unauthorized):
+        return 401
+    if isinstance(exc, WorkflowNotFoundError):
+        return 404
+    if isinstance(exc, WorkflowStatusError):
+        return 409
+    if isinstance(exc, InvalidIdentifierError | SerializationError | ValueError):
+        return 400
+    return 500
+
+
+def create_app(database_url: str | None = None, *, token: str | None = None) -> FastAPI:
+    """The API (and the dashboard at ``/``) on the system database at ``database_url``
+    (default: as ``launch()`` finds it). With ``token``, every ``/api`` call must carry
+    ``Authorization: Bearer <token>``."""
+    state: dict[str, Client] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state["client"] = Client(database_url)
+        try:
+            yield
+        finally:
+            state.pop("client").close()
+
+    app = FastAPI(
+        title="dbos_agent",
+        summary="See and steer durable workflows",
+        lifespan=lifespan,
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+
+    def db() -> SystemDatabase:
+        return state["client"].db
+
+    def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
+        if token is None:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            raise _Unauthorized("a bearer token is required: Authorization: Bearer <token>")
+
+    def url_of_db() -> str | None:
+        client = state.get("client")
+        return None if client is None else client.db.url
+
+    async def on_error(_: Request, exc: Exception) -> JSONResponse:
+        status = _status_of(exc)
+        message = str(exc) if status != 500 else f"internal error: {exc}"
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse(
+            {"error": scrub(message, url_of_db()), "type": type(exc).__name__},
+            status_code=status,
+            headers=headers,
+        )
+
+    # the library's errors, refused values and a missing token are answers, not crashes
+    for kind in (DbosAgentError, ValueError, _Unauthorized):
+        app.add_exception_handler(kind, on_error)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse(
+            {"error": f"invalid request: {problems}", "type": "RequestValidationError"},
+            status_code=422,
+        )
+
+    guard = [Depends(authorized)]
+
+    def get(workflow_id: str) -> WorkflowInfo:
+        info = db().workflows.get(workflow_id)
+        if info is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return info
+
+    def _json(document: Any) -> JSONResponse:
+        return JSONResponse(json.loads(json.dumps(document, default=_default)))
+
+    @app.get("/api/workflows", dependencies=guard)
+    def list_workflows(
+        status: WorkflowStatus | None = None,
+        name: str | None = None,
+        executor: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> JSONResponse:
+        """Workflows matching every given filter, newest first (the CLI's filters)."""
+        found = db().workflows.list(
+            status=status,
+            name=name,
+            executor_id=executor,
+            created_after=since,
+            created_before=until,
+            limit=limit,
+        )
+        return _json([_workflow(info) for info in found])
+
+    @app.get("/api/workflows/{workflow_id}", dependencies=guard)
+    def show(workflow_id: str) -> JSONResponse:
+        """One workflow with its steps (timings, attempts, tokens) and its token usage."""
+        info = get(workflow_id)
+        steps = db().steps.list(workflow_id)
+        digests = [describe_step(step) for step in steps]
+        origin = db().operations.fork_origin(workflow_id)
+        document = _workflow(info)
+        document["forked_from"] = origin[0] if origin else None
+        document["forked_from_step"] = origin[1] if origin else None
+        document["steps"] = [
+            {**documents.step_json(s, d), "summary": d.summary if d else None}
+            for s, d in zip(steps, digests, strict=True)
+        ]
+        document["usage"] = documents.token_totals(digests)
+        return _json(document)
+
+    @app.get("/api/workflows/{workflow_id}/steps", dependencies=guard)
+    def steps(workflow_id: str) -> JSONResponse:
+        """The recorded steps of a workflow, in order."""
+        get(workflow_id)
+        found = db().steps.list(workflow_id)
+        return _json([documents.step_json(s, describe_step(s)) for s in found])
+
+    @app.post("/api/workflows/{workflow_id}/cancel", dependencies=guard)
+    def cancel(workflow_id: str) -> JSONResponse:
+        """Cancel a workflow (and the ones it started); cancelling again changes nothing."""
+        previous = cancel_workflow(db(), workflow_id)
+        return _json({"workflow_id": workflow_id, "previous_status": previous})
+
+    @app.post("/api/workflows/{workflow_id}/resume", dependencies=guard)
+    def resume(workflow_id: str) -> JSONResponse:
+        """Make a cancelled or dead-lettered workflow PENDING again (a worker continues it)."""
+        result = resume_workflow(db(), workflow_id)
+        return _json({"workflow_id": workflow_id, "previous_status": result.previous})
+
+    @app.post("/api/workflows/{workflow_id}/fork", dependencies=guard)
+    def fork(workflow_id: str, body: ForkBody) -> JSONResponse:
+        """A new workflow that reuses the steps before ``from_step`` and runs live from it."""
+        new_id, _ = fork_workflow(db(), workflow_id, body.from_step, new_workflow_id=body.new_id)
+        return _json({"workflow_id": new_id, "forked_from": workflow_id, **body.model_dump()})
+
+    @app.post("/api/workflows/{workflow_id}/send", dependencies=guard)
+    def send(workflow_id: str, body: SendBody) -> JSONResponse:
+        """Send a message to the workflow (it receives it with ``recv(topic)``)."""
+        get(workflow_id)
+        sent = send_plain(db(), workflow_id, body.message, body.topic, body.idempotency_key)
+        return _json({"workflow_id": workflow_id, "topic": body.topic, "sent": sent})
+
+    @app.post("/api/workflows/{workflow_id}/steps/{seq}/resolve", dependencies=guard)
+    def resolve(workflow_id: str, seq: int, body: ResolveBody) -> JSONResponse:
+        """Resolve an in-doubt step: record the result it had, or let it run again."""
+        if body.rerun == ("result" in body.model_fields_set):
+            raise ValueError('give exactly one of "result" (it happened) or "rerun": true')
+        output = None if body.rerun else json.dumps(body.result)
+        resolve_in_doubt_step(db(), workflow_id, seq, output=output)
+        return _json({"workflow_id": workflow_id, "seq": seq, "status": get(workflow_id).status})
+
+    @app.get("/api/workflows/{workflow_id}/streams/{key}", dependencies=guard)
+    async def stream(
+        workflow_id: str,
+        key: str,
+        offset: Annotated[int, Query(alias="from", ge=0)] = 0,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> StreamingResponse:
+        """The stream as Server-Sent Events: ``id`` is the offset (resume with
+        ``Last-Event-ID``), ``event`` is ``value`` or ``reset``, ``data`` the item as
+        JSON; ``event: end`` when the stream is closed or the workflow has finished."""
+        start = offset
+        if last_event_id is not None and last_event_id.strip().isdigit():
+            start = int(last_event_id) + 1
+        get(workflow_id)
+        items = follow_async(db(), None, workflow_id, key, start)
+
+        async def events() -> AsyncIterator[str]:
+            async for item in items:
+                data = {
+                    "offset": item.offset,
+                    "value": item.value,
+                    "reset": item.reset,
+                    "step": item.step,
+                    "attempt": item.attempt,
+                }
+                kind = "reset" if item.reset else "value"
+                yield f"id: {item.offset}\nevent: {kind}\ndata: {json.dumps(data)}\n\n"
+            yield "event: end\ndata: {}\n\n"
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse(_dashboard_html())
+
+    return app
+
+
+def _workflow(info: WorkflowInfo) -> dict[str, Any]:
+    document = documents.workflow_json(info)
+    document["waiting_for"] = info.waiting_for.describe() if info.waiting_for else None
+    return document
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def _dashboard_html() -> str:
+    return resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")

@@ -1,0 +1,240 @@
+"""The HTTP API and the dashboard, over real HTTP (uvicorn on a free port) and in a real
+headless browser (Debian's chromium driven by Playwright): auth, JSON errors with the
+right codes, operator actions, SSE streams resumed with Last-Event-ID, and an agent's
+stream watched and its approval sent from the page."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+import dbos_agent as da
+from dbos_agent.web import create_app
+from tests.helpers import new_id, wait_until
+
+TOKEN = "s3cret-token"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """The app on uvicorn in a thread of this process, on a free port."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(url, token=token), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        wait_until(lambda: self.server.started, 30, "uvicorn started")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def server(runtime: da.Runtime, dbos_agent_database_url: str) -> Iterator[Server]:
+    with Server(dbos_agent_database_url, TOKEN) as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=server.base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ) as client:
+        yield client
+
+
+@da.durable_workflow(name="web_waiter")
+def waiter(words: int) -> str:
+    speak(words)
+    approval = da.recv("approval", timeout=60)
+    da.write_stream("output", f" [approved: {approval}]")
+    return f"done after {approval}"
+
+
+@da.step
+def speak(words: int) -> int:
+    for i in range(words):
+        da.write_stream("output", f"word{i} ")
+        time.sleep(0.05)
+    return words
+
+
+@da.durable_workflow(name="web_quick")
+def quick(x: int) -> int:
+    return x + 1
+
+
+def test_every_api_call_needs_the_token_and_errors_are_json(
+    server: Server, api: httpx.Client, dbos_agent_database_url: str
+) -> None:
+    bare = httpx.get(server.base + "/api/workflows")
+    assert bare.status_code == 401 and bare.json()["type"] == "_Unauthorized"
+    wrong = httpx.get(server.base + "/api/workflows", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    missing = api.get("/api/workflows/no-such-workflow")
+    assert missing.status_code == 404 and "no-such-workflow" in missing.json()["error"]
+    bad_body = api.post("/api/workflows/x/fork", json={"from_step": -1})
+    assert bad_body.status_code == 422 and "from_step" in bad_body.json()["error"]
+    bad_status = api.get("/api/workflows", params={"status": "NOPE"})
+    assert bad_status.status_code == 422
+    password_free = json.dumps([missing.json(), bad_body.json()])
+    assert "password" not in password_free.lower()
+    openapi = api.get("/api/openapi.json")
+    assert openapi.status_code == 200 and "/api/workflows/{workflow_id}/fork" in openapi.text
+
+
+def test_operator_actions_over_http(api: httpx.Client) -> None:
+    wid = new_id("web")
+    with da.workflow_id(wid):
+        assert quick(1) == 2
+    listed = api.get("/api/workflows", params={"name": "web_quick", "status": "SUCCESS"}).json()
+    assert wid in [w["workflow_id"] for w in listed]
+    shown = api.get(f"/api/workflows/{wid}").json()
+    assert shown["status"] == "SUCCESS" and shown["output"] == 2 and shown["steps"] == []
+    assert api.get(f"/api/workflows/{wid}/steps").json() == []
+    finished = api.post(f"/api/workflows/{wid}/cancel")
+    assert finished.status_code == 409  # a finished workflow keeps its outcome
+
+    handle = da.start(waiter, 2)
+    wait_until(
+        lambda: (
+            api.get(f"/api/workflows/{handle.workflow_id}").json()["status"]
+            in ("PENDING", "SUSPENDED")
+        ),
+        10,
+        "waiting",
+    )
+    sent = api.post(
+        f"/api/workflows/{handle.workflow_id}/send", json={"topic": "approval", "message": "yes"}
+    )
+    assert sent.status_code == 200 and sent.json()["sent"] is True
+    assert handle.result(timeout=30) == "done after yes"
+    forked = api.post(f"/api/workflows/{handle.workflow_id}/fork", json={"from_step": 1})
+    assert forked.status_code == 200
+    new_id_ = forked.json()["workflow_id"]
+    assert api.get(f"/api/workflows/{new_id_}").json()["forked_from"] == handle.workflow_id
+    cancelled = api.post(f"/api/workflows/{new_id_}/cancel")
+    assert cancelled.status_code == 200
+    resumed = api.post(f"/api/workflows/{new_id_}/resume")
+    assert resumed.status_code == 200 and resumed.json()["previous_status"] == "CANCELLED"
+    api.post(f"/api/workflows/{new_id_}/cancel")
+
+
+def test_a_stream_as_server_sent_events_resumes_from_last_event_id(api: httpx.Client) -> None:
+    handle = da.start(waiter, 4)
+    wait_until(
+        lambda: "speak" in [s.name for s in da.list_steps(handle.workflow_id)],
+        20,
+        "four words written",
+    )
+    da.send(handle.workflow_id, "ok", topic="approval")
+    handle.result(timeout=30)
+
+    def events(headers: dict[str, str]) -> list[tuple[str, str, dict[str, object]]]:
+        out = []
+        with api.stream(
+            "GET", f"/api/workflows/{handle.workflow_id}/streams/output", headers=headers
+        ) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            block: dict[str, str] = {}
+            for line in response.iter_lines():
+                if not line:
+                    out.append((block.get("id", ""), block["event"], json.loads(block["data"])))
+                    block = {}
+                    continue
+                field, _, value = line.partition(": ")
+                block[field] = value
+        return out
+
+    everything = events({})
+    assert everything[-1][1] == "end"
+    values = [e for e in everything if e[1] == "value"]
+    assert [e[2]["value"] for e in values] == [
+        "word0 ",
+        "word1 ",
+        "word2 ",
+        "word3 ",
+        " [approved: ok]",
+    ]
+    resumed = events({"Last-Event-ID": values[1][0]})
+    assert [e[2]["offset"] for e in resumed if e[1] == "value"] == [2, 3, 4]
+
+
+def test_serve_refuses_a_public_address_without_a_token() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_HTTP_TOKEN"}
+    refused = subprocess.run(
+        [sys.executable, "-m", "dbos_agent", "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "without a token" in refused.stderr
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
+    reason="needs Debian's chromium (.ci/run installs it)",
+)
+def test_the_dashboard_shows_an_agents_stream_and_sends_its_approval(
+    server: Server, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    assert CHROMIUM is not None, "chromium is not installed (apt-get install chromium)"
+    handle = da.start(waiter, 30)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(server.base + "/")
+        page.fill("#token", TOKEN)
+        page.dispatch_event("#token", "change")
+        row = page.locator(f'tr[data-id="{handle.workflow_id}"]')
+        expect(row).to_be_visible(timeout=15_000)
+        row.click()
+        stream = page.get_by_test_id("stream")
+        expect(stream).to_contain_text("word3", timeout=15_000)  # live, while it speaks
+        page.screenshot(path=str(tmp_path / "streaming.png"))
+        expect(stream).to_contain_text("word29", timeout=30_000)
+        page.get_by_test_id("send-topic").fill("approval")
+        page.get_by_test_id("send-message").fill('"from the page"')
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("detail-status")).to_contain_text("SUCCESS", timeout=30_000)
+        expect(stream).to_contain_text("[approved: from the page]", timeout=15_000)
+        page.screenshot(path=str(tmp_path / "approved.png"), full_page=True)
+        browser.close()
+    assert handle.result(timeout=10) == "done after from the page"
+    for shot in ("streaming.png", "approved.png"):
+        data = (tmp_path / shot).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000, shot
