@@ -6,6 +6,16 @@ outcome is committed to Postgres before the workflow moves on, and after a
 crash the next :func:`launch` replays the recorded steps and continues live.
 """
 
+from .engine.approvals import (
+    Approval,
+    ApprovalRequest,
+    approval_digest,
+    approve,
+    list_approvals,
+    reject,
+    request_approval,
+    request_approval_async,
+)
 from .engine.client import Client, ClientHandle
 from .engine.context import current_workflow_id, step_key, workflow_id, workflow_timeout
 from .engine.handle import WorkflowHandle, retrieve
@@ -37,6 +47,7 @@ from .engine.streams import (
 from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
+    ApprovalError,
     CheckpointError,
     CheckpointTooLargeError,
     ConfigurationError,
@@ -64,6 +75,9 @@ from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 __version__ = "0.1.0"
 
 __all__ = [
+    "Approval",
+    "ApprovalError",
+    "ApprovalRequest",
     "CheckpointError",
     "CheckpointTooLargeError",
     "Client",
@@ -99,6 +113,8 @@ __all__ = [
     "WorkflowStatusError",
     "WorkflowTimeoutError",
     "__version__",
+    "approval_digest",
+    "approve",
     "cancel",
     "close_stream",
     "close_stream_async",
@@ -110,12 +126,16 @@ __all__ = [
     "get_event",
     "get_event_async",
     "launch",
+    "list_approvals",
     "list_steps",
     "list_workflows",
     "read_stream",
     "read_stream_async",
     "recv",
     "recv_async",
+    "reject",
+    "request_approval",
+    "request_approval_async",
     "resolve_in_doubt",
     "resume",
     "retrieve",

@@ -121,6 +121,12 @@ class WorkflowTimeoutError(WorkflowCancelledError):
     it was cancelled, with the workflows it started."""
 
 
+class ApprovalError(DbosAgentError):
+    """A decision on an approval request was refused: no such request, another digest
+    (the approval is for other arguments), already decided, or the workflow no longer
+    waits."""
+
+
 class StreamClosedError(DbosAgentError):
     """The stream was closed (``da.close_stream``): nothing more may be written to it."""
 

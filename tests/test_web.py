@@ -238,3 +238,45 @@ def test_the_dashboard_shows_an_agents_stream_and_sends_its_approval(
     for shot in ("streaming.png", "approved.png"):
         data = (tmp_path / shot).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000, shot
+
+
+@da.durable_workflow(name="web_guarded")
+def guarded(branch: str) -> str:
+    decision = da.request_approval("delete_branch", {"name": branch})
+    return "deleted" if decision.approved else f"kept: {decision.reason}"
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
+    reason="needs Debian's chromium (.ci/run installs it)",
+)
+def test_the_dashboard_approves_the_exact_tool_call_it_shows(
+    server: Server, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    assert CHROMIUM is not None, "chromium is not installed (apt-get install chromium)"
+    handle = da.start(guarded, "old-feature")
+    wait_until(lambda: da.list_approvals(handle.workflow_id), 15, "the approval request")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(server.base + "/")
+        page.fill("#token", TOKEN)
+        page.dispatch_event("#token", "change")
+        page.locator(f'tr[data-id="{handle.workflow_id}"]').click()
+        request = page.get_by_test_id("approval-0")
+        expect(request).to_contain_text("delete_branch", timeout=15_000)
+        expect(request).to_contain_text('{"name":"old-feature"}')
+        page.screenshot(path=str(tmp_path / "asking.png"))
+        page.get_by_test_id("approve-0").click()
+        expect(page.get_by_test_id("detail-status")).to_contain_text("SUCCESS", timeout=30_000)
+        expect(page.get_by_test_id("approvals")).to_be_empty()
+        page.screenshot(path=str(tmp_path / "approved-call.png"))
+        browser.close()
+    assert handle.result(timeout=10) == "deleted"
+    (decided,) = da.list_approvals(handle.workflow_id)
+    assert decided.status == "APPROVED"
+    for shot in ("asking.png", "approved-call.png"):
+        data = (tmp_path / shot).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000, shot

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     )
     from .retrying import ModelRetryPolicy, is_retryable, retry_after_seconds
     from .tool_registry import ToolRegistry
-    from .tools import NotDone, Tool, ToolInputError, tool
+    from .tools import NotDone, Tool, ToolCallRejected, ToolInputError, tool
 
 _MODULES = {
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
@@ -67,7 +67,7 @@ _MODULES = {
     ),
     "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
     "tool_registry": ("ToolRegistry",),
-    "tools": ("NotDone", "Tool", "ToolInputError", "tool"),
+    "tools": ("NotDone", "Tool", "ToolCallRejected", "ToolInputError", "tool"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -92,6 +92,7 @@ __all__ = [
     "PriceTable",
     "ReplayReport",
     "Tool",
+    "ToolCallRejected",
     "ToolInputError",
     "ToolRegistry",
     "Usage",

@@ -21,11 +21,12 @@ from typing import Any, Protocol
 
 from anthropic.types import ToolParam, ToolResultBlockParam
 
+from ..engine.approvals import Approval, request_approval, request_approval_async
 from ..engine.context import at_position, reserve_positions
 from ..engine.step import step as engine_step
 from ..errors import DbosAgentError
 from .replay import note_step
-from .tools import Tool, ToolInputError
+from .tools import Tool, ToolCallRejected, ToolInputError
 
 __all__ = ["ToolRegistry", "ToolUse"]
 
@@ -50,9 +51,16 @@ def _reject(tool: str, reason: str) -> None:
     raise ToolInputError(reason)
 
 
+def _check(approval: Approval) -> None:
+    if not approval.approved:
+        raise ToolCallRejected(
+            "a human rejected this call" + (f": {approval.reason}" if approval.reason else "")
+        )
+
+
 def error_text(error: BaseException) -> str:
     """How a failed call is described to the model."""
-    if isinstance(error, ToolInputError):
+    if isinstance(error, ToolInputError | ToolCallRejected):
         return str(error)
     return f"{type(error).__name__}: {error}"
 
@@ -116,21 +124,41 @@ class ToolRegistry:
         except ToolInputError as exc:
             return str(exc)
 
-    def run(self, block: ToolUse) -> str:
+    def _needs_approval(self, block: ToolUse) -> bool:
+        item = self._tools.get(block.name)
+        return item is not None and item.requires_approval
+
+    def approve_first(self, uses: list[ToolUse]) -> dict[str, Approval]:
+        """Ask (in reply order, one after the other) for the approvals the calls need,
+        before any of them runs concurrently at its reserved position."""
+        return {b.id: request_approval(b.name, b.input) for b in uses if self._needs_approval(b)}
+
+    async def approve_first_async(self, uses: list[ToolUse]) -> dict[str, Approval]:
+        """:meth:`approve_first` for async code."""
+        return {
+            b.id: await request_approval_async(b.name, b.input)
+            for b in uses
+            if self._needs_approval(b)
+        }
+
+    def run(self, block: ToolUse, approval: Approval | None = None) -> str:
         """Run one call as one step and return its text; raises what the call raised.
 
-        An ``async def`` tool runs to its end on an event loop of its own (use
-        :meth:`run_async` from async code).
+        A tool that requires approval asks for it first (unless ``approval`` is given)
+        and raises :class:`ToolCallRejected` when a human said no. An ``async def`` tool
+        runs to its end on an event loop of its own (use :meth:`run_async` from async code).
         """
         resolved = self._resolve(block)
         if isinstance(resolved, str):
             _reject(block.name, resolved)
             raise AssertionError("unreachable")  # pragma: no cover
         item, kwargs = resolved
+        if item.requires_approval:
+            _check(approval or request_approval(block.name, block.input))
         value = asyncio.run(item(**kwargs)) if item.is_async else item(**kwargs)
         return Tool.render(value)
 
-    async def run_async(self, block: ToolUse) -> str:
+    async def run_async(self, block: ToolUse, approval: Approval | None = None) -> str:
         """:meth:`run` on the event loop: an async tool is awaited, a sync one (and the
         log write of a refused call) runs in a worker thread."""
         resolved = self._resolve(block)
@@ -138,27 +166,31 @@ class ToolRegistry:
             await asyncio.to_thread(_reject, block.name, resolved)
             raise AssertionError("unreachable")  # pragma: no cover
         item, kwargs = resolved
+        if item.requires_approval:
+            _check(approval or await request_approval_async(block.name, block.input))
         if item.is_async:
             return Tool.render(await item(**kwargs))
         return Tool.render(await asyncio.to_thread(item, **kwargs))
 
-    def call(self, block: ToolUse) -> ToolResultBlockParam:
+    def call(self, block: ToolUse, approval: Approval | None = None) -> ToolResultBlockParam:
         """Run one ``tool_use`` block and return its ``tool_result`` (``is_error`` on failure).
 
         Engine signals (divergence, cancellation, an in-doubt step) are not tool failures
         and propagate.
         """
         try:
-            return result_block(block, self.run(block))
+            return result_block(block, self.run(block, approval))
         except DbosAgentError:
             raise
         except Exception as exc:
             return result_block(block, exc)
 
-    async def call_async(self, block: ToolUse) -> ToolResultBlockParam:
+    async def call_async(
+        self, block: ToolUse, approval: Approval | None = None
+    ) -> ToolResultBlockParam:
         """:meth:`call` for async code (see :meth:`run_async`)."""
         try:
-            return result_block(block, await self.run_async(block))
+            return result_block(block, await self.run_async(block, approval))
         except DbosAgentError:
             raise
         except Exception as exc:
@@ -175,11 +207,12 @@ class ToolRegistry:
         uses = tool_uses(content)
         if not parallel or len(uses) < 2:
             return [self.call(block) for block in uses]
+        approvals = self.approve_first(uses)
         positions = reserve_positions(len(uses))
 
         def call_at(index: int) -> ToolResultBlockParam:
             with at_position(positions[index]):
-                return self.call(uses[index])
+                return self.call(uses[index], approvals.get(uses[index].id))
 
         with ThreadPoolExecutor(max_workers=min(max_workers, len(uses))) as pool:
             futures = [
@@ -193,11 +226,12 @@ class ToolRegistry:
         does not depend on which finished first). If a call raises an engine signal the
         others are cancelled and it propagates."""
         uses = tool_uses(content)
+        approvals = await self.approve_first_async(uses)
         positions = reserve_positions(len(uses))
 
         async def call_at(index: int) -> ToolResultBlockParam:
             with at_position(positions[index]):
-                return await self.call_async(uses[index])
+                return await self.call_async(uses[index], approvals.get(uses[index].id))
 
         tasks = [asyncio.ensure_future(call_at(i)) for i in range(len(uses))]
         try:

@@ -23,7 +23,7 @@ from ..engine.registry import NotDone
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
 
-__all__ = ["NotDone", "Tool", "ToolInputError", "tool"]
+__all__ = ["NotDone", "Tool", "ToolCallRejected", "ToolInputError", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,6 +33,10 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
 class ToolInputError(Exception):
     """A tool call the registry refused: unknown tool name or input that fails validation."""
+
+
+class ToolCallRejected(Exception):
+    """A human rejected the tool call (its tool requires approval)."""
 
 
 def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -120,6 +124,7 @@ class Tool(Generic[P, R]):
         max_interval: float = 60.0,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | None = None,
+        requires_approval: bool = False,
     ) -> None:
         self.name = name or fn.__name__
         if not _NAME.match(self.name):
@@ -132,6 +137,8 @@ class Tool(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.idempotent = idempotent
         self.guard = guard
+        #: A human approves each call first (see ToolRegistry and da.request_approval).
+        self.requires_approval = requires_approval
         self.input_model = _input_model(fn, self.name, arg_docs)
         self.input_schema: dict[str, Any] = _clean_schema(self.input_model.model_json_schema())
 
@@ -197,6 +204,7 @@ def tool(
     max_interval: float = 60.0,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
     timeout: float | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -214,6 +222,7 @@ def tool(
     max_interval: float = 60.0,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
     timeout: float | None = None,
+    requires_approval: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a typed function a model tool and a durable step (bare or with options).
 
@@ -223,6 +232,10 @@ def tool(
 
     ``timeout`` (``async def`` tools) cancels an attempt after that many seconds: the
     model gets the TimeoutError as an ``is_error`` result, after ``retries``.
+
+    ``requires_approval=True``: a call the model asks for runs only once a human approved
+    that exact call (tool and arguments, see ``da.request_approval``); a rejection goes back
+    to the model as an ``is_error`` result with the human's reason.
     """
 
     def decorate(func: Callable[P, R]) -> Tool[P, R]:
@@ -238,6 +251,7 @@ def tool(
             max_interval=max_interval,
             retry_on=retry_on,
             timeout=timeout,
+            requires_approval=requires_approval,
         )
 
     return decorate(fn) if fn is not None else decorate

@@ -19,6 +19,7 @@ from .. import (
     agent,  # noqa: F401  (registers how model steps are described)
     documents,
 )
+from ..engine.approvals import decide
 from ..engine.messaging import send_plain
 from ..engine.operations import (
     cancel_workflow,
@@ -373,3 +374,47 @@ def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
         pass
     if not args.json and not at_line_start:
         print()
+
+
+def approvals(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Approval requests: one workflow's, or every pending one."""
+    if args.workflow_id is not None:
+        _get(db, args.workflow_id)
+    found = db.approvals.list(args.workflow_id)
+    if args.json:
+        render.print_json([dataclasses.asdict(a) for a in found])
+        return
+    if not found:
+        print("no approval requests" + ("" if args.workflow_id else " pending"))
+        return
+    rows = [
+        [
+            a.workflow_id,
+            str(a.seq),
+            a.tool,
+            render.clip(render.compact(a.arguments), render.SUMMARY_CHARS),
+            a.status,
+            a.digest,
+        ]
+        for a in found
+    ]
+    render.print_table(["WORKFLOW ID", "STEP", "TOOL", "ARGUMENTS", "STATUS", "DIGEST"], rows)
+
+
+def _decide(args: argparse.Namespace, db: SystemDatabase, approved: bool) -> None:
+    decide(db, args.workflow_id, args.seq, args.digest, approved=approved, reason=args.reason)
+    verb = "approved" if approved else "rejected"
+    if args.json:
+        render.print_json({"workflow_id": args.workflow_id, "seq": args.seq, verb: True})
+    else:
+        print(f"{verb} the call at step {args.seq} of {args.workflow_id}; the workflow goes on")
+
+
+def approve(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Approve a request (bound to its digest)."""
+    _decide(args, db, True)
+
+
+def reject(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Reject a request (bound to its digest)."""
+    _decide(args, db, False)

@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_steps(tree, common)
     _add_send(tree, common)
     _add_stream(tree, common)
+    _add_approvals(tree, common)
     _add_gc(tree, common)
     _add_worker(tree)
     _add_serve(tree)
@@ -241,6 +242,35 @@ def _add_send(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "--idempotency-key", metavar="KEY", help="send at most once with this key (for retries)"
     )
     send.add_argument("--text", action="store_true", help="send MESSAGE as a string, as is")
+
+
+def _add_approvals(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    listing = _command(
+        tree,
+        common,
+        "approvals",
+        "list approval requests: a workflow's, or every pending one",
+        commands.approvals,
+        "List what workflows ask humans to approve (da.request_approval, tools with\n"
+        "requires_approval): the step, the tool, its arguments and the digest a decision\n"
+        "must give. Without ID: every PENDING request.",
+    )
+    listing.add_argument("workflow_id", metavar="ID", nargs="?", help="one workflow's requests")
+    for name, verb in (("approve", "approve"), ("reject", "reject")):
+        decision = _command(
+            tree,
+            common,
+            name,
+            f"{verb} the tool call a workflow asks about (bound to its digest)",
+            commands.approve if name == "approve" else commands.reject,
+            f"{verb.capitalize()} the request at step SEQ of workflow ID. --digest must be the\n"
+            "request's (see `approvals ID`): a decision for other arguments, a second one, or\n"
+            "one for a workflow that no longer waits is refused.",
+        )
+        decision.add_argument("workflow_id", metavar="ID", help="workflow id")
+        decision.add_argument("seq", type=types.natural, metavar="SEQ", help="its step")
+        decision.add_argument("--digest", required=True, help="the request's digest")
+        decision.add_argument("--reason", help="why (the workflow gets it)")
 
 
 def _add_stream(tree: _Group[Any], common: argparse.ArgumentParser) -> None:

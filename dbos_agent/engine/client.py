@@ -20,6 +20,7 @@ from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
+from .approvals import ApprovalRequest, decide
 from .messaging import send_plain
 from .plans import run_plan, run_plan_async
 from .streams import StreamItem, follow, follow_async
@@ -152,6 +153,18 @@ class Client:
     ) -> AsyncIterator[StreamItem]:
         """:meth:`read_stream` as an async iterator, for a web handler."""
         return follow_async(self.db, None, workflow_id, key, offset, timeout)
+
+    def approvals(self, workflow_id: str | None = None) -> list[ApprovalRequest]:
+        """A workflow's approval requests, or every PENDING one (see da.list_approvals)."""
+        return self.db.approvals.list(workflow_id)
+
+    def approve(self, workflow_id: str, seq: int, digest: str, reason: str | None = None) -> None:
+        """Approve the tool call asked about at step ``seq`` (bound to its ``digest``)."""
+        decide(self.db, workflow_id, seq, digest, approved=True, reason=reason)
+
+    def reject(self, workflow_id: str, seq: int, digest: str, reason: str | None = None) -> None:
+        """Reject it; the workflow gets the reason."""
+        decide(self.db, workflow_id, seq, digest, approved=False, reason=reason)
 
     def retrieve(self, workflow_id: str) -> ClientHandle:
         handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))

@@ -170,7 +170,7 @@ async def send_async(
 # -- recv ---------------------------------------------------------------------------------
 
 
-def _recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[Any]:
+def recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[Any]:
     check_topic(topic, "recv topic")
     timeout = _timeout(timeout)
     ctx = workflow_only("recv()")
@@ -225,14 +225,14 @@ def recv(topic: str | None = None, timeout: float | None = 60.0, *, as_type: Any
     returns the recorded message (or None). The timeout is a durable deadline:
     after a crash the wait ends at the original time. Only in a workflow.
     """
-    return run_plan(_recv_plan(topic, timeout, codec_for(as_type)))
+    return run_plan(recv_plan(topic, timeout, codec_for(as_type)))
 
 
 async def recv_async(
     topic: str | None = None, timeout: float | None = 60.0, *, as_type: Any = Any
 ) -> Any:
     """:func:`recv` for ``async`` workflows (waits on the event loop)."""
-    return await run_plan_async(_recv_plan(topic, timeout, codec_for(as_type)))
+    return await run_plan_async(recv_plan(topic, timeout, codec_for(as_type)))
 
 
 # -- events -------------------------------------------------------------------------------

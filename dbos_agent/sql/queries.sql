@@ -939,6 +939,10 @@ WITH picked AS (
     DELETE FROM dbos_agent.streams
     WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
     RETURNING 1
+), approvals AS (  -- the same
+    DELETE FROM dbos_agent.approvals
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted) AS workflows,
        (SELECT count(*) FROM steps) AS steps,
@@ -1029,4 +1033,54 @@ LEFT JOIN LATERAL (
     LIMIT %(limit)s
 ) AS s ON true
 ORDER BY s."offset";
+
+-- == approvals ==
+
+-- name: request_approval
+-- Record what step `seq` asks a human (the request is new; the same request again,
+-- from a run that retries its write, changes nothing).
+INSERT INTO dbos_agent.approvals (workflow_id, seq, tool, arguments, digest)
+VALUES (%(workflow_id)s, %(seq)s, %(tool)s, %(arguments)s::jsonb, %(digest)s)
+ON CONFLICT (workflow_id, seq) DO NOTHING;
+
+-- name: decide_approval
+-- Approve or reject the request at (workflow, seq), only if it is PENDING, its
+-- digest is the one given and the workflow still waits (PENDING or SUSPENDED),
+-- and send the decision to the workflow on the request's topic, in one
+-- statement. Returns whether it decided, and what it found (to say why not).
+WITH target AS (
+    SELECT a.workflow_id, a.seq, a.digest, a.status, w.status AS workflow_status
+    FROM dbos_agent.approvals AS a
+    JOIN dbos_agent.workflows AS w USING (workflow_id)
+    WHERE a.workflow_id = %(workflow_id)s AND a.seq = %(seq)s
+    FOR UPDATE OF a
+), decided AS (
+    UPDATE dbos_agent.approvals AS a
+    SET status = %(status)s, reason = %(reason)s, decided_at = now()
+    FROM target AS t
+    WHERE a.workflow_id = t.workflow_id AND a.seq = t.seq AND t.status = 'PENDING'
+      AND t.digest = %(digest)s AND t.workflow_status IN ('PENDING', 'SUSPENDED')
+    RETURNING a.workflow_id
+), sent AS (
+    INSERT INTO dbos_agent.messages (destination_id, topic, message, idempotency_key)
+    SELECT workflow_id, %(topic)s, %(message)s::jsonb, %(topic)s FROM decided
+    RETURNING message_id
+)
+SELECT (SELECT count(*) FROM decided) = 1 AS decided,
+       (SELECT count(*) FROM sent) AS sent,
+       t.status, t.digest, t.workflow_status,
+       (SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s)
+           AS found_workflow
+FROM (SELECT 1) AS one
+LEFT JOIN target AS t ON true;
+
+-- name: list_approvals
+-- Approval requests, newest first: of one workflow, or PENDING ones of all.
+SELECT workflow_id, seq, tool, arguments::text, digest, status, reason, requested_at,
+       decided_at
+FROM dbos_agent.approvals
+WHERE (%(workflow_id)s::text IS NULL AND status = 'PENDING')
+   OR workflow_id = %(workflow_id)s::text
+ORDER BY requested_at DESC, seq DESC
+LIMIT %(limit)s;
 

@@ -373,3 +373,27 @@ BEGIN
     RETURN next_offset;
 END
 $$;
+
+-- == approvals =========================================================================
+
+-- What a workflow asks a human (da.request_approval), at the position of its request
+-- step: the tool, its arguments and their digest. A decision must name all three and is
+-- taken once, with the message that tells the workflow (decide_approval).
+CREATE TABLE dbos_agent.approvals (
+    workflow_id  text        NOT NULL,
+    seq          integer     NOT NULL CHECK (seq >= 0),
+    tool         text        NOT NULL,
+    arguments    jsonb       NOT NULL,
+    digest       text        NOT NULL,
+    status       text        NOT NULL DEFAULT 'PENDING'
+                             CHECK (status IN ('PENDING', 'APPROVED', 'REJECTED')),
+    reason       text,
+    requested_at timestamptz NOT NULL DEFAULT now(),
+    decided_at   timestamptz,
+    PRIMARY KEY (workflow_id, seq),
+    CONSTRAINT approvals_decided_when_not_pending
+        CHECK ((status = 'PENDING') = (decided_at IS NULL))
+);
+
+CREATE INDEX approvals_pending ON dbos_agent.approvals (requested_at)
+    WHERE status = 'PENDING';

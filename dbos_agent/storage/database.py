@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from . import migrations
+from .approvals import ApprovalStore
 from .connector import Connector
 from .inspection import InspectionStore
 from .messaging import MessageStore
@@ -57,6 +58,7 @@ class SystemDatabase(Connector):
         self.retention = RetentionStore(self)
         self.suspension = SuspensionStore(self)
         self.streams = StreamStore(self)
+        self.approvals = ApprovalStore(self)
         self.inspection = InspectionStore(self)
 
     def migrate(self) -> int:

@@ -14,6 +14,7 @@ database password.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 from collections.abc import AsyncIterator
@@ -28,6 +29,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from .. import documents
+from ..engine.approvals import decide
 from ..engine.client import Client
 from ..engine.messaging import send_plain
 from ..engine.operations import (
@@ -38,6 +40,7 @@ from ..engine.operations import (
 )
 from ..engine.streams import follow_async
 from ..errors import (
+    ApprovalError,
     DbosAgentError,
     InvalidIdentifierError,
     SerializationError,
@@ -67,6 +70,12 @@ class ResolveBody(BaseModel):
     rerun: bool = Field(default=False, description="it did not happen: run it again")
 
 
+class DecisionBody(BaseModel):
+    approve: bool = Field(description="true approves the call, false rejects it")
+    digest: str = Field(description="the digest of the request being decided")
+    reason: str | None = None
+
+
 class _Unauthorized(Exception):
     pass
 
@@ -76,7 +85,7 @@ def _status_of(exc: Exception) -> int:
         return 401
     if isinstance(exc, WorkflowNotFoundError):
         return 404
-    if isinstance(exc, WorkflowStatusError):
+    if isinstance(exc, WorkflowStatusError | ApprovalError):
         return 409
     if isinstance(exc, InvalidIdentifierError | SerializationError | ValueError):
         return 400
@@ -233,6 +242,24 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         resolve_in_doubt_step(db(), workflow_id, seq, output=output)
         return _json({"workflow_id": workflow_id, "seq": seq, "status": get(workflow_id).status})
 
+    @app.get("/api/approvals", dependencies=guard)
+    def pending_approvals() -> JSONResponse:
+        """Every PENDING approval request, newest first."""
+        return _json([_approval(a) for a in db().approvals.list(None)])
+
+    @app.get("/api/workflows/{workflow_id}/approvals", dependencies=guard)
+    def approvals(workflow_id: str) -> JSONResponse:
+        """A workflow's approval requests (the tool, its arguments, their digest, status)."""
+        get(workflow_id)
+        return _json([_approval(a) for a in db().approvals.list(workflow_id)])
+
+    @app.post("/api/workflows/{workflow_id}/approvals/{seq}", dependencies=guard)
+    def decide_approval(workflow_id: str, seq: int, body: DecisionBody) -> JSONResponse:
+        """Approve or reject the call asked about at step ``seq``, bound to its digest:
+        409 for other arguments, a second decision, or a workflow that no longer waits."""
+        decide(db(), workflow_id, seq, body.digest, approved=body.approve, reason=body.reason)
+        return _json({"workflow_id": workflow_id, "seq": seq, "approved": body.approve})
+
     @app.get("/api/workflows/{workflow_id}/streams/{key}", dependencies=guard)
     async def stream(
         workflow_id: str,
@@ -279,6 +306,10 @@ def _workflow(info: WorkflowInfo) -> dict[str, Any]:
     document = documents.workflow_json(info)
     document["waiting_for"] = info.waiting_for.describe() if info.waiting_for else None
     return document
+
+
+def _approval(request: Any) -> dict[str, Any]:
+    return dataclasses.asdict(request)
 
 
 def _default(value: Any) -> Any:

@@ -1,0 +1,183 @@
+"""Approvals bound to the exact tool call, decided once.
+
+In a workflow, ``da.request_approval(tool, arguments)`` is two steps: the request
+(recorded, with the digest of the tool's name and arguments, at the request step's
+position ``seq``) and a durable wait for the decision (a ``recv`` on the request's own
+topic: it suspends like any long wait). A decision (``da.approve`` / ``da.reject``, the
+``Client``'s, ``dbos-agent approve``, the HTTP API) must name the workflow, ``seq`` and
+the digest: one statement checks that the request is PENDING, the digest is the one asked
+about and the workflow still waits, records the decision and sends it to the workflow.
+So an approval for other arguments, a second decision, or one for a workflow that no
+longer waits is refused with :class:`ApprovalError`, and a decision is consumed once: on
+replay the recorded decision is returned, never asked for again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import pydantic_core
+
+from ..errors import ApprovalError, SerializationError, WorkflowNotFoundError
+from ..limits import check_identifier
+from ..serialization import codec_for
+from ..storage.approvals import ApprovalRequest
+from ..storage.database import SystemDatabase
+from .context import current_context
+from .messaging import recv_plan
+from .plans import Io, Plan, run_plan, run_plan_async
+from .state import current_engine
+from .step import adopt_recorded
+from .timers import builtin_step, recorded, workflow_only
+
+APPROVAL_STEP = "dbos_agent.request_approval"
+_REQUEST = builtin_step(APPROVAL_STEP, codec_for(str))
+_DECISION = codec_for(dict[str, Any])
+
+__all__ = [
+    "Approval",
+    "ApprovalRequest",
+    "approval_digest",
+    "approve",
+    "decide",
+    "list_approvals",
+    "reject",
+    "request_approval",
+    "request_approval_async",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A human's decision on a request: ``approved``, and why (``reason``)."""
+
+    approved: bool
+    reason: str | None
+    seq: int
+    digest: str
+
+
+def approval_digest(tool: str, arguments: Any) -> str:
+    """The digest binding an approval to a tool call: SHA-256 of the tool's name and its
+    arguments as canonical JSON (keys sorted)."""
+    try:
+        canonical = json.dumps(
+            {"tool": tool, "arguments": arguments}, sort_keys=True, separators=(",", ":")
+        )
+    except (TypeError, ValueError):
+        canonical = pydantic_core.to_json({"tool": tool, "arguments": arguments}).decode()
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _topic(seq: int) -> str:
+    return f"dbos_agent.approval:{seq}"
+
+
+def _request_plan(tool: str, arguments: Any) -> Plan[Approval]:
+    ctx = workflow_only("request_approval")
+    check_identifier(tool, "tool name")
+    try:
+        arguments_json = pydantic_core.to_json(arguments).decode()
+    except Exception as exc:
+        raise SerializationError(
+            f"the arguments of an approval request for {tool!r}: {exc}"
+        ) from None
+    plain = json.loads(arguments_json)
+    digest = approval_digest(tool, plain)
+    seq, row = ctx.begin_step(APPROVAL_STEP)
+    if row is not None:  # asked before: the same digest, or the code changed
+        asked = recorded(ctx, _REQUEST, seq, row).unwrap()
+    else:
+        db = ctx.engine.db
+        write = yield Io(
+            partial(
+                db.approvals.request,
+                workflow_id=ctx.workflow_id,
+                seq=seq,
+                step_name=APPROVAL_STEP,
+                tool=tool,
+                arguments=arguments_json,
+                digest=digest,
+                owner_key=ctx.engine.session_key,
+                started_at=datetime.now(UTC),
+            )
+        )
+        asked = digest if write.written else adopt_recorded(ctx, _REQUEST, seq, write).unwrap()
+    decision = yield from recv_plan(_topic(seq), None, _DECISION)
+    return Approval(bool(decision["approved"]), decision.get("reason"), seq, str(asked))
+
+
+def request_approval(tool: str, arguments: Any) -> Approval:
+    """Ask a human to approve calling ``tool`` with ``arguments``; wait (suspended, if a
+    background run) for the decision. Replayed after a crash, the recorded decision is
+    returned: never asked for, nor decided, twice."""
+    return run_plan(_request_plan(tool, arguments))
+
+
+async def request_approval_async(tool: str, arguments: Any) -> Approval:
+    """:func:`request_approval` for async workflows."""
+    return await run_plan_async(_request_plan(tool, arguments))
+
+
+def decide(
+    db: SystemDatabase,
+    workflow_id: str,
+    seq: int,
+    digest: str,
+    *,
+    approved: bool,
+    reason: str | None = None,
+) -> None:
+    """Approve or reject the request at step ``seq`` of ``workflow_id``, bound to
+    ``digest``; raises :class:`ApprovalError` (or WorkflowNotFoundError) saying why not."""
+    check_identifier(workflow_id, "workflow id")
+    message = json.dumps({"approved": approved, "reason": reason, "digest": digest})
+    found = db.approvals.decide(
+        workflow_id=workflow_id,
+        seq=seq,
+        digest=digest,
+        approved=approved,
+        reason=reason,
+        topic=_topic(seq),
+        message=message,
+    )
+    if found.decided:
+        return
+    if found.workflow_status is None:
+        raise WorkflowNotFoundError(workflow_id)
+    where = f"workflow {workflow_id!r} step {seq}"
+    if found.request_status is None:
+        raise ApprovalError(f"{where}: there is no approval request there")
+    if found.request_status != "PENDING":
+        raise ApprovalError(f"{where}: the request was already {found.request_status.lower()}")
+    if found.request_digest != digest:
+        raise ApprovalError(
+            f"{where}: the decision is for other arguments than the ones asked about "
+            f"(digest {digest[:12]}... is not the request's); list the request again"
+        )
+    raise ApprovalError(
+        f"{where}: the workflow is {found.workflow_status}, no longer waiting for a decision"
+    )
+
+
+def approve(workflow_id: str, seq: int, digest: str, reason: str | None = None) -> None:
+    """Approve the tool call that step ``seq`` of ``workflow_id`` asks about (see
+    :func:`decide`)."""
+    decide(current_engine().db, workflow_id, seq, digest, approved=True, reason=reason)
+
+
+def reject(workflow_id: str, seq: int, digest: str, reason: str | None = None) -> None:
+    """Reject it: the workflow gets ``Approval(approved=False, reason=...)``."""
+    decide(current_engine().db, workflow_id, seq, digest, approved=False, reason=reason)
+
+
+def list_approvals(workflow_id: str | None = None) -> list[ApprovalRequest]:
+    """The approval requests of a workflow (all), or the PENDING ones of every workflow."""
+    ctx = current_context()
+    db = ctx.engine.db if ctx is not None else current_engine().db
+    return db.approvals.list(workflow_id)

@@ -1,0 +1,152 @@
+"""The ``approvals`` table: what workflows ask humans, and the decisions, taken once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..records import StepStatus
+from .connector import Connection, Connector
+from .rows import StepWrite, step_write, text_of
+from .sql_files import query
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One request: the tool call a workflow asks a human about, at step ``seq``."""
+
+    workflow_id: str
+    seq: int
+    tool: str
+    arguments: Any
+    digest: str
+    status: str
+    reason: str | None
+    requested_at: datetime
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What decide found: whether it decided, else the request and workflow as they are."""
+
+    decided: bool
+    request_status: str | None
+    request_digest: str | None
+    workflow_status: str | None
+
+
+class ApprovalStore:
+    """Approval requests and their decisions."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def request(
+        self,
+        *,
+        workflow_id: str,
+        seq: int,
+        step_name: str,
+        tool: str,
+        arguments: str,
+        digest: str,
+        owner_key: int | None,
+        started_at: datetime,
+    ) -> StepWrite:
+        """Record the request and checkpoint step ``seq`` (output: the digest) in one
+        transaction; when the checkpoint is refused nothing is recorded."""
+        where = f"the arguments of the approval request of workflow {workflow_id!r}"
+        stored = self._db.json_in(arguments, where)
+
+        def body(conn: Connection) -> StepWrite:
+            with conn.transaction():
+                conn.execute(
+                    query("request_approval"),
+                    {
+                        "workflow_id": workflow_id,
+                        "seq": seq,
+                        "tool": tool,
+                        "arguments": stored,
+                        "digest": digest,
+                    },
+                )
+                write = step_write(
+                    seq,
+                    conn.execute(
+                        query("record_step"),
+                        {
+                            "workflow_id": workflow_id,
+                            "seq": seq,
+                            "name": step_name,
+                            "status": StepStatus.SUCCESS,
+                            "output": f'"{digest}"',
+                            "error": None,
+                            "attempts": 1,
+                            "started_at": started_at,
+                            "owner_key": owner_key,
+                        },
+                    ).fetchone(),
+                )
+                if not write.written:
+                    raise _Refused(write)
+                return write
+
+        try:
+            return self._db.run(f"ask for approval in workflow {workflow_id!r}", body, where=where)
+        except _Refused as refused:
+            return refused.write
+
+    def decide(
+        self,
+        *,
+        workflow_id: str,
+        seq: int,
+        digest: str,
+        approved: bool,
+        reason: str | None,
+        topic: str,
+        message: str,
+    ) -> Decided:
+        """Approve or reject, once, and tell the workflow (see ``decide_approval``)."""
+        row = self._db.one(
+            "decide_approval",
+            f"decide the approval request at step {seq} of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            seq=seq,
+            digest=digest,
+            status="APPROVED" if approved else "REJECTED",
+            reason=reason,
+            topic=topic,
+            message=message,
+        )
+        assert row is not None
+        return Decided(bool(row["decided"]), row["status"], row["digest"], row["found_workflow"])
+
+    def list(self, workflow_id: str | None = None, limit: int = 100) -> list[ApprovalRequest]:
+        """The requests of one workflow, or the PENDING ones of all, newest first."""
+        rows = self._db.all(
+            "list_approvals", "list approval requests", workflow_id=workflow_id, limit=limit
+        )
+        return [
+            ApprovalRequest(
+                r["workflow_id"],
+                r["seq"],
+                r["tool"],
+                json.loads(text_of(r["arguments"]) or "null"),
+                r["digest"],
+                r["status"],
+                r["reason"],
+                r["requested_at"],
+                r["decided_at"],
+            )
+            for r in rows
+        ]
+
+
+class _Refused(Exception):
+    def __init__(self, write: StepWrite) -> None:
+        super().__init__("the checkpoint of an approval request was refused")
+        self.write = write
