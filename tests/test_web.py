@@ -5,6 +5,7 @@ stream watched and its approval sent from the page."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -23,6 +25,9 @@ import uvicorn
 import dbos_agent as da
 from dbos_agent.web import create_app
 from tests.helpers import new_id, wait_until
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page, Playwright
 
 TOKEN = "s3cret-token"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -71,6 +76,21 @@ def api(server: Server) -> Iterator[httpx.Client]:
         base_url=server.base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
     ) as client:
         yield client
+
+
+@contextlib.contextmanager
+def dashboard(pw: Playwright, server: Server) -> Iterator[Page]:
+    """The dashboard in Debian's chromium, logged in with the token."""
+    assert CHROMIUM is not None, "chromium is not installed (apt-get install chromium)"
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(server.base + "/")
+        page.fill("#token", TOKEN)
+        page.dispatch_event("#token", "change")
+        yield page
+    finally:
+        browser.close()
 
 
 @da.durable_workflow(name="web_waiter")
@@ -212,14 +232,8 @@ def test_the_dashboard_shows_an_agents_stream_and_sends_its_approval(
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    assert CHROMIUM is not None, "chromium is not installed (apt-get install chromium)"
     handle = da.start(waiter, 30)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(server.base + "/")
-        page.fill("#token", TOKEN)
-        page.dispatch_event("#token", "change")
+    with sync_playwright() as pw, dashboard(pw, server) as page:
         row = page.locator(f'tr[data-id="{handle.workflow_id}"]')
         expect(row).to_be_visible(timeout=15_000)
         row.click()
@@ -233,7 +247,6 @@ def test_the_dashboard_shows_an_agents_stream_and_sends_its_approval(
         expect(page.get_by_test_id("detail-status")).to_contain_text("SUCCESS", timeout=30_000)
         expect(stream).to_contain_text("[approved: from the page]", timeout=15_000)
         page.screenshot(path=str(tmp_path / "approved.png"), full_page=True)
-        browser.close()
     assert handle.result(timeout=10) == "done after from the page"
     for shot in ("streaming.png", "approved.png"):
         data = (tmp_path / shot).read_bytes()
@@ -255,15 +268,9 @@ def test_the_dashboard_approves_the_exact_tool_call_it_shows(
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    assert CHROMIUM is not None, "chromium is not installed (apt-get install chromium)"
     handle = da.start(guarded, "old-feature")
     wait_until(lambda: da.list_approvals(handle.workflow_id), 15, "the approval request")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(server.base + "/")
-        page.fill("#token", TOKEN)
-        page.dispatch_event("#token", "change")
+    with sync_playwright() as pw, dashboard(pw, server) as page:
         page.locator(f'tr[data-id="{handle.workflow_id}"]').click()
         request = page.get_by_test_id("approval-0")
         expect(request).to_contain_text("delete_branch", timeout=15_000)
@@ -273,7 +280,6 @@ def test_the_dashboard_approves_the_exact_tool_call_it_shows(
         expect(page.get_by_test_id("detail-status")).to_contain_text("SUCCESS", timeout=30_000)
         expect(page.get_by_test_id("approvals")).to_be_empty()
         page.screenshot(path=str(tmp_path / "approved-call.png"))
-        browser.close()
     assert handle.result(timeout=10) == "deleted"
     (decided,) = da.list_approvals(handle.workflow_id)
     assert decided.status == "APPROVED"

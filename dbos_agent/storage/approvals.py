@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..records import StepStatus
 from .connector import Connection, Connector
-from .rows import StepWrite, step_write, text_of
+from .rows import StepWrite, text_of
 from .sql_files import query
+from .steps import write_with_checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,43 +61,31 @@ class ApprovalStore:
         where = f"the arguments of the approval request of workflow {workflow_id!r}"
         stored = self._db.json_in(arguments, where)
 
-        def body(conn: Connection) -> StepWrite:
-            with conn.transaction():
-                conn.execute(
-                    query("request_approval"),
-                    {
-                        "workflow_id": workflow_id,
-                        "seq": seq,
-                        "tool": tool,
-                        "arguments": stored,
-                        "digest": digest,
-                    },
-                )
-                write = step_write(
-                    seq,
-                    conn.execute(
-                        query("record_step"),
-                        {
-                            "workflow_id": workflow_id,
-                            "seq": seq,
-                            "name": step_name,
-                            "status": StepStatus.SUCCESS,
-                            "output": f'"{digest}"',
-                            "error": None,
-                            "attempts": 1,
-                            "started_at": started_at,
-                            "owner_key": owner_key,
-                        },
-                    ).fetchone(),
-                )
-                if not write.written:
-                    raise _Refused(write)
-                return write
+        def record(conn: Connection) -> str:
+            conn.execute(
+                query("request_approval"),
+                {
+                    "workflow_id": workflow_id,
+                    "seq": seq,
+                    "tool": tool,
+                    "arguments": stored,
+                    "digest": digest,
+                },
+            )
+            return digest
 
-        try:
-            return self._db.run(f"ask for approval in workflow {workflow_id!r}", body, where=where)
-        except _Refused as refused:
-            return refused.write
+        return write_with_checkpoint(
+            self._db,
+            f"ask for approval in workflow {workflow_id!r}",
+            record,
+            json.dumps,
+            workflow_id=workflow_id,
+            seq=seq,
+            name=step_name,
+            owner_key=owner_key,
+            started_at=started_at,
+            where=where,
+        ).write
 
     def decide(
         self,
@@ -144,9 +132,3 @@ class ApprovalStore:
             )
             for r in rows
         ]
-
-
-class _Refused(Exception):
-    def __init__(self, write: StepWrite) -> None:
-        super().__init__("the checkpoint of an approval request was refused")
-        self.write = write

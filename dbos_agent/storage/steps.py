@@ -6,9 +6,10 @@ session (``write_status`` in the schema): a run that lost its workflow cannot wr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
@@ -18,6 +19,8 @@ from .connector import Connection, Connector
 from .group_commit import GroupCommit
 from .rows import StepRow, StepWrite, step_row, step_write, text_of
 from .sql_files import query
+
+T = TypeVar("T")
 
 
 class StepStore:
@@ -198,3 +201,66 @@ class StepStore:
             seq=seq,
         )
         return None if row is None else text_of(row["inputs"])
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed(Generic[T]):
+    """What :func:`write_with_checkpoint` did: the checkpoint, and the write's own result
+    (None when the checkpoint was refused and the write rolled back)."""
+
+    write: StepWrite
+    result: T | None
+
+
+class _Refused(Exception):
+    def __init__(self, write: StepWrite) -> None:
+        super().__init__("the checkpoint was refused")
+        self.write = write
+
+
+def write_with_checkpoint(
+    db: Connector,
+    what: str,
+    write: Callable[[Connection], T],
+    output: Callable[[T], str],
+    *,
+    workflow_id: str,
+    seq: int,
+    name: str,
+    owner_key: int | None,
+    started_at: datetime,
+    where: str | None = None,
+) -> Checkpointed[T]:
+    """``write(conn)`` and the checkpoint of step ``seq`` (SUCCESS, with ``output`` of the
+    write's result) in one transaction: a write from the workflow body happens exactly
+    once. When the checkpoint is refused (not the owner, the position taken) the write is
+    rolled back and the refusal returned, for the caller to explain or adopt."""
+
+    def body(conn: Connection) -> Checkpointed[T]:
+        with conn.transaction():
+            result = write(conn)
+            checkpoint = step_write(
+                seq,
+                conn.execute(
+                    query("record_step"),
+                    {
+                        "workflow_id": workflow_id,
+                        "seq": seq,
+                        "name": name,
+                        "status": StepStatus.SUCCESS,
+                        "output": output(result),
+                        "error": None,
+                        "attempts": 1,
+                        "started_at": started_at,
+                        "owner_key": owner_key,
+                    },
+                ).fetchone(),
+            )
+            if not checkpoint.written:  # raising out of the block rolls the write back
+                raise _Refused(checkpoint)
+            return Checkpointed(checkpoint, result)
+
+    try:
+        return db.run(what, body, where=where)
+    except _Refused as refused:
+        return Checkpointed(refused.write, None)

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import StreamClosedError
-from ..records import StepStatus, WorkflowStatus
+from ..records import WorkflowStatus
 from . import jsonb
 from .connector import Connection, Connector
-from .rows import StepWrite, step_write, text_of
+from .rows import StepWrite, text_of
 from .sql_files import query
+from .steps import write_with_checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,49 +83,37 @@ class StreamStore:
         where = f"stream {key!r} of workflow {workflow_id!r}"
         stored = self._db.json_in_optional(value, where)
 
-        def body(conn: Connection) -> tuple[StepWrite, int | None]:
-            with conn.transaction():
-                row = conn.execute(
-                    query("append_stream_item"),
-                    {
-                        "workflow_id": workflow_id,
-                        "key": key,
-                        "kind": kind,
-                        "value": stored,
-                        "seq": None,
-                        "attempt": None,
-                        "attempt_id": None,
-                    },
-                ).fetchone()
-                assert row is not None
-                offset = int(row["offset"])
-                if offset < 0:
-                    raise StreamClosedError(f"{where} is closed")
-                write = step_write(
-                    seq,
-                    conn.execute(
-                        query("record_step"),
-                        {
-                            "workflow_id": workflow_id,
-                            "seq": seq,
-                            "name": step_name,
-                            "status": StepStatus.SUCCESS,
-                            "output": str(offset),
-                            "error": None,
-                            "attempts": 1,
-                            "started_at": started_at,
-                            "owner_key": owner_key,
-                        },
-                    ).fetchone(),
-                )
-                if not write.written:  # raising out of the block rolls the append back
-                    raise _NotWritten(write)
-                return write, offset
+        def append(conn: Connection) -> int:
+            row = conn.execute(
+                query("append_stream_item"),
+                {
+                    "workflow_id": workflow_id,
+                    "key": key,
+                    "kind": kind,
+                    "value": stored,
+                    "seq": None,
+                    "attempt": None,
+                    "attempt_id": None,
+                },
+            ).fetchone()
+            assert row is not None
+            if row["offset"] < 0:
+                raise StreamClosedError(f"{where} is closed")
+            return int(row["offset"])
 
-        try:
-            return self._db.run(f"write to {where}", body, where=where)
-        except _NotWritten as refused:
-            return refused.write, None
+        done = write_with_checkpoint(
+            self._db,
+            f"write to {where}",
+            append,
+            str,
+            workflow_id=workflow_id,
+            seq=seq,
+            name=step_name,
+            owner_key=owner_key,
+            started_at=started_at,
+            where=where,
+        )
+        return done.write, done.result
 
     def read(
         self, workflow_id: str, key: str, offset: int, limit: int = 500
@@ -152,11 +141,3 @@ class StreamStore:
             if r["offset"] is not None
         ]
         return items, None if status is None else WorkflowStatus(status)
-
-
-class _NotWritten(Exception):
-    """Rolls the append back when its checkpoint was refused."""
-
-    def __init__(self, write: StepWrite) -> None:
-        super().__init__("the checkpoint of a stream write was refused")
-        self.write = write
