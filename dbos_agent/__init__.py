@@ -9,12 +9,15 @@ crash the next :func:`launch` replays the recorded steps and continues live.
 from .engine.approvals import (
     Approval,
     ApprovalRequest,
+    ApprovalTicket,
     approval_digest,
     approve,
+    ask_approval,
     list_approvals,
     reject,
     request_approval,
     request_approval_async,
+    wait_for_approval,
 )
 from .engine.client import Client, ClientHandle
 from .engine.context import current_workflow_id, step_key, workflow_id, workflow_timeout
@@ -78,6 +81,7 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalRequest",
+    "ApprovalTicket",
     "CheckpointError",
     "CheckpointTooLargeError",
     "Client",
@@ -115,6 +119,7 @@ __all__ = [
     "__version__",
     "approval_digest",
     "approve",
+    "ask_approval",
     "cancel",
     "close_stream",
     "close_stream_async",
@@ -148,6 +153,7 @@ __all__ = [
     "start",
     "step",
     "step_key",
+    "wait_for_approval",
     "workflow_id",
     "workflow_timeout",
     "write_stream",

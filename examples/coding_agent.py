@@ -24,11 +24,13 @@ The tools, and what a crash in the middle of each one means:
   result, the guard ``already_appended`` looks at the file before anything runs again.
 
 With ``--require-approval`` the agent stops before a command that changes files through the
-shell and waits (for hours if need be, across restarts) for a human: approve or reject it
-from another terminal, with the command the agent prints::
+shell and waits (for hours if need be, across restarts) for a human: approve or reject
+exactly those commands from another terminal, with the command the agent prints (or from
+the dashboard of ``dbos-agent serve``)::
 
-    dbos-agent send coding-task-demo '{"approved": true}' --topic approval
-    dbos-agent send coding-task-demo '{"approved": false, "reason": "not now"}' --topic approval
+    dbos-agent approvals coding-task-demo                       # step and digest
+    dbos-agent approve coding-task-demo 7 --digest 3f0c...
+    dbos-agent reject coding-task-demo 7 --digest 3f0c... --reason "not now"
 """
 
 from __future__ import annotations
@@ -243,40 +245,35 @@ def needs_approval(reply: Message) -> list[str]:
     ]
 
 
-def ask_approval(commands: list[str]) -> str | None:
-    """Durably wait for a human's decision; None if approved, else the reason to refuse.
+def human_approval(commands: list[str]) -> str | None:
+    """Durably wait for a human's decision on exactly these commands; None if approved,
+    else the reason to refuse.
 
-    The question is published as an event and the answer arrives as a message: both are
-    steps, so a process killed while waiting keeps waiting after a restart, and the answer
-    is taken once.
+    The request is recorded with the digest of the commands (``da.ask_approval``) and the
+    decision must name it, so an approval cannot be replayed onto other commands or taken
+    twice; a process killed while waiting keeps waiting after a restart.
     """
     wid = da.current_workflow_id()
     da.set_event("awaiting_approval", {"commands": commands})
+    ticket = da.ask_approval("run_bash", {"commands": commands})
     live = not next_step_replays()  # the decision is not in the log yet: we really wait
     if live:
         print("\n⏸  waiting for approval of:")
         for command in commands:
             print(f"     $ {command}")
         print(
-            f"   approve: dbos-agent send {wid} '{{\"approved\": true}}' --topic approval\n"
-            f'   reject:  dbos-agent send {wid} \'{{"approved": false, "reason": "..."}}\''
-            " --topic approval",
+            f"   approve: dbos-agent approve {wid} {ticket.seq} --digest {ticket.digest}\n"
+            f"   reject:  dbos-agent reject {wid} {ticket.seq} --digest {ticket.digest}"
+            ' --reason "..."\n'
+            "   (or with the buttons of `dbos-agent serve`, the dashboard)",
             flush=True,
         )
     note_step()  # the wait below is live work, not replay
-    decision = da.recv(topic="approval", timeout=None)
+    decision = da.wait_for_approval(ticket)
     da.set_event("awaiting_approval", None)
-    approved = isinstance(decision, dict) and decision.get("approved") is True
-    reason = (
-        None
-        if approved
-        else str(
-            (decision.get("reason") if isinstance(decision, dict) else None)
-            or "rejected by the operator"
-        )
-    )
+    reason = None if decision.approved else (decision.reason or "rejected by the operator")
     if live:
-        print("✓ approved: running it" if approved else f"✗ rejected: {reason}", flush=True)
+        print("✓ approved: running it" if reason is None else f"✗ rejected: {reason}", flush=True)
     return reason
 
 
@@ -315,7 +312,7 @@ def coding_agent(
             replay_report()  # a run that only replayed reports now (nothing ran live)
             return text_of(reply)
         risky = needs_approval(reply) if require_approval else []
-        refusal = ask_approval(risky) if risky else None
+        refusal = human_approval(risky) if risky else None
         # a step per tool_use block, unless a human refused them
         results = refused(reply, refusal) if refusal else TOOLS.call_all(reply.content)
         messages.append({"role": "user", "content": results})
@@ -368,7 +365,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--require-approval",
         action="store_true",
-        help="wait for a human's approval (dbos-agent send) before shell commands that change "
+        help="wait for a human's approval (dbos-agent approve) before shell commands that change "
         "files",
     )
     parser.add_argument(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import dbos_agent as da
@@ -45,7 +46,10 @@ def _agent(url: str, task: str, workdir: Path) -> subprocess.Popen[str]:
 
 
 def _waiting_for_approval(db: Inspector, task: str) -> bool:
-    return db.event(task, "awaiting_approval", None) is not None
+    try:
+        return db.event(task, "awaiting_approval", None) is not None
+    except psycopg.errors.UndefinedTable:  # the agent has not created the schema yet
+        return False
 
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -80,9 +84,15 @@ def test_the_agent_waits_for_a_human_across_a_crash(
     second = _agent(url, task, workdir)
     try:
         wait_until(lambda: db.owner_pid(task) == second.pid, 60, "the second run took over")
-        decision = {"approved": True} if approved else {"approved": False, "reason": "no"}
-        sent = _cli(url, "send", task, json.dumps(decision), "--topic", "approval")
-        assert sent.returncode == 0, sent.stderr
+        listed = _cli(url, "--json", "approvals", task)
+        assert listed.returncode == 0, listed.stderr
+        (request,) = json.loads(listed.stdout)
+        assert request["tool"] == "run_bash" and request["status"] == "PENDING"
+        forged = _cli(url, "approve", task, str(request["seq"]), "--digest", "0" * 64)
+        assert forged.returncode == 1 and "other arguments" in forged.stderr
+        verb, extra = ("approve", []) if approved else ("reject", ["--reason", "no"])
+        decided = _cli(url, verb, task, str(request["seq"]), "--digest", request["digest"], *extra)
+        assert decided.returncode == 0, decided.stderr
         out, _ = second.communicate(timeout=60)
     finally:
         if second.poll() is None:
@@ -96,5 +106,6 @@ def test_the_agent_waits_for_a_human_across_a_crash(
     names = db.step_names(task)
     assert db.status(task) == da.WorkflowStatus.SUCCESS
     assert names.count("dbos_agent.recv") == 1  # the decision was taken once
+    assert names.count("dbos_agent.request_approval") == 1  # and asked for once
     # the tests ran twice; the append ran only when approved
     assert names.count("tool:run_bash") == (3 if approved else 2)

@@ -42,13 +42,16 @@ _DECISION = codec_for(dict[str, Any])
 __all__ = [
     "Approval",
     "ApprovalRequest",
+    "ApprovalTicket",
     "approval_digest",
     "approve",
+    "ask_approval",
     "decide",
     "list_approvals",
     "reject",
     "request_approval",
     "request_approval_async",
+    "wait_for_approval",
 ]
 
 
@@ -78,8 +81,18 @@ def _topic(seq: int) -> str:
     return f"dbos_agent.approval:{seq}"
 
 
-def _request_plan(tool: str, arguments: Any) -> Plan[Approval]:
-    ctx = workflow_only("request_approval")
+@dataclass(frozen=True, slots=True)
+class ApprovalTicket:
+    """A recorded request, to wait for: the step ``seq`` and the ``digest`` a decision
+    must give (show them to whoever decides)."""
+
+    workflow_id: str
+    seq: int
+    digest: str
+
+
+def _ask_plan(tool: str, arguments: Any) -> Plan[ApprovalTicket]:
+    ctx = workflow_only("ask_approval")
     check_identifier(tool, "tool name")
     try:
         arguments_json = pydantic_core.to_json(arguments).decode()
@@ -87,35 +100,53 @@ def _request_plan(tool: str, arguments: Any) -> Plan[Approval]:
         raise SerializationError(
             f"the arguments of an approval request for {tool!r}: {exc}"
         ) from None
-    plain = json.loads(arguments_json)
-    digest = approval_digest(tool, plain)
+    digest = approval_digest(tool, json.loads(arguments_json))
     seq, row = ctx.begin_step(APPROVAL_STEP)
-    if row is not None:  # asked before: the same digest, or the code changed
-        asked = recorded(ctx, _REQUEST, seq, row).unwrap()
-    else:
-        db = ctx.engine.db
-        write = yield Io(
-            partial(
-                db.approvals.request,
-                workflow_id=ctx.workflow_id,
-                seq=seq,
-                step_name=APPROVAL_STEP,
-                tool=tool,
-                arguments=arguments_json,
-                digest=digest,
-                owner_key=ctx.engine.session_key,
-                started_at=datetime.now(UTC),
-            )
+    if row is not None:  # asked before (a replay)
+        return ApprovalTicket(ctx.workflow_id, seq, recorded(ctx, _REQUEST, seq, row).unwrap())
+    db = ctx.engine.db
+    write = yield Io(
+        partial(
+            db.approvals.request,
+            workflow_id=ctx.workflow_id,
+            seq=seq,
+            step_name=APPROVAL_STEP,
+            tool=tool,
+            arguments=arguments_json,
+            digest=digest,
+            owner_key=ctx.engine.session_key,
+            started_at=datetime.now(UTC),
         )
-        asked = digest if write.written else adopt_recorded(ctx, _REQUEST, seq, write).unwrap()
-    decision = yield from recv_plan(_topic(seq), None, _DECISION)
-    return Approval(bool(decision["approved"]), decision.get("reason"), seq, str(asked))
+    )
+    asked = digest if write.written else adopt_recorded(ctx, _REQUEST, seq, write).unwrap()
+    return ApprovalTicket(ctx.workflow_id, seq, str(asked))
+
+
+def _wait_plan(ticket: ApprovalTicket) -> Plan[Approval]:
+    decision = yield from recv_plan(_topic(ticket.seq), None, _DECISION)
+    return Approval(bool(decision["approved"]), decision.get("reason"), ticket.seq, ticket.digest)
+
+
+def _request_plan(tool: str, arguments: Any) -> Plan[Approval]:
+    ticket = yield from _ask_plan(tool, arguments)
+    return (yield from _wait_plan(ticket))
+
+
+def ask_approval(tool: str, arguments: Any) -> ApprovalTicket:
+    """Record a request for approval of calling ``tool`` with ``arguments`` (a step), and
+    return its ticket without waiting; :func:`wait_for_approval` waits for the decision."""
+    return run_plan(_ask_plan(tool, arguments))
+
+
+def wait_for_approval(ticket: ApprovalTicket) -> Approval:
+    """Wait (suspended, in a background run) for the decision on ``ticket`` (a step)."""
+    return run_plan(_wait_plan(ticket))
 
 
 def request_approval(tool: str, arguments: Any) -> Approval:
-    """Ask a human to approve calling ``tool`` with ``arguments``; wait (suspended, if a
-    background run) for the decision. Replayed after a crash, the recorded decision is
-    returned: never asked for, nor decided, twice."""
+    """Ask a human to approve calling ``tool`` with ``arguments`` and wait for the decision
+    (:func:`ask_approval`, then :func:`wait_for_approval`). Replayed after a crash, the
+    recorded decision is returned: never asked for, nor decided, twice."""
     return run_plan(_request_plan(tool, arguments))
 
 
