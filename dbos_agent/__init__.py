@@ -51,6 +51,7 @@ from .engine.timers import sleep, sleep_async
 from .engine.workflow import durable_workflow, list_steps, list_workflows, start
 from .errors import (
     ApprovalError,
+    BudgetExceededError,
     CheckpointError,
     CheckpointTooLargeError,
     ConfigurationError,
@@ -82,6 +83,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequest",
     "ApprovalTicket",
+    "BudgetExceededError",
     "CheckpointError",
     "CheckpointTooLargeError",
     "Client",

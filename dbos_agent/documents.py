@@ -6,13 +6,22 @@ One shape for both, so that a script written against the CLI reads the API too.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from .records import StepDigest, StepInfo, WorkflowInfo
 
-__all__ = ["step_json", "token_totals", "tokens_of", "wall_seconds", "workflow_json"]
+__all__ = [
+    "BUDGET_EVENT",
+    "budget_json",
+    "step_json",
+    "token_totals",
+    "tokens_of",
+    "wall_seconds",
+    "workflow_json",
+]
 
 
 def wall_seconds(info: WorkflowInfo) -> float | None:
@@ -60,3 +69,33 @@ def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
     tokens = tokens_of(digest)
     data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}
     return data
+
+
+#: The event where a workflow publishes its model budget (agent/budget.py).
+BUDGET_EVENT = "dbos_agent.budget"
+
+
+def budget_json(event: str | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A workflow's budget (its ``dbos_agent.budget`` event, JSON text) beside what it
+    spent (:func:`token_totals`), or None without a budget."""
+    if event is None:
+        return None
+    limits = json.loads(event)
+    if not isinstance(limits, dict):
+        return None
+    spent = usage or {}
+    tokens = sum(
+        int(spent.get(key) or 0)
+        for key in (
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        )
+    )
+    return {
+        "max_tokens": limits.get("max_tokens"),
+        "max_cost_usd": limits.get("max_cost_usd"),
+        "spent_tokens": tokens,
+        "spent_cost_usd": spent.get("cost_usd"),
+    }

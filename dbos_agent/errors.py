@@ -121,6 +121,11 @@ class WorkflowTimeoutError(WorkflowCancelledError):
     it was cancelled, with the workflows it started."""
 
 
+class BudgetExceededError(DbosAgentError):
+    """A model call was refused: the workflow's family (its root and every workflow started
+    below it) has spent, or this call could spend, more than the model's budget."""
+
+
 class ApprovalError(DbosAgentError):
     """A decision on an approval request was refused: no such request, another digest
     (the approval is for other arguments), already decided, or the workflow no longer

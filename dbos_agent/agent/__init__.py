@@ -25,6 +25,7 @@ from . import describe  # noqa: F401  (registers how model steps read in `dbos-a
 
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
+    from .budget import Budget, Spend
     from .model import (
         DEFAULT_MODEL,
         MODEL_STEP_NAME,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from .tools import NotDone, Tool, ToolCallRejected, ToolInputError, tool
 
 _MODULES = {
+    "budget": ("Budget", "Spend"),
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
     "model": (
         "DEFAULT_MODEL",
@@ -58,6 +60,7 @@ _MODULES = {
     ),
     "replay": (
         "ReplayReport",
+        "Spend",
         "last_replay_report",
         "next_step_replays",
         "note_step",
@@ -85,12 +88,14 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_PRICES",
     "MODEL_STEP_NAME",
+    "Budget",
     "Model",
     "ModelRetryPolicy",
     "NotDone",
     "Price",
     "PriceTable",
     "ReplayReport",
+    "Spend",
     "Tool",
     "ToolCallRejected",
     "ToolInputError",

@@ -9,8 +9,10 @@ request: it is neither streamed again nor paid again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
@@ -18,10 +20,13 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
+from ..engine.context import WorkflowContext, current_context, in_step
+from ..engine.messaging import set_event, set_event_async
 from ..engine.step import step as durable_step
 from ..engine.streams import write_stream, write_stream_async
 from ..errors import ConfigurationError
 from .accounting import MODEL_STEP_NAMES
+from .budget import BUDGET_EVENT, Budget
 from .replay import note_step
 from .retrying import RETRYABLE_TYPES, ModelRetryPolicy
 from .tool_registry import ToolRegistry
@@ -102,6 +107,11 @@ class Model:
     recorded and raised at once. The client's own retries are switched off so that there
     is exactly one retry loop.
 
+    ``budget=Budget(max_tokens=..., max_cost_usd=...)`` refuses a call the workflow's
+    family cannot afford with a recorded BudgetExceededError (see budget.py); the budget
+    is published as the workflow's ``dbos_agent.budget`` event (shown by
+    ``dbos-agent workflows show`` and the dashboard).
+
     ``create_async`` / ``stream_async`` are the same calls for async workflows, through
     ``async_client`` (default: the async twin of ``client``, else the configured one);
     both kinds record the same step, so a run may switch between them.
@@ -124,6 +134,7 @@ class Model:
         jitter: float = 0.25,
         max_retry_after: float = 120.0,
         step_name: str = MODEL_STEP_NAME,
+        budget: Budget | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
@@ -131,6 +142,9 @@ class Model:
         self.tools = tools
         self.timeout = timeout
         self.step_name = step_name
+        #: Refuses calls past this budget, counted over the workflow's family (budget.py).
+        self.budget = budget
+        self._published: weakref.WeakSet[WorkflowContext] = weakref.WeakSet()
         self._client = client
         self._async_client = async_client
         self._bound: tuple[anthropic.Anthropic, anthropic.Anthropic] | None = None
@@ -195,8 +209,30 @@ class Model:
         request.update(overrides)
         return request
 
+    def _publish_budget(self) -> None:
+        """Say the budget once per run, as an event (a step: replayed like the others)."""
+        ctx = current_context()
+        if self.budget is None or ctx is None or in_step() or ctx in self._published:
+            return
+        self._published.add(ctx)
+        set_event(BUDGET_EVENT, self.budget.document())
+
+    async def _publish_budget_async(self) -> None:
+        ctx = current_context()
+        if self.budget is None or ctx is None or in_step() or ctx in self._published:
+            return
+        self._published.add(ctx)
+        await set_event_async(BUDGET_EVENT, self.budget.document())
+
+    def _check_budget(self, request: dict[str, Any]) -> None:
+        """Inside the model step, before the API call: refuse what the budget cannot cover."""
+        ctx = current_context()
+        if self.budget is not None and ctx is not None:
+            self.budget.check(ctx, int(request.get("max_tokens") or 0))
+
     def create(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
         """One model call as a step (``messages.create``); ``overrides`` go into the request."""
+        self._publish_budget()
         note_step()
         result: Message = self._step(self.request(messages, **overrides), False)
         return result
@@ -217,6 +253,7 @@ class Model:
         (``da.read_stream``), tagged with this step: a retried or re-run call's earlier
         deltas are voided by a reset item, and a replayed call publishes nothing.
         """
+        self._publish_budget()
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
@@ -228,6 +265,7 @@ class Model:
 
     async def create_async(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
         """:meth:`create` for async workflows: the call awaits, holding no thread."""
+        await self._publish_budget_async()
         note_step()
         result: Message = await self._step_async(self.request(messages, **overrides), False)
         return result
@@ -241,6 +279,7 @@ class Model:
         **overrides: Any,
     ) -> Message:
         """:meth:`stream` for async workflows (``on_text`` is called on the event loop)."""
+        await self._publish_budget_async()
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
@@ -251,6 +290,8 @@ class Model:
         return result
 
     async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
+        if self.budget is not None:
+            await asyncio.to_thread(self._check_budget, request)
         with _configuration_errors():
             client = self.async_client()
             if not stream:
@@ -265,6 +306,7 @@ class Model:
                 return await events.get_final_message()
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
+        self._check_budget(request)
         with _configuration_errors():
             client = self.client()
             if not stream:

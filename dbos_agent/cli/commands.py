@@ -128,8 +128,12 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     origin = db.operations.fork_origin(info.workflow_id)
     digests = [describe_step(step) for step in steps]
     totals = documents.token_totals(digests)
+    budget = documents.budget_json(
+        db.messages.get_event(info.workflow_id, documents.BUDGET_EVENT), totals
+    )
     if args.json:
         document = documents.workflow_json(info)
+        document["budget"] = budget
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
         document["steps"] = [documents.step_json(s, d) for s, d in zip(steps, digests, strict=True)]
@@ -158,6 +162,8 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         fields.append(("Error", render.clip(render.error_text(info.error), render.DETAIL_CHARS)))
     if totals is not None:
         fields.append(("Tokens", render.tokens_line(totals)))
+    if budget is not None:
+        fields.append(("Budget", render.budget_line(budget)))
     render.print_fields(fields)
     print()
     if steps:

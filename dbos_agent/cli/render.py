@@ -193,6 +193,18 @@ def tokens_line(totals: dict[str, Any]) -> str:
     )
 
 
+def budget_line(budget: dict[str, Any]) -> str:
+    """The ``Budget`` field of ``workflows show``: spent against each limit."""
+    parts = []
+    if budget["max_tokens"] is not None:
+        parts.append(f"{budget['spent_tokens']:,} of {budget['max_tokens']:,} tokens")
+    if budget["max_cost_usd"] is not None:
+        spent = budget["spent_cost_usd"]
+        shown = "?" if spent is None else f"${spent:.4f}"
+        parts.append(f"{shown} of ${budget['max_cost_usd']:.2f}")
+    return ", ".join(parts) + " (this workflow's own calls)"
+
+
 # -- JSON --------------------------------------------------------------------------------
 
 

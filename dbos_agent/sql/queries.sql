@@ -1084,3 +1084,31 @@ WHERE (%(workflow_id)s::text IS NULL AND status = 'PENDING')
 ORDER BY requested_at DESC, seq DESC
 LIMIT %(limit)s;
 
+-- == budgets ==
+
+-- name: list_family_model_usage
+-- The model and usage of every recorded model reply of a workflow's family: its
+-- root ancestor (up parent_id) and every workflow started below that root, so that
+-- neither a recovery, a fork (which copies the recorded steps) nor a child workflow
+-- starts a budget over.
+WITH RECURSIVE up AS (
+    SELECT workflow_id, parent_id, 0 AS depth
+    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
+    UNION ALL
+    SELECT w.workflow_id, w.parent_id, u.depth + 1
+    FROM dbos_agent.workflows AS w JOIN up AS u ON w.workflow_id = u.parent_id
+    WHERE u.depth < 1000
+), root AS (
+    SELECT workflow_id FROM up ORDER BY depth DESC LIMIT 1
+), family AS (
+    SELECT workflow_id, 0 AS depth FROM root
+    UNION
+    SELECT c.workflow_id, f.depth + 1
+    FROM dbos_agent.workflows AS c JOIN family AS f ON c.parent_id = f.workflow_id
+    WHERE f.depth < 1000
+)
+SELECT s.output->>'model' AS model, (s.output->'usage')::text AS usage
+FROM dbos_agent.steps AS s
+JOIN (SELECT DISTINCT workflow_id FROM family) AS f USING (workflow_id)
+WHERE s.name = ANY(%(names)s) AND s.status = 'SUCCESS';
+

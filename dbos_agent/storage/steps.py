@@ -45,6 +45,17 @@ class StepStore:
         done = {(row["workflow_id"], row["seq"]) for row in written}
         return [(r["workflow_id"], r["seq"]) in done for r in rows]
 
+    def family_model_usage(self, workflow_id: str, names: list[str]) -> list[tuple[str, str]]:
+        """``(model, usage JSON)`` of every recorded model reply (steps named in
+        ``names``) of the workflow's family: its root ancestor and all below it."""
+        rows = self._db.all(
+            "list_family_model_usage",
+            f"read the model usage of workflow {workflow_id!r} and its family",
+            workflow_id=workflow_id,
+            names=names,
+        )
+        return [(str(r["model"] or "unknown"), str(r["usage"] or "{}")) for r in rows]
+
     @staticmethod
     def _columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
         """The rows' values as one array per column (for ``unnest``)."""

@@ -199,6 +199,9 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
             for s, d in zip(steps, digests, strict=True)
         ]
         document["usage"] = documents.token_totals(digests)
+        document["budget"] = documents.budget_json(
+            db().messages.get_event(workflow_id, documents.BUDGET_EVENT), document["usage"]
+        )
         return _json(document)
 
     @app.get("/api/workflows/{workflow_id}/steps", dependencies=guard)

@@ -1,0 +1,93 @@
+"""Token and cost budgets counted from the step log, so that nothing resets them.
+
+The spend is the usage of every recorded model reply of the workflow's *family*: its root
+ancestor and every workflow started below it. A recovered run reads the same log, a fork
+copies the steps it reuses (and their usage with them), and a child workflow counts
+against its parent's family: none of them starts the count over.
+
+Before a live model call the spend is read, and the call is refused with
+:class:`~dbos_agent.BudgetExceededError` when the tokens spent plus the call's
+``max_tokens`` would pass ``max_tokens``, or the cost spent has reached ``max_cost_usd``.
+The refusal is the model step's recorded (not retried) error: the workflow ends in
+ERROR unless it catches it, and a replay raises the same error again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..documents import BUDGET_EVENT
+from ..engine.context import WorkflowContext
+from ..errors import BudgetExceededError
+from .accounting import MODEL_STEP_NAMES, PriceTable, Usage, usage_of_reply
+
+__all__ = ["BUDGET_EVENT", "Budget", "Spend", "family_spend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What a workflow's family spent on model calls."""
+
+    tokens: int
+    cost_usd: float | None
+    model_calls: int
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """At most ``max_tokens`` (input + output, cache included) and ``max_cost_usd`` over a
+    workflow's family; ``prices`` for the cost (default: the list prices)."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    prices: PriceTable | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"Budget: max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_cost_usd is not None and not (
+            self.max_cost_usd > 0 and math.isfinite(self.max_cost_usd)
+        ):
+            raise ValueError(f"Budget: max_cost_usd must be > 0, got {self.max_cost_usd}")
+
+    def document(self) -> dict[str, Any]:
+        """The budget as published in the workflow's ``dbos_agent.budget`` event."""
+        return {"max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd}
+
+    def check(self, ctx: WorkflowContext, call_max_tokens: int) -> Spend:
+        """Refuse (BudgetExceededError) a call this budget cannot cover; the spend so far."""
+        spend = family_spend(ctx, self.prices)
+        where = f"workflow {ctx.workflow_id!r}"
+        if self.max_tokens is not None and spend.tokens + call_max_tokens > self.max_tokens:
+            raise BudgetExceededError(
+                f"{where}: its family spent {spend.tokens:,} of its {self.max_tokens:,}-token "
+                f"budget, and this call may use up to {call_max_tokens:,} more"
+            )
+        if (
+            self.max_cost_usd is not None
+            and spend.cost_usd is not None
+            and spend.cost_usd >= self.max_cost_usd
+        ):
+            raise BudgetExceededError(
+                f"{where}: its family spent ${spend.cost_usd:.4f} of its "
+                f"${self.max_cost_usd:.4f} budget"
+            )
+        return spend
+
+
+def family_spend(ctx: WorkflowContext, prices: PriceTable | None = None) -> Spend:
+    """The model spend of the running workflow's family, from the step log."""
+    rows = ctx.engine.db.steps.family_model_usage(ctx.workflow_id, sorted(MODEL_STEP_NAMES))
+    usage = Usage()
+    for model, text in rows:
+        usage = usage + usage_of_reply({"model": model, "usage": json.loads(text)})
+    tokens = (
+        usage.input_tokens
+        + usage.output_tokens
+        + usage.cache_creation_input_tokens
+        + usage.cache_read_input_tokens
+    )
+    return Spend(tokens, usage.cost(prices), len(rows))
