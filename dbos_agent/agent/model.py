@@ -20,6 +20,7 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
+from ..engine import tracing
 from ..engine.context import WorkflowContext, current_context, in_step
 from ..engine.messaging import set_event, set_event_async
 from ..engine.step import step as durable_step
@@ -292,33 +293,62 @@ class Model:
     async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
         if self.budget is not None:
             await asyncio.to_thread(self._check_budget, request)
-        with _configuration_errors():
+        with tracing.span(*_chat_span(request)) as current, _configuration_errors():
             client = self.async_client()
             if not stream:
-                return cast(Message, await client.messages.create(**request))
-            on_text, key = _on_text.get(), _stream_key.get()
-            async with client.messages.stream(**request) as events:
-                async for chunk in events.text_stream:
-                    if on_text is not None:
-                        on_text(chunk)
-                    if key is not None:
-                        await write_stream_async(key, chunk)
-                return await events.get_final_message()
+                reply = cast(Message, await client.messages.create(**request))
+            else:
+                on_text, key = _on_text.get(), _stream_key.get()
+                async with client.messages.stream(**request) as events:
+                    async for chunk in events.text_stream:
+                        if on_text is not None:
+                            on_text(chunk)
+                        if key is not None:
+                            await write_stream_async(key, chunk)
+                    reply = await events.get_final_message()
+            tracing.set_attributes(current, _chat_reply(reply))
+            return reply
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
         self._check_budget(request)
-        with _configuration_errors():
+        with tracing.span(*_chat_span(request)) as current, _configuration_errors():
             client = self.client()
             if not stream:
-                return cast(Message, client.messages.create(**request))
-            on_text, key = _on_text.get(), _stream_key.get()
-            with client.messages.stream(**request) as events:
-                for chunk in events.text_stream:
-                    if on_text is not None:
-                        on_text(chunk)
-                    if key is not None:
-                        write_stream(key, chunk)
-                return events.get_final_message()
+                reply = cast(Message, client.messages.create(**request))
+            else:
+                on_text, key = _on_text.get(), _stream_key.get()
+                with client.messages.stream(**request) as events:
+                    for chunk in events.text_stream:
+                        if on_text is not None:
+                            on_text(chunk)
+                        if key is not None:
+                            write_stream(key, chunk)
+                    reply = events.get_final_message()
+            tracing.set_attributes(current, _chat_reply(reply))
+            return reply
+
+
+def _chat_span(request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A model call's span (OpenTelemetry's gen_ai semantic conventions)."""
+    model = str(request.get("model"))
+    return f"chat {model}", {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.system": "anthropic",
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": model,
+        "gen_ai.request.max_tokens": int(request.get("max_tokens") or 0),
+    }
+
+
+def _chat_reply(reply: Message) -> dict[str, Any]:
+    usage = reply.usage
+    return {
+        "gen_ai.response.model": reply.model,
+        "gen_ai.response.id": reply.id,
+        "gen_ai.response.finish_reasons": [str(reply.stop_reason or "")],
+        "gen_ai.usage.input_tokens": usage.input_tokens if usage else None,
+        "gen_ai.usage.output_tokens": usage.output_tokens if usage else None,
+    }
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from ..serialization import dumps_error
 from ..storage.database import SystemDatabase
 from ..storage.rows import StepRow
 from ..storage.session import ExecutorSession, end_dead_local_sessions
-from . import state
+from . import state, tracing
 from .context import (
     OwnershipLost,
     StopReason,
@@ -294,8 +294,9 @@ class Engine:
             run.workflow_id, self, run.recorded, run.owned_streak, suspendable=run.background
         )
         try:
-            with entered_workflow(ctx):
+            with tracing.span(*_run_span(run)) as current, entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
+                tracing.failed(current, outcome.error)
             return self.finish(run, ctx, outcome)
         except BaseException as exc:
             return self._ended_early(run, exc)
@@ -306,8 +307,9 @@ class Engine:
             run.workflow_id, self, run.recorded, run.owned_streak, suspendable=run.background
         )
         try:
-            with entered_workflow(ctx):
+            with tracing.span(*_run_span(run)) as current, entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
+                tracing.failed(current, outcome.error)
             return await asyncio.to_thread(self.finish, run, ctx, outcome)
         except BaseException as exc:
             return self._ended_early(run, exc)
@@ -560,3 +562,13 @@ class Engine:
         """A runtime launched without ``with`` ends cleanly when the program does, before
         an embedded Postgres it uses is stopped under it."""
         self.shutdown(grace=2.0)
+
+
+def _run_span(run: WorkflowRun) -> tuple[str, dict[str, Any]]:
+    """The name and attributes of a run's span (see tracing.py)."""
+    return f"workflow {run.definition.name}", {
+        "dbos_agent.workflow_id": run.workflow_id,
+        "dbos_agent.workflow_name": run.definition.name,
+        "dbos_agent.recovered": bool(run.recorded),
+        "dbos_agent.steps_replayed": 0,
+    }

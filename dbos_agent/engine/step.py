@@ -24,6 +24,7 @@ from ..errors import (
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.rows import StepWrite
+from . import tracing
 from .context import (
     OwnershipLost,
     StopReason,
@@ -186,7 +187,27 @@ def _run_sync_in(
 ) -> Any:
     seq, known = _position(ctx, step, args, kwargs)
     if known is not None:
+        tracing.step_replayed(seq, step.name)
         return known.unwrap()
+    with tracing.span(*_step_span(seq, step)) as current:
+        outcome, attempts = _attempts_sync(ctx, step, seq, args, kwargs)
+        tracing.set_attributes(current, {"dbos_agent.step.attempts": attempts})
+        tracing.failed(current, outcome.error)
+        return outcome.unwrap()
+
+
+def _step_span(seq: int, step: StepDefinition) -> tuple[str, dict[str, Any]]:
+    return f"step {step.name}", {"dbos_agent.step.seq": seq, "dbos_agent.step.name": step.name}
+
+
+def _attempts_sync(
+    ctx: WorkflowContext,
+    step: StepDefinition,
+    seq: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[Outcome, int]:
+    """Run a step live (with retries) and checkpoint it; its outcome and attempts."""
     started_at = datetime.now(UTC)
     attempt = 0
     with entered_step(seq):
@@ -206,7 +227,7 @@ def _run_sync_in(
                 break
             time.sleep(delay)
     outcome = _not_an_outage(ctx, outcome)
-    return checkpoint(ctx, step, seq, outcome, attempt, started_at).unwrap()
+    return checkpoint(ctx, step, seq, outcome, attempt, started_at), attempt
 
 
 async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -225,7 +246,23 @@ async def _run_async_in(
     else:
         seq, known = await asyncio.to_thread(_position, ctx, step, args, kwargs)
     if known is not None:
+        tracing.step_replayed(seq, step.name)
         return known.unwrap()
+    with tracing.span(*_step_span(seq, step)) as current:
+        outcome, attempts = await _attempts_async(ctx, step, seq, args, kwargs)
+        tracing.set_attributes(current, {"dbos_agent.step.attempts": attempts})
+        tracing.failed(current, outcome.error)
+        return outcome.unwrap()
+
+
+async def _attempts_async(
+    ctx: WorkflowContext,
+    step: StepDefinition,
+    seq: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[Outcome, int]:
+    """:func:`_attempts_sync` on the event loop."""
     started_at = datetime.now(UTC)
     attempt = 0
     with entered_step(seq):
@@ -247,7 +284,7 @@ async def _run_async_in(
             await asyncio.sleep(delay)
     outcome = _not_an_outage(ctx, outcome)
     done = await asyncio.to_thread(checkpoint, ctx, step, seq, outcome, attempt, started_at)
-    return done.unwrap()
+    return done, attempt
 
 
 async def _attempt_async(
