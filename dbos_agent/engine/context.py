@@ -228,8 +228,15 @@ class Attempt:
 
     seq: int
     number: int
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _id: str | None = None
     _voids: dict[str, Callable[[], object]] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """A tag unique to this attempt (made when first asked: most attempts never are)."""
+        if self._id is None:
+            self._id = uuid.uuid4().hex
+        return self._id
 
     def on_void(self, name: str, callback: Callable[[], object]) -> None:
         """Call ``callback`` if this attempt fails (once per ``name``)."""

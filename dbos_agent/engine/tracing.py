@@ -28,11 +28,20 @@ Span = Any
 _INSTRUMENTATION = "dbos_agent"
 
 
+def _active() -> bool:
+    """Whether a tracer provider is configured: until one is, spans would go nowhere, and
+    a step pays nothing for them (checked on every span, so one set later counts)."""
+    if _trace is None:
+        return False
+    provider = _trace.get_tracer_provider()
+    return not isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
+
+
 @contextlib.contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Span | None]:
-    """A span around the block (None without opentelemetry); an exception out of the
-    block marks it as an error."""
-    if _trace is None:
+    """A span around the block (None without opentelemetry, or before a tracer provider
+    is configured); an exception out of the block marks it as an error."""
+    if _trace is None or not _active():
         yield None
         return
     tracer = _trace.get_tracer(_INSTRUMENTATION)
@@ -65,7 +74,7 @@ def failed(current: Span | None, error: BaseException | None) -> None:
 
 def step_replayed(seq: int, name: str) -> None:
     """Note on the current run's span that step ``seq`` was replayed (no new work)."""
-    if _trace is None:
+    if _trace is None or not _active():
         return
     current = _trace.get_current_span()
     if current.is_recording():
