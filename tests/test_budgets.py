@@ -11,10 +11,10 @@ import anthropic
 import pytest
 
 import dbos_agent as da
-from dbos_agent.agent import Budget, Model
+from dbos_agent.agent import Budget, Model, raise_budget
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from dbos_agent.testing import Inspector
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.test_cli import cli
 
 MODELS: dict[str, Model] = {}
@@ -120,3 +120,31 @@ def test_a_bad_budget_is_refused() -> None:
         Budget(max_tokens=0)
     with pytest.raises(ValueError, match="max_cost_usd must be > 0"):
         Budget(max_cost_usd=float("nan"))
+
+
+@da.durable_workflow(name="budgets_patient")
+def patient(n: int) -> int:
+    for _ in range(n):
+        MODELS["patient"].create(HI)  # type: ignore[arg-type]
+    return n
+
+
+def test_a_workflow_can_wait_for_a_raised_budget(
+    runtime: da.Runtime, server: ScriptedServer, inspector: Inspector
+) -> None:
+    MODELS["patient"] = Model(
+        anthropic.Anthropic(base_url=server.url, api_key="x"),
+        model="claude-haiku-4-5",
+        max_tokens=200,
+        retries=0,
+        budget=Budget(max_tokens=1000, wait_for_raise=True),
+    )
+    handle = da.start(patient, 5)
+    wait_until(
+        lambda: inspector.status(handle.workflow_id) == "SUSPENDED", 30, "waiting for a raise"
+    )
+    assert len(server.requests) == 3
+    raise_budget(handle.workflow_id, max_tokens=2000)
+    assert handle.result(timeout=30) == 5
+    assert len(server.requests) == 5  # the refused call ran once the budget was raised
+    assert da.get_event(handle.workflow_id, "dbos_agent.budget")["max_tokens"] == 2000

@@ -25,7 +25,7 @@ from . import describe  # noqa: F401  (registers how model steps read in `dbos-a
 
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
-    from .budget import Budget, Spend
+    from .budget import Budget, Spend, raise_budget
     from .model import (
         DEFAULT_MODEL,
         MODEL_STEP_NAME,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .tools import NotDone, Tool, ToolCallRejected, ToolInputError, tool
 
 _MODULES = {
-    "budget": ("Budget", "Spend"),
+    "budget": ("Budget", "Spend", "raise_budget"),
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
     "model": (
         "DEFAULT_MODEL",
@@ -109,6 +109,7 @@ __all__ = [
     "last_replay_report",
     "next_step_replays",
     "note_step",
+    "raise_budget",
     "replay_report",
     "replaying",
     "retry_after_seconds",

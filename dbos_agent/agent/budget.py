@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..documents import BUDGET_EVENT
@@ -24,7 +24,26 @@ from ..engine.context import WorkflowContext
 from ..errors import BudgetExceededError
 from .accounting import MODEL_STEP_NAMES, PriceTable, Usage, usage_of_reply
 
-__all__ = ["BUDGET_EVENT", "Budget", "Spend", "family_spend"]
+__all__ = ["BUDGET_EVENT", "BUDGET_TOPIC", "Budget", "Spend", "family_spend", "raise_budget"]
+
+#: The topic of the message that raises a waiting workflow's budget.
+BUDGET_TOPIC = "dbos_agent.budget"
+
+
+def raise_budget(
+    workflow_id: str, *, max_tokens: int | None = None, max_cost_usd: float | None = None
+) -> None:
+    """Raise the budget of a workflow waiting for it (``Budget(wait_for_raise=True)``):
+    it tries the refused call again under the new limits. The same as ``dbos-agent send
+    ID '{"max_tokens": N}' --topic dbos_agent.budget``."""
+    from ..engine.messaging import send
+
+    limits: dict[str, Any] = {}
+    if max_tokens is not None:
+        limits["max_tokens"] = max_tokens
+    if max_cost_usd is not None:
+        limits["max_cost_usd"] = max_cost_usd
+    send(workflow_id, limits, topic=BUDGET_TOPIC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +63,9 @@ class Budget:
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     prices: PriceTable | None = None
+    #: On a refusal, wait (suspended) for a raised budget (:func:`raise_budget`) and try
+    #: the call again, instead of raising BudgetExceededError into the workflow.
+    wait_for_raise: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and self.max_tokens < 1:
@@ -52,6 +74,15 @@ class Budget:
             self.max_cost_usd > 0 and math.isfinite(self.max_cost_usd)
         ):
             raise ValueError(f"Budget: max_cost_usd must be > 0, got {self.max_cost_usd}")
+
+    def raised_to(self, message: Any) -> Budget:
+        """This budget with the limits a :func:`raise_budget` message gives."""
+        given = message if isinstance(message, dict) else {}
+        return replace(
+            self,
+            max_tokens=given.get("max_tokens", self.max_tokens),
+            max_cost_usd=given.get("max_cost_usd", self.max_cost_usd),
+        )
 
     def document(self) -> dict[str, Any]:
         """The budget as published in the workflow's ``dbos_agent.budget`` event."""

@@ -22,12 +22,12 @@ from anthropic.types import Message, MessageParam, ToolParam
 
 from ..engine import tracing
 from ..engine.context import WorkflowContext, current_context, in_step
-from ..engine.messaging import set_event, set_event_async
+from ..engine.messaging import recv, recv_async, set_event, set_event_async
 from ..engine.step import step as durable_step
 from ..engine.streams import write_stream, write_stream_async
-from ..errors import ConfigurationError
+from ..errors import BudgetExceededError, ConfigurationError
 from .accounting import MODEL_STEP_NAMES
-from .budget import BUDGET_EVENT, Budget
+from .budget import BUDGET_EVENT, BUDGET_TOPIC, Budget
 from .replay import note_step
 from .retrying import RETRYABLE_TYPES, ModelRetryPolicy
 from .tool_registry import ToolRegistry
@@ -146,6 +146,9 @@ class Model:
         #: Refuses calls past this budget, counted over the workflow's family (budget.py).
         self.budget = budget
         self._published: weakref.WeakSet[WorkflowContext] = weakref.WeakSet()
+        self._raised: weakref.WeakKeyDictionary[WorkflowContext, Budget] = (
+            weakref.WeakKeyDictionary()
+        )
         self._client = client
         self._async_client = async_client
         self._bound: tuple[anthropic.Anthropic, anthropic.Anthropic] | None = None
@@ -225,18 +228,59 @@ class Model:
         self._published.add(ctx)
         await set_event_async(BUDGET_EVENT, self.budget.document())
 
+    def _budget_of(self, ctx: WorkflowContext) -> Budget | None:
+        """This run's budget: the model's, or what a raise made of it."""
+        return self._raised.get(ctx, self.budget)
+
     def _check_budget(self, request: dict[str, Any]) -> None:
         """Inside the model step, before the API call: refuse what the budget cannot cover."""
         ctx = current_context()
-        if self.budget is not None and ctx is not None:
-            self.budget.check(ctx, int(request.get("max_tokens") or 0))
+        budget = None if ctx is None else self._budget_of(ctx)
+        if budget is not None and ctx is not None:
+            budget.check(ctx, int(request.get("max_tokens") or 0))
+
+    def _waits_for_raise(self) -> WorkflowContext | None:
+        """The run, if a refused call should wait for a raised budget (from its body)."""
+        ctx = current_context()
+        if ctx is None or in_step() or self.budget is None or not self.budget.wait_for_raise:
+            return None
+        return ctx
+
+    def _call_step(self, request: dict[str, Any], stream: bool) -> Message:
+        while True:
+            try:
+                result: Message = self._step(request, stream)
+                return result
+            except BudgetExceededError:
+                ctx = self._waits_for_raise()
+                if ctx is None:
+                    raise
+                current = self._budget_of(ctx)
+                assert current is not None  # waiting needs a budget
+                raised = current.raised_to(recv(BUDGET_TOPIC, timeout=None))
+                self._raised[ctx] = raised
+                set_event(BUDGET_EVENT, raised.document())
+
+    async def _call_step_async(self, request: dict[str, Any], stream: bool) -> Message:
+        while True:
+            try:
+                result: Message = await self._step_async(request, stream)
+                return result
+            except BudgetExceededError:
+                ctx = self._waits_for_raise()
+                if ctx is None:
+                    raise
+                current = self._budget_of(ctx)
+                assert current is not None  # waiting needs a budget
+                raised = current.raised_to(await recv_async(BUDGET_TOPIC, timeout=None))
+                self._raised[ctx] = raised
+                await set_event_async(BUDGET_EVENT, raised.document())
 
     def create(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
         """One model call as a step (``messages.create``); ``overrides`` go into the request."""
         self._publish_budget()
         note_step()
-        result: Message = self._step(self.request(messages, **overrides), False)
-        return result
+        return self._call_step(self.request(messages, **overrides), False)
 
     def stream(
         self,
@@ -258,7 +302,7 @@ class Model:
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
-            result: Message = self._step(self.request(messages, **overrides), True)
+            result = self._call_step(self.request(messages, **overrides), True)
         finally:
             _on_text.reset(tokens[0])
             _stream_key.reset(tokens[1])
@@ -268,8 +312,7 @@ class Model:
         """:meth:`create` for async workflows: the call awaits, holding no thread."""
         await self._publish_budget_async()
         note_step()
-        result: Message = await self._step_async(self.request(messages, **overrides), False)
-        return result
+        return await self._call_step_async(self.request(messages, **overrides), False)
 
     async def stream_async(
         self,
@@ -284,7 +327,7 @@ class Model:
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
-            result: Message = await self._step_async(self.request(messages, **overrides), True)
+            result = await self._call_step_async(self.request(messages, **overrides), True)
         finally:
             _on_text.reset(tokens[0])
             _stream_key.reset(tokens[1])
