@@ -4,19 +4,25 @@ them; a call the budget cannot cover is refused with a recorded BudgetExceededEr
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import pytest
 
 import dbos_agent as da
 from dbos_agent.agent import Budget, Model, raise_budget
-from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
+from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, ScriptItem, text
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.test_cli import cli
 
+ROOT = Path(__file__).parent.parent
 MODELS: dict[str, Model] = {}
 CRASH: Counter[str] = Counter()
 HI = [{"role": "user", "content": "hi"}]
@@ -148,3 +154,36 @@ def test_a_workflow_can_wait_for_a_raised_budget(
     assert handle.result(timeout=30) == 5
     assert len(server.requests) == 5  # the refused call ran once the budget was raised
     assert da.get_event(handle.workflow_id, "dbos_agent.budget")["max_tokens"] == 2000
+
+
+def test_a_budget_holds_across_a_kill_of_the_process(dbos_agent_database_url: str) -> None:
+    """Killed -9 during its third call, the workflow is recovered by a new process: the
+    two recorded calls still count (600 tokens), the third is made again (it was in
+    flight, so it is paid twice) and the fourth is refused, as without the kill."""
+    url, wid = dbos_agent_database_url, new_id("budget-kill")
+    script: list[ScriptItem] = [
+        Reply((text("1"),), usage=(200, 100)),
+        Reply((text("2"),), usage=(200, 100)),
+        Delay(5, Reply((text("never"),), usage=(200, 100))),  # the process dies here
+        Reply((text("3"),), usage=(200, 100)),
+    ]
+    with ScriptedServer(script) as model:
+        env = {
+            **os.environ,
+            "DBOS_AGENT_DATABASE_URL": url,
+            "MODEL_URL": model.url,
+            "PYTHONPATH": str(ROOT),
+        }
+        app = [sys.executable, "-m", "tests.budget_app", wid, "5"]
+        first = subprocess.Popen(app, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE)
+        try:
+            model.wait_for_requests(3, timeout=60)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.communicate(timeout=30)
+        second = subprocess.run(app, env=env, cwd=ROOT, text=True, capture_output=True, timeout=120)
+        assert second.returncode == 0, second.stderr
+        outcome = json.loads(second.stdout.strip().splitlines()[-1])
+        assert outcome["error"] == "BudgetExceededError", outcome
+        assert "spent 900 of its 1,000-token budget" in outcome["message"]
+        assert len(model.requests) == 4  # 1, 2, the killed 3rd, its re-run; never a 5th
