@@ -61,6 +61,16 @@ class WorkflowInfo:
     finished_at: datetime | None
     #: What a SUSPENDED workflow waits for (None otherwise).
     waiting_for: WaitInfo | None = None
+    #: When its latest run began: steps recorded earlier were replayed by that run.
+    run_started_at: datetime | None = None
+
+    def replayed(self, step: StepInfo) -> bool:
+        """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""
+        return (
+            self.run_started_at is not None
+            and step.finished_at is not None
+            and step.finished_at < self.run_started_at
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import dbos_agent as da
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+from tests.test_web import CHROMIUM, TOKEN, Server, dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "coding_agent.py"
@@ -109,3 +110,39 @@ def test_the_agent_waits_for_a_human_across_a_crash(
     assert names.count("dbos_agent.request_approval") == 1  # and asked for once
     # the tests ran twice; the append ran only when approved
     assert names.count("tool:run_bash") == (3 if approved else 2)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
+    reason="needs Debian's chromium (.ci/run installs it)",
+)
+def test_the_agent_is_approved_from_the_dashboard(
+    dbos_agent_database_url: str, inspector: Inspector, tmp_path: Path
+) -> None:
+    """The same wait, decided with the Approve button of the web page: the commands the
+    agent asks about are shown, and the approved one runs once."""
+    from playwright.sync_api import expect, sync_playwright
+
+    url, task, workdir = dbos_agent_database_url, new_id("web-approval"), tmp_path / "work"
+    agent = _agent(url, task, workdir)
+    try:
+        wait_until(lambda: _waiting_for_approval(inspector, task), 60, "the agent to wait")
+        with da.Client(url) as client:
+            wait_until(lambda: client.approvals(task), 30, "the approval request")
+        with Server(url, TOKEN) as server, sync_playwright() as pw, dashboard(pw, server) as page:
+            page.locator(f'tr[data-id="{task}"]').click()
+            expect(page.get_by_test_id("approvals")).to_contain_text("run_bash", timeout=15_000)
+            expect(page.get_by_test_id("approvals")).to_contain_text("CHANGELOG")
+            page.locator('[data-testid^="approve-"]').first.click()
+            out, _ = agent.communicate(timeout=60)
+            page.screenshot(path=str(tmp_path / "agent-approved.png"))
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, out
+    assert "✓ approved" in out
+    assert (workdir / "CHANGELOG.md").read_text().count(CHANGELOG_LINE) == 1
+    assert (tmp_path / "agent-approved.png").read_bytes().startswith(b"\x89PNG")
+    with da.Client(url) as client:
+        (decided,) = client.approvals(task)
+    assert decided.status == "APPROVED"

@@ -286,3 +286,33 @@ def test_the_dashboard_approves_the_exact_tool_call_it_shows(
     for shot in ("asking.png", "approved-call.png"):
         data = (tmp_path / shot).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000, shot
+
+
+@da.step
+def numbered(i: int) -> int:
+    return i
+
+
+@da.durable_workflow(name="web_resumed")
+def resumed() -> int:
+    total = numbered(1) + numbered(2)
+    da.recv("go", timeout=3600)  # suspends: the woken run replays the two steps
+    return total + numbered(3)
+
+
+def test_each_step_says_whether_the_latest_run_replayed_it(api: httpx.Client) -> None:
+    handle = da.start(resumed)
+    wait_until(
+        lambda: api.get(f"/api/workflows/{handle.workflow_id}").json()["status"] == "SUSPENDED",
+        15,
+        "suspended",
+    )
+    da.send(handle.workflow_id, "now", topic="go")
+    assert handle.result(timeout=30) == 6
+    steps = api.get(f"/api/workflows/{handle.workflow_id}").json()["steps"]
+    assert [(s["name"], s["replayed"]) for s in steps] == [
+        ("numbered", True),
+        ("numbered", True),
+        ("dbos_agent.recv", False),
+        ("numbered", False),
+    ]

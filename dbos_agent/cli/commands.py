@@ -136,7 +136,10 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         document["budget"] = budget
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
-        document["steps"] = [documents.step_json(s, d) for s, d in zip(steps, digests, strict=True)]
+        document["steps"] = [
+            {**documents.step_json(s, d), "replayed": info.replayed(s)}
+            for s, d in zip(steps, digests, strict=True)
+        ]
         document["usage"] = totals
         render.print_json(document)
         return

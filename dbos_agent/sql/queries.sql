@@ -128,7 +128,7 @@ RETURNING seq;
 -- the caller's session when it can run it (else by nobody, for recovery).
 UPDATE dbos_agent.workflows
 SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now(),
-    owner_key = %(owner_key)s
+    owner_key = %(owner_key)s, run_started_at = now()
 WHERE workflow_id = %(workflow_id)s AND status = 'IN_DOUBT'
 RETURNING name, inputs::text;
 
@@ -167,7 +167,7 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 -- name: get_workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
@@ -175,7 +175,7 @@ WHERE workflow_id = %(workflow_id)s;
 -- Newest first. A NULL filter matches everything.
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at
 FROM dbos_agent.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -227,6 +227,7 @@ WITH locked AS (
 UPDATE dbos_agent.workflows AS w
 SET recovery_attempts = w.recovery_attempts + 1,
     executor_id = %(executor_id)s,
+    run_started_at = now(),
     owner_key = CASE WHEN w.recovery_attempts + 1 > w.max_recovery_attempts
                      THEN NULL ELSE %(owner_key)s END,
     status = CASE WHEN w.recovery_attempts + 1 > w.max_recovery_attempts
@@ -278,7 +279,8 @@ SELECT status, owner_key FROM dbos_agent.workflows WHERE workflow_id = %(workflo
 -- A direct call of a PENDING workflow whose session is not certainly alive:
 -- the caller's session takes it over (compare-and-set on the old owner).
 UPDATE dbos_agent.workflows
-SET owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+SET run_started_at = now(),
+    owner_key = %(owner_key)s, executor_id = %(executor_id)s,
     recovery_attempts = recovery_attempts + 1, updated_at = now()
 WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
   AND owner_key IS NOT DISTINCT FROM %(old_owner_key)s
@@ -374,7 +376,8 @@ WITH ready AS (
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE dbos_agent.workflows AS w
-SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+SET run_started_at = now(),
+    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
     wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
     updated_at = now()
 FROM page
@@ -423,7 +426,8 @@ WITH ready AS (
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE dbos_agent.workflows AS w
-SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+SET run_started_at = now(),
+    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
     wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
     updated_at = now()
 FROM page
@@ -582,7 +586,8 @@ WITH servers AS (
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE dbos_agent.workflows AS w
-SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+SET run_started_at = now(),
+    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
     dequeued_at = dbos_agent.now(), updated_at = now()
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
@@ -706,6 +711,7 @@ WITH target AS (
         recovery_attempts = CASE WHEN target.status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'
                                  THEN 0 ELSE w.recovery_attempts END,
         executor_id = COALESCE(%(executor_id)s::text, w.executor_id),
+        run_started_at = now(),
         owner_key = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
                          THEN NULL ELSE %(owner_key)s::integer END
     FROM target

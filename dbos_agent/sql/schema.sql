@@ -65,6 +65,9 @@ CREATE TABLE dbos_agent.workflows (
     -- Past this time (database clock) an unfinished workflow is cancelled, with the
     -- workflows it started (da.workflow_timeout; set once, at its first start).
     deadline_at           timestamptz,
+    -- When the latest run began (set by every statement that gives the workflow to a
+    -- session): steps recorded before it were replayed by that run, the others ran live.
+    run_started_at        timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (

@@ -138,6 +138,7 @@ def workflow_info(row: Row) -> WorkflowInfo:
             if row.get("wait_kind") is None
             else WaitInfo(row["wait_kind"], row["wait_target"], row["wait_name"], row["wake_at"])
         ),
+        run_started_at=row.get("run_started_at"),
     )
 
 

@@ -195,7 +195,11 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
         document["steps"] = [
-            {**documents.step_json(s, d), "summary": d.summary if d else None}
+            {
+                **documents.step_json(s, d),
+                "summary": d.summary if d else None,
+                "replayed": info.replayed(s),
+            }
             for s, d in zip(steps, digests, strict=True)
         ]
         document["usage"] = documents.token_totals(digests)
