@@ -68,6 +68,7 @@ def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
     data["duration_ms"] = step.duration_ms
     tokens = tokens_of(digest)
     data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}
+    data["cost_usd"] = None if digest is None or tokens is None else digest.cost_usd
     return data
 
 

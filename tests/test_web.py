@@ -18,11 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anthropic
 import httpx
 import pytest
 import uvicorn
 
 import dbos_agent as da
+from dbos_agent.agent import Model
+from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from dbos_agent.web import create_app
 from tests.helpers import new_id, wait_until
 
@@ -316,3 +319,40 @@ def test_each_step_says_whether_the_latest_run_replayed_it(api: httpx.Client) ->
         ("dbos_agent.recv", False),
         ("numbered", False),
     ]
+
+
+@da.durable_workflow(name="web_spender")
+def spender(calls: int) -> int:
+    for _ in range(calls):
+        MODELS["model"].create([{"role": "user", "content": "hi"}])
+    return calls
+
+
+MODELS: dict[str, Model] = {}
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
+    reason="needs Debian's chromium (.ci/run installs it)",
+)
+def test_the_dashboard_charts_tokens_and_cost_over_time(
+    server: Server, api: httpx.Client, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with ScriptedServer(lambda body: Reply((text("ok"),), usage=(1000, 500))) as model:
+        MODELS["model"] = Model(
+            anthropic.Anthropic(base_url=model.url, api_key="x"), model="claude-haiku-4-5"
+        )
+        handle = da.start(spender, 3)
+        assert handle.result(timeout=30) == 3
+    shown = api.get(f"/api/workflows/{handle.workflow_id}").json()
+    assert [s["cost_usd"] for s in shown["steps"]] == [pytest.approx(0.0035)] * 3
+    with sync_playwright() as pw, dashboard(pw, server) as page:
+        page.locator(f'tr[data-id="{handle.workflow_id}"]').click()
+        chart = page.get_by_test_id("spend-chart")
+        expect(chart).to_contain_text("4500 tokens", timeout=15_000)
+        expect(chart).to_contain_text("$0.0105")
+        expect(page.get_by_test_id("usage")).to_contain_text("3000 in, 1500 out")
+        chart.screenshot(path=str(tmp_path / "chart.png"))
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
