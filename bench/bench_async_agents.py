@@ -12,8 +12,8 @@ the time until all N finished (one thread per workflow from a pool of 16 would n
 N / 16 x delay; in series N x delay), the child's peak RSS and threads (read from /proc
 while it runs), and how many requests the server saw (each exactly once).
 
-It uses the database ``dbos_agent_bench_async`` on the DSN's server, dropped and created
-at start. One JSON line per N, then a markdown table.
+It uses a fresh database on the DSN's server (``dbos_agent.testing.fresh_database``),
+dropped at the end. One JSON line per N, then a markdown table.
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import dbos_agent as da
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, text
+from dbos_agent.testing import fresh_database
 
-DB_NAME = "dbos_agent_bench_async"
 MODEL: dict[str, Model] = {}
 
 
@@ -113,19 +111,12 @@ def main() -> int:
         child(url, model_url, int(n), prefix)
         return 0
 
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB_NAME}")
-    parts = conninfo_to_dict(make_conninfo(args.dsn, dbname=DB_NAME))
-    url = (
-        f"postgresql://{parts.get('user', 'postgres')}@{parts.get('host', '127.0.0.1')}:"
-        f"{parts.get('port', 5432)}/{DB_NAME}"
-    )
-    da.Client(url).close()  # apply the schema before the clock starts
     rows = []
-    for n in (int(part) for part in args.n.split(",")):
-        rows.append(run(url, n, args.delay))
-        print(json.dumps(rows[-1]), flush=True)
+    with fresh_database(args.dsn) as url:
+        da.Client(url).close()  # apply the schema before the clock starts
+        for n in (int(part) for part in args.n.split(",")):
+            rows.append(run(url, n, args.delay))
+            print(json.dumps(rows[-1]), flush=True)
     print("\n| N | all done | 16 threads would need | peak RSS | peak threads | requests |")
     print("|---|---|---|---|---|---|")
     for r in rows:

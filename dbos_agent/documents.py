@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from .records import StepDigest, StepInfo, WorkflowInfo
@@ -16,6 +17,7 @@ from .records import StepDigest, StepInfo, WorkflowInfo
 __all__ = [
     "BUDGET_EVENT",
     "budget_json",
+    "json_default",
     "step_json",
     "token_totals",
     "tokens_of",
@@ -100,3 +102,10 @@ def budget_json(event: str | None, usage: dict[str, Any] | None) -> dict[str, An
         "spent_tokens": tokens,
         "spent_cost_usd": spent.get("cost_usd"),
     }
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for the documents: times as ISO 8601."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot encode {type(value).__name__}")

@@ -21,6 +21,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
+from dbos_agent.engine.core import Engine
 from tests.helpers import new_id, wait_until
 from tests.test_cli import cli
 
@@ -249,3 +250,25 @@ def test_the_cli_prints_a_stream_and_follows_it(
     assert followed.stdout.split() == ["0", "1", "2", "3", "4"]  # until the workflow finished
     missing = cli(dbos_agent_database_url, "stream", "no-such-workflow", "out")
     assert missing.returncode != 0 and "no-such-workflow" in missing.stderr
+
+
+def test_a_step_of_a_session_that_lost_the_workflow_writes_nothing(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    """A process paused past its lease wakes up inside a step: its live items are void,
+    so the guard writes none of them (the step's checkpoint is refused the same way)."""
+    handle = da.start(live, 2)
+    assert handle.result(timeout=10) == "finished"  # not PENDING any more: nobody owns it
+    streams = engine.db.streams
+    stale = streams.append_live(
+        handle.workflow_id,
+        "ticks",
+        "value",
+        '"late"',
+        seq=0,
+        attempt=1,
+        attempt_id="x",
+        owner_key=engine.session_key,
+    )
+    assert stale is None
+    assert values(list(da.read_stream(handle.workflow_id, "ticks", timeout=5))) == [0, 1]

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..documents import tokens_of
+from ..documents import json_default, tokens_of
 from ..engine.retention import GcReport
 from ..records import StepDigest, StepInfo, StepStatus
 from .arguments import PROG
@@ -210,21 +210,15 @@ def budget_line(budget: dict[str, Any]) -> str:
 
 def print_json(document: Any) -> None:
     """The one JSON document of a ``--json`` command, on stdout."""
-    json.dump(document, sys.stdout, indent=2, ensure_ascii=False, default=_json_default)
+    json.dump(document, sys.stdout, indent=2, ensure_ascii=False, default=json_default)
     sys.stdout.write("\n")
 
 
 def print_json_line(document: Any) -> None:
     """One object of a streaming ``--json`` command (JSON Lines), flushed at once."""
-    json.dump(document, sys.stdout, ensure_ascii=False, default=_json_default)
+    json.dump(document, sys.stdout, ensure_ascii=False, default=json_default)
     sys.stdout.write("\n")
     sys.stdout.flush()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot encode {type(value).__name__}")
 
 
 # -- progress ----------------------------------------------------------------------------

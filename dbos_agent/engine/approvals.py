@@ -28,7 +28,6 @@ from ..limits import check_identifier
 from ..serialization import codec_for
 from ..storage.approvals import ApprovalRequest
 from ..storage.database import SystemDatabase
-from .context import current_context
 from .messaging import recv_plan
 from .plans import Io, Plan, run_plan, run_plan_async
 from .state import current_engine
@@ -209,6 +208,4 @@ def reject(workflow_id: str, seq: int, digest: str, reason: str | None = None) -
 
 def list_approvals(workflow_id: str | None = None) -> list[ApprovalRequest]:
     """The approval requests of a workflow (all), or the PENDING ones of every workflow."""
-    ctx = current_context()
-    db = ctx.engine.db if ctx is not None else current_engine().db
-    return db.approvals.list(workflow_id)
+    return current_engine().db.approvals.list(workflow_id)

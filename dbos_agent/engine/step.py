@@ -190,10 +190,14 @@ def _run_sync_in(
         tracing.step_replayed(seq, step.name)
         return known.unwrap()
     with tracing.span(*_step_span(seq, step)) as current:
-        outcome, attempts = _attempts_sync(ctx, step, seq, args, kwargs)
-        tracing.set_attributes(current, {"dbos_agent.step.attempts": attempts})
-        tracing.failed(current, outcome.error)
-        return outcome.unwrap()
+        return _traced(current, *_attempts_sync(ctx, step, seq, args, kwargs))
+
+
+def _traced(current: tracing.Span | None, outcome: Outcome, attempts: int) -> Any:
+    """A live step's result, its attempts and failure noted on its span."""
+    tracing.set_attributes(current, {"dbos_agent.step.attempts": attempts})
+    tracing.failed(current, outcome.error)
+    return outcome.unwrap()
 
 
 def _step_span(seq: int, step: StepDefinition) -> tuple[str, dict[str, Any]]:
@@ -249,10 +253,7 @@ async def _run_async_in(
         tracing.step_replayed(seq, step.name)
         return known.unwrap()
     with tracing.span(*_step_span(seq, step)) as current:
-        outcome, attempts = await _attempts_async(ctx, step, seq, args, kwargs)
-        tracing.set_attributes(current, {"dbos_agent.step.attempts": attempts})
-        tracing.failed(current, outcome.error)
-        return outcome.unwrap()
+        return _traced(current, *await _attempts_async(ctx, step, seq, args, kwargs))
 
 
 async def _attempts_async(

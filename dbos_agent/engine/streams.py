@@ -131,6 +131,7 @@ def _write_live(ctx: WorkflowContext, key: str, text: str | None) -> Plan[None]:
             seq=seq,
             attempt=number,
             attempt_id=tag,
+            owner_key=ctx.engine.session_key,
         )
     )
     if attempt is not None:
@@ -145,6 +146,7 @@ def _write_live(ctx: WorkflowContext, key: str, text: str | None) -> Plan[None]:
                 seq=attempt.seq,
                 attempt=attempt.number,
                 attempt_id=attempt.id,
+                owner_key=ctx.engine.session_key,
             ),
         )
 

@@ -1020,9 +1020,10 @@ SELECT dbos_agent.locked_sessions() AS session_key;
 
 -- name: append_stream_item
 -- One item at the stream's next offset (see dbos_agent.append_stream): -1 when
--- the stream is closed.
+-- the stream is closed, -2 when a step's writer no longer owns the workflow.
 SELECT dbos_agent.append_stream(%(workflow_id)s, %(key)s, %(kind)s, %(value)s::jsonb,
-                                %(seq)s, %(attempt)s, %(attempt_id)s) AS "offset";
+                                %(seq)s, %(attempt)s, %(attempt_id)s, %(owner_key)s)
+       AS "offset";
 
 -- name: read_stream_items
 -- Items of a stream from an offset on, in order, with the workflow's status read

@@ -41,8 +41,11 @@ class StreamStore:
         seq: int | None,
         attempt: int | None,
         attempt_id: str | None,
-    ) -> int:
-        """Append an item now (written from inside a step: not checkpointed); its offset.
+        owner_key: int | None,
+    ) -> int | None:
+        """Append an item now (written from inside a step: not checkpointed); its offset,
+        or None when this session no longer owns the workflow (nothing is written: the
+        step's output is void, and the run stops at its checkpoint).
 
         Raises StreamClosedError when the stream is closed.
         """
@@ -58,8 +61,11 @@ class StreamStore:
             seq=seq,
             attempt=attempt,
             attempt_id=attempt_id,
+            owner_key=owner_key,
         )
         assert row is not None
+        if row["offset"] == -2:
+            return None
         if row["offset"] < 0:
             raise StreamClosedError(f"{where} is closed")
         return int(row["offset"])
@@ -94,6 +100,7 @@ class StreamStore:
                     "seq": None,
                     "attempt": None,
                     "attempt_id": None,
+                    "owner_key": owner_key,
                 },
             ).fetchone()
             assert row is not None

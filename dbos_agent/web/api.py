@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from .. import documents
@@ -129,7 +129,7 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         client = state.get("client")
         return None if client is None else client.db.url
 
-    async def on_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_error(_: Request, exc: Exception) -> Response:
         status = _status_of(exc)
         message = str(exc) if status != 500 else f"internal error: {exc}"
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
@@ -144,7 +144,7 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         app.add_exception_handler(kind, on_error)
 
     @app.exception_handler(RequestValidationError)
-    async def on_bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def on_bad_body(_: Request, exc: RequestValidationError) -> Response:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
@@ -161,8 +161,9 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
             raise WorkflowNotFoundError(workflow_id)
         return info
 
-    def _json(document: Any) -> JSONResponse:
-        return JSONResponse(json.loads(json.dumps(document, default=_default)))
+    def _json(document: Any) -> Response:
+        body = json.dumps(document, default=documents.json_default, ensure_ascii=False)
+        return Response(body, media_type="application/json")
 
     @app.get("/api/workflows", dependencies=guard)
     def list_workflows(
@@ -172,7 +173,7 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         since: datetime | None = None,
         until: datetime | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    ) -> JSONResponse:
+    ) -> Response:
         """Workflows matching every given filter, newest first (the CLI's filters)."""
         found = db().workflows.list(
             status=status,
@@ -185,7 +186,7 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         return _json([_workflow(info) for info in found])
 
     @app.get("/api/workflows/{workflow_id}", dependencies=guard)
-    def show(workflow_id: str) -> JSONResponse:
+    def show(workflow_id: str) -> Response:
         """One workflow with its steps (timings, attempts, tokens) and its token usage."""
         info = get(workflow_id)
         steps = db().steps.list(workflow_id)
@@ -209,39 +210,39 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         return _json(document)
 
     @app.get("/api/workflows/{workflow_id}/steps", dependencies=guard)
-    def steps(workflow_id: str) -> JSONResponse:
+    def steps(workflow_id: str) -> Response:
         """The recorded steps of a workflow, in order."""
         get(workflow_id)
         found = db().steps.list(workflow_id)
         return _json([documents.step_json(s, describe_step(s)) for s in found])
 
     @app.post("/api/workflows/{workflow_id}/cancel", dependencies=guard)
-    def cancel(workflow_id: str) -> JSONResponse:
+    def cancel(workflow_id: str) -> Response:
         """Cancel a workflow (and the ones it started); cancelling again changes nothing."""
         previous = cancel_workflow(db(), workflow_id)
         return _json({"workflow_id": workflow_id, "previous_status": previous})
 
     @app.post("/api/workflows/{workflow_id}/resume", dependencies=guard)
-    def resume(workflow_id: str) -> JSONResponse:
+    def resume(workflow_id: str) -> Response:
         """Make a cancelled or dead-lettered workflow PENDING again (a worker continues it)."""
         result = resume_workflow(db(), workflow_id)
         return _json({"workflow_id": workflow_id, "previous_status": result.previous})
 
     @app.post("/api/workflows/{workflow_id}/fork", dependencies=guard)
-    def fork(workflow_id: str, body: ForkBody) -> JSONResponse:
+    def fork(workflow_id: str, body: ForkBody) -> Response:
         """A new workflow that reuses the steps before ``from_step`` and runs live from it."""
         new_id, _ = fork_workflow(db(), workflow_id, body.from_step, new_workflow_id=body.new_id)
         return _json({"workflow_id": new_id, "forked_from": workflow_id, **body.model_dump()})
 
     @app.post("/api/workflows/{workflow_id}/send", dependencies=guard)
-    def send(workflow_id: str, body: SendBody) -> JSONResponse:
+    def send(workflow_id: str, body: SendBody) -> Response:
         """Send a message to the workflow (it receives it with ``recv(topic)``)."""
         get(workflow_id)
         sent = send_plain(db(), workflow_id, body.message, body.topic, body.idempotency_key)
         return _json({"workflow_id": workflow_id, "topic": body.topic, "sent": sent})
 
     @app.post("/api/workflows/{workflow_id}/steps/{seq}/resolve", dependencies=guard)
-    def resolve(workflow_id: str, seq: int, body: ResolveBody) -> JSONResponse:
+    def resolve(workflow_id: str, seq: int, body: ResolveBody) -> Response:
         """Resolve an in-doubt step: record the result it had, or let it run again."""
         if body.rerun == ("result" in body.model_fields_set):
             raise ValueError('give exactly one of "result" (it happened) or "rerun": true')
@@ -250,18 +251,18 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         return _json({"workflow_id": workflow_id, "seq": seq, "status": get(workflow_id).status})
 
     @app.get("/api/approvals", dependencies=guard)
-    def pending_approvals() -> JSONResponse:
+    def pending_approvals() -> Response:
         """Every PENDING approval request, newest first."""
         return _json([_approval(a) for a in db().approvals.list(None)])
 
     @app.get("/api/workflows/{workflow_id}/approvals", dependencies=guard)
-    def approvals(workflow_id: str) -> JSONResponse:
+    def approvals(workflow_id: str) -> Response:
         """A workflow's approval requests (the tool, its arguments, their digest, status)."""
         get(workflow_id)
         return _json([_approval(a) for a in db().approvals.list(workflow_id)])
 
     @app.post("/api/workflows/{workflow_id}/approvals/{seq}", dependencies=guard)
-    def decide_approval(workflow_id: str, seq: int, body: DecisionBody) -> JSONResponse:
+    def decide_approval(workflow_id: str, seq: int, body: DecisionBody) -> Response:
         """Approve or reject the call asked about at step ``seq``, bound to its digest:
         409 for other arguments, a second decision, or a workflow that no longer waits."""
         decide(db(), workflow_id, seq, body.digest, approved=body.approve, reason=body.reason)
@@ -317,14 +318,6 @@ def _workflow(info: WorkflowInfo) -> dict[str, Any]:
 
 def _approval(request: Any) -> dict[str, Any]:
     return dataclasses.asdict(request)
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
 
 
 def _dashboard_html() -> str:

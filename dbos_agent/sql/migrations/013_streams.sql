@@ -23,18 +23,25 @@ CREATE TABLE dbos_agent.streams (
 );
 
 -- Append one item at the next offset and NOTIFY readers (payload: the workflow id).
--- Returns the offset, or -1 when the stream is closed (nothing is written). The
+-- Returns the offset, -1 when the stream is closed, or -2 when a step's item comes
+-- from a session that no longer owns the PENDING workflow (a process paused past
+-- its lease: its output is void, and nothing is written). The
 -- first value of a step attempt after items of another attempt of that step (a
 -- retry, a re-run after a crash) is preceded by a reset naming the step. Offsets
 -- come from the primary key: a writer that loses a race takes the next one, after
 -- the winner commits, so readers never see a later offset before an earlier one.
 CREATE FUNCTION dbos_agent.append_stream(
     wid text, skey text, item_kind text, item jsonb,
-    seq integer, attempt_no integer, attempt_tag text
+    seq integer, attempt_no integer, attempt_tag text, session integer
 ) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     next_offset integer;
 BEGIN
+    IF seq IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM dbos_agent.workflows
+        WHERE workflow_id = wid AND status = 'PENDING' AND owner_key = session) THEN
+        RETURN -2;
+    END IF;
     IF EXISTS (SELECT 1 FROM dbos_agent.streams
                WHERE workflow_id = wid AND key = skey AND kind = 'close') THEN
         RETURN -1;
@@ -50,7 +57,8 @@ BEGIN
                          (SELECT max(r."offset") FROM dbos_agent.streams AS r
                           WHERE r.workflow_id = wid AND r.key = skey AND r.step_seq = seq
                             AND r.kind = 'reset'), -1)) THEN
-        PERFORM dbos_agent.append_stream(wid, skey, 'reset', NULL, seq, attempt_no, attempt_tag);
+        PERFORM dbos_agent.append_stream(wid, skey, 'reset', NULL, seq, attempt_no, attempt_tag,
+                                         session);
     END IF;
     LOOP
         SELECT COALESCE(max("offset") + 1, 0) INTO next_offset
