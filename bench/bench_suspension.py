@@ -7,10 +7,10 @@
 Phases, each measured from outside the worker process (its RSS and threads are read
 from /proc, the workflows' states from the database):
 
-1. park: a worker child (``launch(workers=16)``) starts N workflows that each wait
-   in ``da.recv("go", timeout=None)``; time until all N are SUSPENDED, the worker's
-   peak RSS and thread count, and rows and bytes per suspended workflow (tables and
-   indexes of the dbos_agent schema, before and after).
+1. park: a worker child (``launch(workers=W)``, ``--workers``, default 16) starts N
+   workflows that each wait in ``da.recv("go", timeout=None)``; time until all N are
+   SUSPENDED, the worker's peak RSS and thread count, and rows and bytes per suspended
+   workflow (tables and indexes of the dbos_agent schema, before and after).
 2. restart: the worker is killed -9 while all N are suspended; a fresh worker is
    timed from start to ``launch()`` returning, its RSS read 5 s later, and the number
    of workflows it replayed meanwhile counted (none may run before its message).
@@ -18,8 +18,15 @@ from /proc, the workflows' states from the database):
    through ``da.Client`` (a process that has only the URL); every workflow records,
    in its next step, the time from its send to that step. Resumptions/s and the
    p50/p99 of send -> resumed step.
-4. wake at a steady rate: a second worker parks ``--steady-n`` more, then messages
-   are sent at ``--rate`` per second; the same latency figures.
+4. wake at a steady rate: the worker of phase 2 is killed and one new worker parks
+   ``--steady-n`` more (one worker, as in phase 3), then messages are sent at
+   ``--rate`` per second, from Python threads or, with ``--pgbench``, from pgbench
+   (Poisson arrivals at that mean rate, a C client that leaves the two cores to the
+   worker and Postgres); the same latency figures.
+
+Before each wake phase the schema's tables are vacuumed and analyzed and a CHECKPOINT
+taken (as pgbench does before its runs), so that autovacuum or a checkpoint started by
+the parking does not land inside the timed phase by chance.
 
 It uses the database ``dbos_agent_bench_susp`` on the DSN's server, dropped and
 created at start. One JSON line per phase, then a markdown table.
@@ -34,6 +41,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -43,8 +51,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import dbos_agent as da
+from dbos_agent.storage.sql_files import query
 
 DB_NAME = "dbos_agent_bench_susp"
+#: The worker's ``workers`` (threads for running sync workflows); --workers sets it.
+WORKERS = int(os.environ.get("DBOS_AGENT_BENCH_WORKERS", "16"))
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,7 +76,7 @@ def parked(i: int) -> float:
 
 def child_park(url: str, prefix: str, n: int) -> None:
     """Launch a worker, start ``n`` waiting workflows, then serve (wake) until killed."""
-    rt = da.launch(url, executor_id=f"bench-{os.getpid()}", workers=16)
+    rt = da.launch(url, executor_id=f"bench-{os.getpid()}", workers=WORKERS)
     for i in range(n):
         while len(rt.running()) > 2000:  # keep the backlog of starts bounded
             time.sleep(0.01)
@@ -77,7 +88,7 @@ def child_park(url: str, prefix: str, n: int) -> None:
 def child_serve(url: str) -> None:
     """Launch a worker (timing launch()), then serve until killed."""
     started = time.perf_counter()
-    da.launch(url, executor_id=f"bench-{os.getpid()}", workers=16)
+    da.launch(url, executor_id=f"bench-{os.getpid()}", workers=WORKERS)
     print(json.dumps({"launch_s": time.perf_counter() - started}), flush=True)
     threading.Event().wait()
 
@@ -197,6 +208,56 @@ def send_all(url: str, prefix: str, n: int, rate: float | None, threads: int = 4
     return time.monotonic() - started
 
 
+def pgbench_send_all(url: str, prefix: str, n: int, rate: float, pgbench: str) -> float:
+    """The steady sends from a C client: ``pgbench -R rate`` (Poisson arrivals at that
+    mean rate) runs the very statement ``Client.send`` runs (``insert_message``), one
+    message to each of the ``n`` workflows, its send time taken on the database clock
+    (the same machine's clock as the workers'). Python sender threads share the two
+    cores with the workers and Postgres and cannot hold 1,000/s here; pgbench can."""
+    clients = 4
+    values = {
+        # a scalar subquery runs once per statement (an expression would run per row)
+        "destination_id": f"(SELECT '{prefix}-' || (nextval('bench_send_seq') - 1))",
+        "topic": "'go'",
+        "message": "json_build_object('sent', extract(epoch FROM clock_timestamp()))::text",
+        "idempotency_key": "NULL",
+    }
+    text = query("insert_message")
+    for name, value in values.items():
+        text = text.replace(f"%({name})s", value)
+    script = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP SEQUENCE IF EXISTS bench_send_seq")
+        conn.execute("CREATE SEQUENCE bench_send_seq")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as f:
+        f.write(script.rstrip().rstrip(";") + ";\n")
+        f.flush()
+        per_client = -(-n // clients)  # extra sends go to ids that do not exist: no-ops
+        started = time.monotonic()
+        subprocess.run(
+            [
+                pgbench,
+                "-n",
+                "-M",
+                "prepared",
+                "-f",
+                f.name,
+                "-c",
+                str(clients),
+                "-j",
+                "2",
+                "-R",
+                str(rate),
+                "-t",
+                str(per_client),
+                url,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    return time.monotonic() - started
+
+
 def park(url: str, prefix: str, n: int) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     rows0, bytes0 = footprint(url)
     started = time.monotonic()
@@ -217,15 +278,35 @@ def park(url: str, prefix: str, n: int) -> tuple[subprocess.Popen[str], dict[str
     }
 
 
-def wake(url: str, prefix: str, n: int, rate: float | None, threads: int = 4) -> dict[str, Any]:
+def settle(url: str) -> None:
+    """Vacuum and analyze the schema's tables and take a checkpoint before a timed phase."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("workflows", "steps", "messages"):
+            conn.execute(f"VACUUM (ANALYZE) dbos_agent.{table}")
+        conn.execute("CHECKPOINT")
+
+
+def wake(
+    url: str,
+    prefix: str,
+    n: int,
+    rate: float | None,
+    threads: int = 4,
+    pgbench: str | None = None,
+) -> dict[str, Any]:
+    settle(url)
     started = time.monotonic()
-    send_s = send_all(url, prefix, n, rate, threads)
+    if pgbench is not None and rate is not None:
+        send_s = pgbench_send_all(url, prefix, n, rate, pgbench)
+    else:
+        send_s = send_all(url, prefix, n, rate, threads)
     wait_for(lambda: count(url, "SUCCESS", prefix) >= n, 3600, f"{n} woken")
     total_s = time.monotonic() - started
     lat = latencies(url, prefix)
     return {
         "n": n,
         "rate": rate or "full",
+        "sender": "pgbench" if pgbench is not None and rate is not None else "client",
         "send_threads": threads,
         "sends_per_s": round(n / send_s),
         "send_s": round(send_s, 2),
@@ -249,8 +330,16 @@ def main() -> int:
     parser.add_argument("--steady-n", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--send-threads", type=int, default=4, help="sender threads")
+    parser.add_argument(
+        "--pgbench",
+        help="path to pgbench: the steady sends come from it (-R rate) instead of Python threads",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help="the worker's launch(workers=...)"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    os.environ["DBOS_AGENT_BENCH_WORKERS"] = str(args.workers)  # for the children
     if args.child:
         mode, url, *rest = args.child
         if mode == "park":
@@ -298,15 +387,18 @@ def main() -> int:
     )
     print(json.dumps(results[-1]), flush=True)
 
+    kill(serving)  # the steady phase has one worker: the one that parks its waiters
     steady, steady_stats = park(url, "steady", args.steady_n)
     results.append({"phase": "park_steady", **steady_stats})
     print(json.dumps(results[-1]), flush=True)
     results.append(
-        {"phase": "wake_steady", **wake(url, "steady", args.steady_n, args.rate, args.send_threads)}
+        {
+            "phase": "wake_steady",
+            **wake(url, "steady", args.steady_n, args.rate, args.send_threads, args.pgbench),
+        }
     )
     print(json.dumps(results[-1]), flush=True)
     kill(steady)
-    kill(serving)
 
     print("\n| phase | figures |\n|---|---|")
     for r in results:

@@ -224,8 +224,10 @@ def durable_wait(
     started_at = datetime.now(UTC)
     resumed = row is not None  # our own intent: the wait began before a crash
     deadline: float | None = None
-    if resumed:
-        text = yield Io(partial(db.steps.inputs, ctx.workflow_id, seq))
+    if row is not None:
+        text = row.inputs
+        if text is None:  # a log read without inputs
+            text = yield Io(partial(db.steps.inputs, ctx.workflow_id, seq))
         deadline = json.loads(text or "{}").get("deadline")
     found = yield from attempt()
     if found is not None:

@@ -133,15 +133,19 @@ WHERE workflow_id = %(workflow_id)s AND status = 'IN_DOUBT'
 RETURNING name, inputs::text;
 
 -- name: load_steps
--- The whole log of one workflow, for replay: one query, not one per step.
-SELECT workflow_id, seq, name, status, output::text, error::text, attempts
+-- The whole log of one workflow, for replay: one query, not one per step. An
+-- intent (PENDING) comes with its inputs: a waiting recv keeps its deadline there.
+SELECT workflow_id, seq, name, status, output::text, error::text, attempts,
+       CASE WHEN status = 'PENDING' THEN inputs::text END AS inputs
 FROM dbos_agent.steps
 WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;
 
 -- name: load_steps_of_many
--- The logs of a batch of workflows being recovered, in one query.
-SELECT workflow_id, seq, name, status, output::text, error::text, attempts
+-- The logs of a batch of workflows being recovered or woken, in one query (as
+-- load_steps).
+SELECT workflow_id, seq, name, status, output::text, error::text, attempts,
+       CASE WHEN status = 'PENDING' THEN inputs::text END AS inputs
 FROM dbos_agent.steps
 WHERE workflow_id = ANY(%(workflow_ids)s)
 ORDER BY workflow_id, seq;

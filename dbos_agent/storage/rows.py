@@ -40,6 +40,8 @@ class StepRow:
     output: str | None
     error: str | None
     attempts: int
+    #: An intent's inputs, when the log was read for replay (other rows: None).
+    inputs: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,7 @@ def step_row(row: Row, seq: int | None = None) -> StepRow:
         text_of(row["output"]),
         text_of(row["error"]),
         row["attempts"],
+        text_of(row.get("inputs")),
     )
 
 
