@@ -4,6 +4,7 @@ their lease. Side effects are counted from outside, in the step log of fault_app
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import dbos_agent as da
 from dbos_agent.engine.state import current_engine
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests import fault_app
-from tests.fault_app import chain, expected, read_log
+from tests.fault_app import chain, expected, note, read_log
 from tests.helpers import new_id, wait_until
 from tests.processes import start_worker, stop_workers
 
@@ -179,6 +180,54 @@ def test_a_workflow_in_the_application_process_rides_out_a_postgres_restart(
     back = [r.getMessage() for r in ours if "reachable again" in r.getMessage()]
     assert len(warnings) == 1 and "unavailable" in warnings[0], warnings
     assert len(back) == 1, back
+
+
+@da.step
+async def async_work(wid: str, i: int) -> int:
+    note("S", wid, i)
+    await asyncio.sleep(0.05)
+    note("E", wid, i)
+    return i * i
+
+
+@da.durable_workflow
+async def async_chain_with_stream(wid: str, steps: int) -> int:
+    """Async steps on the shared event loop, each result also written to a stream."""
+    total = 0
+    for i in range(steps):
+        value = await async_work(wid, i)
+        await da.write_stream_async("squares", value)
+        total += value
+    await da.close_stream_async("squares")
+    return total
+
+
+def test_async_workflows_and_their_streams_ride_out_a_restart_and_killed_connections(
+    server: RestartablePostgres, url: str, db: Inspector, step_log: Path, executor_id: str
+) -> None:
+    """Async workflows sharing the event loop, mid-run through a Postgres restart and then
+    through pg_terminate_backend of every connection: none fails, every step runs once,
+    and every stream holds each value once, in order, with nothing voided."""
+    steps = 12
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    try:
+        ids = [new_id() for _ in range(20)]
+        handles = [da.start(async_chain_with_stream, wid, steps, workflow_id=wid) for wid in ids]
+        wait_until(lambda: len(_starts(step_log)) >= 40, 30, "forty steps ran")
+        server.restart()
+        wait_until(lambda: len(_starts(step_log)) >= 120, 60, "steps run again after it")
+        assert server.terminate(url) > 0
+        assert [h.result(timeout=90) for h in handles] == [expected(steps)] * len(ids)
+        for wid in ids:
+            items = list(da.read_stream(wid, "squares", timeout=10))
+            assert [(item.offset, item.value, item.reset) for item in items] == [
+                (i, i * i, False) for i in range(steps)
+            ], wid
+    finally:
+        rt.shutdown()
+    assert set(_starts(step_log).values()) == {1}
+    assert len(_starts(step_log)) == steps * len(ids)
+    assert set(db.recovery_attempts(ids).values()) == {0}
 
 
 def test_the_client_rides_out_a_restart(server: RestartablePostgres, url: str) -> None:
