@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.state import current_engine
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import ROOT
@@ -301,6 +302,45 @@ def test_a_process_launched_without_waking_leaves_suspended_workflows_to_others(
     with da.launch(dbos_agent_database_url, executor_id=executor_id):  # a waker: it runs
         assert da.retrieve(wid).result(timeout=10) == "NOBODY HERE WAKES IT"
     assert handle.workflow_id == wid
+
+
+def test_the_wake_of_a_recv_delivers_the_oldest_message_in_the_same_statement(
+    dbos_agent_database_url: str, executor_id: str, inspector: Inspector
+) -> None:
+    """Waking a workflow for a message also receives it: the oldest message on its topic
+    becomes the result of the recv it waits in and is consumed by the wake's statement,
+    before any run; the run then replays that recv and takes the next message itself."""
+    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, wake_suspended=False)
+    try:
+        wid = new_id("delivered")
+        da.start(mailbox, "w", workflow_id=wid)
+        wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
+        da.send(wid, "first", topic="w")
+        da.send(wid, "second", topic="w")
+        da.send(wid, "elsewhere", topic="other")
+        engine = current_engine()
+        assert engine.session_key is not None
+        woken = engine.db.suspension.wake(
+            owner_key=engine.session_key,
+            executor_id=executor_id,
+            names=["mailbox"],
+            app_version=engine.app_version,
+            targets=[wid],
+            limit=10,
+        )
+        assert [w.workflow_id for w in woken] == [wid]
+        recv = inspector.steps(wid)[0]
+        assert (recv.name, recv.status, recv.output) == ("dbos_agent.recv", "SUCCESS", "first")
+        assert [(m.message, m.consumed_seq) for m in inspector.messages(wid)] == [
+            ("first", 0),
+            ("second", None),
+            ("elsewhere", None),
+        ]
+    finally:
+        rt.shutdown()
+    with da.launch(dbos_agent_database_url, executor_id=executor_id):  # its owner is gone
+        assert da.retrieve(wid).result(timeout=20) == "FIRST"
+    assert [m.consumed_seq for m in inspector.messages(wid)] == [0, None, None]
 
 
 def test_a_direct_call_waits_in_its_caller_and_is_never_suspended(

@@ -344,6 +344,11 @@ RETURNING w.workflow_id;
 -- log; the caller must know its function (`names`) and run its application
 -- version. Waking is not a recovery: no attempt is counted. SKIP LOCKED: two
 -- wakers never take the same workflow.
+-- A workflow woken for a message also receives it here, as receive_message would:
+-- the oldest unconsumed message on its topic becomes the result of the recv it
+-- waits in (its PENDING intent) and is consumed, in this statement, so the run
+-- replays that recv instead of asking again. (Anything not received here, the
+-- run receives itself.)
 WITH ready AS (
     SELECT m.destination_id AS workflow_id
     FROM dbos_agent.messages AS m
@@ -370,7 +375,7 @@ WITH ready AS (
     WHERE w.workflow_id = ANY(%(targets)s::text[]) AND w.status = 'SUSPENDED'
       AND w.wake_at <= dbos_agent.now()
 ), page AS (
-    SELECT w.workflow_id
+    SELECT w.workflow_id, w.wait_kind, w.wait_name
     FROM dbos_agent.workflows AS w
     JOIN ready USING (workflow_id)
     WHERE w.status = 'SUSPENDED'
@@ -378,15 +383,47 @@ WITH ready AS (
       AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
     LIMIT %(limit)s
     FOR UPDATE OF w SKIP LOCKED
+), woken AS (
+    UPDATE dbos_agent.workflows AS w
+    SET run_started_at = now(),
+        status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+        wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
+        updated_at = now()
+    FROM page
+    WHERE w.workflow_id = page.workflow_id
+    RETURNING w.workflow_id, w.name, w.inputs, page.wait_kind, page.wait_name
+), delivery AS (
+    SELECT k.workflow_id, s.seq, m.message_id, m.message
+    FROM woken AS k
+    CROSS JOIN LATERAL (
+        SELECT seq FROM dbos_agent.steps
+        WHERE workflow_id = k.workflow_id AND status = 'PENDING' AND name = 'dbos_agent.recv'
+        ORDER BY seq DESC
+        LIMIT 1
+    ) AS s
+    CROSS JOIN LATERAL (
+        SELECT message_id, message FROM dbos_agent.messages
+        WHERE destination_id = k.workflow_id AND topic = k.wait_name AND consumed_seq IS NULL
+        ORDER BY message_id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) AS m
+    WHERE k.wait_kind = 'recv'
+), received AS (
+    UPDATE dbos_agent.steps AS s
+    SET status = 'SUCCESS', output = d.message, finished_at = now()
+    FROM delivery AS d
+    WHERE s.workflow_id = d.workflow_id AND s.seq = d.seq AND s.status = 'PENDING'
+    RETURNING s.workflow_id, s.seq
+), consumed AS (
+    UPDATE dbos_agent.messages AS m
+    SET consumed_seq = r.seq, consumed_at = now()
+    FROM received AS r
+    JOIN delivery AS d USING (workflow_id)
+    WHERE m.message_id = d.message_id
+    RETURNING m.message_id
 )
-UPDATE dbos_agent.workflows AS w
-SET run_started_at = now(),
-    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
-    wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
-    updated_at = now()
-FROM page
-WHERE w.workflow_id = page.workflow_id
-RETURNING w.workflow_id, w.name, w.inputs::text;
+SELECT workflow_id, name, inputs::text FROM woken;
 
 -- name: wake_ready
 -- The sweep: wake SUSPENDED workflows whose wait can be met, whatever woke them
