@@ -7,7 +7,9 @@ when the earliest suspended timer is due
 (it sleeps until then), and sweeps every couple of seconds for what a lost NOTIFY
 or another process's clock left behind. The sweep also cancels the workflows past
 their deadline (``da.workflow_timeout``). Each wake is one guarded statement
-(``wake_notified``, ``wake_ready``); a workflow two wakers race for goes to one of them.
+(``wake_notified``, on the NOTIFY payloads or on what the sweep's
+``list_wake_targets`` found); a workflow two wakers race for goes to one of them, and
+one woken for a message receives it in that statement.
 """
 
 from __future__ import annotations

@@ -337,8 +337,8 @@ RETURNING w.workflow_id;
 
 -- name: wake_notified
 -- Wake the SUSPENDED workflows waiting on `targets` (the payloads of NOTIFYs: a
--- message's destination, an event's publisher, a finished workflow) whose wait
--- can be met now: an unconsumed message on the awaited topic, the published
+-- message's destination, an event's publisher, a finished workflow; or what the
+-- sweep's list_wake_targets found) whose wait can be met now: an unconsumed message on the awaited topic, the published
 -- event, the finished workflow, or a due time.
 -- Each becomes PENDING and owned by the caller's session, which runs it from its
 -- log; the caller must know its function (`names`) and run its application
@@ -425,55 +425,46 @@ WITH ready AS (
 )
 SELECT workflow_id, name, inputs::text FROM woken;
 
--- name: wake_ready
--- The sweep: wake SUSPENDED workflows whose wait can be met, whatever woke them
--- (a due timer, a message or an event whose NOTIFY was lost or went to a
--- process that could not wake it). As wake_notified otherwise. Each branch
--- stops at a page, so a backlog of messages costs a page, not a scan.
-WITH ready AS (
-    (SELECT w.workflow_id
-     FROM dbos_agent.workflows AS w
-     WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
-     ORDER BY w.wake_at
-     LIMIT %(limit)s)
-    UNION
-    (SELECT m.destination_id
-     FROM dbos_agent.messages AS m
-     JOIN dbos_agent.workflows AS w
-       ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
-     WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
-     LIMIT %(limit)s)
-    UNION
-    (SELECT w.workflow_id
-     FROM dbos_agent.workflows AS w
-     JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
-     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
-     LIMIT %(limit)s)
-    UNION
-    (SELECT w.workflow_id
-     FROM dbos_agent.workflows AS w
-     JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
-     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'child'
-       AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
-     LIMIT %(limit)s)
-), page AS (
-    SELECT w.workflow_id
-    FROM dbos_agent.workflows AS w
-    JOIN ready USING (workflow_id)
-    WHERE w.status = 'SUSPENDED'
-      AND w.name = ANY(%(names)s)
-      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
-    LIMIT %(limit)s
-    FOR UPDATE OF w SKIP LOCKED
-)
-UPDATE dbos_agent.workflows AS w
-SET run_started_at = now(),
-    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
-    wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
-    updated_at = now()
-FROM page
-WHERE w.workflow_id = page.workflow_id
-RETURNING w.workflow_id, w.name, w.inputs::text;
+-- name: list_wake_targets
+-- The sweep: what can wake SUSPENDED workflows the caller could run, whatever woke
+-- them (a due timer, a message or an event whose NOTIFY was lost or went to a
+-- process that could not wake it), named as NOTIFY payloads name it: a timer's or
+-- a recv's own workflow, an event's publisher, an awaited child. wake_notified
+-- then wakes what waits on them. Each branch stops at a page, so a backlog of
+-- messages costs a page, not a scan.
+(SELECT w.workflow_id AS target
+ FROM dbos_agent.workflows AS w
+ WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
+   AND w.name = ANY(%(names)s)
+   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ ORDER BY w.wake_at
+ LIMIT %(limit)s)
+UNION
+(SELECT m.destination_id
+ FROM dbos_agent.messages AS m
+ JOIN dbos_agent.workflows AS w
+   ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
+ WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
+   AND w.name = ANY(%(names)s)
+   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ LIMIT %(limit)s)
+UNION
+(SELECT w.wait_target
+ FROM dbos_agent.workflows AS w
+ JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
+ WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
+   AND w.name = ANY(%(names)s)
+   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ LIMIT %(limit)s)
+UNION
+(SELECT w.wait_target
+ FROM dbos_agent.workflows AS w
+ JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
+ WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'child'
+   AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
+   AND w.name = ANY(%(names)s)
+   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ LIMIT %(limit)s);
 
 -- name: next_wake_at
 -- When the earliest timer of a SUSPENDED workflow the caller could wake is due

@@ -79,11 +79,17 @@ class SuspensionStore:
             "limit": limit,
         }
         if targets is None:
-            rows = self._db.all("wake_ready", "wake suspended workflows", **params)
-        else:
-            rows = self._db.all(
-                "wake_notified", "wake suspended workflows", targets=targets, **params
+            found = self._db.all(
+                "list_wake_targets",
+                "look for suspended workflows to wake",
+                names=names,
+                app_version=app_version,
+                limit=limit,
             )
+            targets = [row["target"] for row in found]
+            if not targets:
+                return []
+        rows = self._db.all("wake_notified", "wake suspended workflows", targets=targets, **params)
         return [
             WokenWorkflow(r["workflow_id"], r["name"], text_of(r["inputs"]) or "{}") for r in rows
         ]
