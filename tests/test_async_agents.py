@@ -208,6 +208,38 @@ def test_a_blocking_wait_on_the_shared_loop_is_refused_with_a_clear_error(
         handle.result(timeout=30)
 
 
+@da.step(name="async_agents_sync_double")
+def sync_double(x: int) -> int:
+    return 2 * x
+
+
+@da.durable_workflow(name="async_agents_sync_steps")
+async def calls_sync_steps(x: int) -> list[int]:
+    direct = [sync_double(x), sync_double(x + 1)]  # on the loop: it waits for them
+    off_loop = await asyncio.to_thread(sync_double, x + 2)
+    return [*direct, off_loop]
+
+
+def test_a_sync_step_on_the_shared_loop_works_and_is_warned_about_once(
+    runtime: da.Runtime, inspector: Inspector, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sync step called in an async workflow still runs and is checkpointed, but it
+    holds the loop every async workflow shares: one warning says so and what to do; the
+    same step called through asyncio.to_thread keeps its position and draws none."""
+    with caplog.at_level("WARNING", logger="dbos_agent"):
+        handle = da.start(calls_sync_steps, 1)
+        assert handle.result(timeout=30) == [2, 4, 6]
+    warnings = [r.getMessage() for r in caplog.records if "blocks the event loop" in r.message]
+    assert len(warnings) == 1, warnings
+    assert "'async_agents_sync_double'" in warnings[0] and "asyncio.to_thread" in warnings[0]
+    steps = inspector.steps(handle.workflow_id)
+    assert [(s.seq, s.name, s.output) for s in steps] == [
+        (0, "async_agents_sync_double", 2),
+        (1, "async_agents_sync_double", 4),
+        (2, "async_agents_sync_double", 6),
+    ]
+
+
 @da.durable_workflow(name="async_agents_child")
 async def child(x: int) -> int:
     await da.sleep_async(0.05)

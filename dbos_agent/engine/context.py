@@ -114,6 +114,8 @@ class WorkflowContext:
     stop_error: BaseException | None = None
     #: A background run (a thread of the pool, not a caller's): its long waits suspend.
     suspendable: bool = False
+    #: The thread of the event loop an async run's body runs on (None: a sync run).
+    loop_thread: int | None = None
     _next_seq: int = 0
     _live_steps: int = 0
     _waits: int = 0

@@ -304,7 +304,12 @@ class Engine:
     async def execute_async(self, run: WorkflowRun) -> Outcome:
         """Run an async workflow's body on this event loop and record its outcome."""
         ctx = WorkflowContext(
-            run.workflow_id, self, run.recorded, run.owned_streak, suspendable=run.background
+            run.workflow_id,
+            self,
+            run.recorded,
+            run.owned_streak,
+            suspendable=run.background,
+            loop_thread=threading.get_ident(),
         )
         try:
             with tracing.span(*_run_span(run)) as current, entered_workflow(ctx):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -40,6 +42,8 @@ from .registry import NotDone, RetryPolicy, StepDefinition, step_definition
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 
 def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
@@ -174,10 +178,30 @@ def _not_an_outage(ctx: WorkflowContext, outcome: Outcome) -> Outcome:
     return outcome
 
 
+#: Sync steps already warned about blocking an event loop (one warning per step name).
+_warned_blocking: set[str] = set()
+
+
+def _warn_if_blocking(ctx: WorkflowContext, step: StepDefinition) -> None:
+    """A sync step called on an async run's event loop holds that loop (every async run
+    of the process) for its whole run and its checkpoint: say so, once per step."""
+    if ctx.loop_thread == threading.get_ident() and step.name not in _warned_blocking:
+        _warned_blocking.add(step.name)
+        log.warning(
+            "sync step %r was called in async workflow %r: it blocks the event loop every "
+            "async workflow of this process shares while it runs; make it `async def`, or "
+            "call it as `await asyncio.to_thread(%s, ...)`",
+            step.name,
+            ctx.workflow_id,
+            step.name,
+        )
+
+
 def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current_context()
     if ctx is None or in_step():
         return step.fn(*args, **kwargs)
+    _warn_if_blocking(ctx, step)
     with ctx.running_step():
         return _run_sync_in(ctx, step, args, kwargs)
 
