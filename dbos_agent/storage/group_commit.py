@@ -36,11 +36,13 @@ ALONE = _Alone()
 
 
 class _Entry(Generic[T, R]):
-    __slots__ = ("done", "item", "result")
+    __slots__ = ("done", "item", "result", "taken")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.result: R | _Alone = ALONE
+        #: In a batch being written (by this thread or another): never written again.
+        self.taken = False
         self.done = False
 
 
@@ -72,7 +74,8 @@ class GroupCommit(Generic[T, R]):
         entry: _Entry[T, R] = _Entry(item)
         with self._changed:
             self._queue.append(entry)
-            while not entry.done and self._writing >= self._max_writers:
+            # an entry another writer took waits for that batch, even if a slot is free
+            while not entry.done and (entry.taken or self._writing >= self._max_writers):
                 self._changed.wait()
             if entry.done:
                 return entry.result
@@ -80,6 +83,8 @@ class GroupCommit(Generic[T, R]):
             others = [e for e in self._queue if e is not entry]
             batch = [entry, *others[: self._max_batch - 1]]
             self._queue = others[self._max_batch - 1 :]
+            for e in batch:
+                e.taken = True
         results: Sequence[R] | None = None
         try:
             results = self._write([e.item for e in batch])

@@ -61,3 +61,32 @@ def test_a_failed_batch_answers_every_writer_alone() -> None:
     commit = GroupCommit(write)
     assert commit.submit(1) is ALONE
     assert commit.submit(2) is ALONE  # and the next batch is tried again
+
+
+def test_each_item_is_written_in_exactly_one_batch_under_contention() -> None:
+    """A writer woken while its item already sits in another thread's batch must wait for
+    that batch, not write the item a second time in a batch of its own."""
+    written: list[int] = []
+    lock = threading.Lock()
+
+    def write(items: Sequence[int]) -> list[int]:
+        with lock:
+            written.extend(items)
+        time.sleep(0.0005)  # a commit: long enough for writers to pile up
+        return list(items)
+
+    commit = GroupCommit(write, max_writers=2)
+    results: list[object] = []
+
+    def writer(base: int) -> None:
+        for i in range(base, base + 300):
+            results.append(commit.submit(i))
+
+    threads = [threading.Thread(target=writer, args=(k * 1000,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    expected = [k * 1000 + i for k in range(8) for i in range(300)]
+    assert sorted(written) == expected  # none twice, none lost
+    assert sorted(results) == expected  # type: ignore[type-var]
