@@ -5,6 +5,7 @@ their lease. Side effects are counted from outside, in the step log of fault_app
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import subprocess
@@ -228,6 +229,65 @@ def test_async_workflows_and_their_streams_ride_out_a_restart_and_killed_connect
     assert set(_starts(step_log).values()) == {1}
     assert len(_starts(step_log)) == steps * len(ids)
     assert set(db.recovery_attempts(ids).values()) == {0}
+
+
+@da.durable_workflow(name="fault_streamer")
+def streamer(n: int) -> int:
+    for i in range(n):
+        da.write_stream("out", i)
+        time.sleep(0.05)
+    da.close_stream("out")
+    return n
+
+
+def test_the_http_api_and_a_stream_it_serves_ride_out_a_restart(
+    server: RestartablePostgres, url: str, executor_id: str
+) -> None:
+    """A reader follows a workflow's stream as server-sent events from `dbos-agent serve`'s
+    app while Postgres restarts under both the app and the writer: the reader gets every
+    value once, in order, to the end, and the API answers afterwards as before."""
+    import httpx
+
+    from tests.test_web import TOKEN, Server
+
+    n = 60
+    rt = da.launch(url, executor_id=executor_id, workers=4)
+    try:
+        with (
+            Server(url, TOKEN) as web,
+            httpx.Client(
+                base_url=web.base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+            ) as api,
+        ):
+            handle = da.start(streamer, n)
+            events: list[tuple[str, dict[str, object]]] = []
+
+            def read() -> None:
+                path = f"/api/workflows/{handle.workflow_id}/streams/out"
+                with api.stream("GET", path) as response:
+                    block: dict[str, str] = {}
+                    for line in response.iter_lines():
+                        if line:
+                            field, _, value = line.partition(": ")
+                            block[field] = value
+                        elif block:
+                            events.append((block["event"], json.loads(block["data"])))
+                            block = {}
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            wait_until(lambda: len(events) >= 10, 20, "ten values read")
+            server.restart()
+            reader.join(60)
+            assert not reader.is_alive()
+            assert handle.result(timeout=30) == n
+            values = [data for kind, data in events if kind == "value"]
+            assert [(v["offset"], v["value"]) for v in values] == [(i, i) for i in range(n)]
+            assert events[-1][0] == "end"
+            shown = api.get(f"/api/workflows/{handle.workflow_id}")
+            assert shown.status_code == 200 and shown.json()["status"] == "SUCCESS"
+    finally:
+        rt.shutdown()
 
 
 def test_the_client_rides_out_a_restart(server: RestartablePostgres, url: str) -> None:
