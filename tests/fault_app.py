@@ -99,3 +99,10 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+@da.durable_workflow
+def collector(wid: str, count: int) -> list[int]:
+    """Receives ``count`` messages on topic "m", one recv after another (each one waits,
+    suspended, until its message comes); returns them in the order received."""
+    return [int(da.recv("m", timeout=None)) for _ in range(count)]

@@ -606,6 +606,37 @@ def test_a_worker_paused_past_its_lease_while_waking_wakes_and_runs_nothing_twic
     assert "Traceback" not in logs
 
 
+def test_messages_to_waiters_woken_by_two_workers_are_each_received_once_in_order(
+    url: str, db: Inspector, step_log: Path
+) -> None:
+    """Thirty workflows each receive five messages, one recv at a time, suspended before
+    each, woken by whichever of two workers gets there first (a wake receives the message
+    in its own statement): each message is received once, by the recv at its position,
+    and each workflow gets its five in the order sent."""
+    ids = [new_id() for _ in range(30)]
+    count = 5
+    workers = [_worker(url, step_log, step_seconds=0) for _ in range(2)]
+    try:
+        _enqueue(url, ids, count, workflow="collector")
+        with da.Client(url) as client:
+            for i in range(count):  # each message wakes a suspended recv
+                wait_until(
+                    lambda: set(db.statuses(ids).values()) == {da.WorkflowStatus.SUSPENDED},
+                    60,
+                    f"every collector waiting for message {i}",
+                )
+                for wid in ids:
+                    client.send(wid, i, topic="m")
+        wait_until(lambda: _all_succeeded(db, ids), 90, "every collector done")
+    finally:
+        _stop(workers)
+    for wid in ids:
+        info = db.workflow(wid)
+        assert info is not None and info.output == list(range(count)), wid
+        received = [(m.message, m.consumed_seq) for m in db.messages(wid)]
+        assert received == [(i, i) for i in range(count)], wid
+
+
 def test_killing_every_connection_of_a_waking_worker_loses_no_wake_up(
     url: str, db: Inspector, step_log: Path
 ) -> None:
