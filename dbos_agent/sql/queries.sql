@@ -338,8 +338,9 @@ RETURNING w.workflow_id;
 -- name: wake_notified
 -- Wake the SUSPENDED workflows waiting on `targets` (the payloads of NOTIFYs: a
 -- message's destination, an event's publisher, a finished workflow; or what the
--- sweep's list_wake_targets found) whose wait can be met now: an unconsumed message on the awaited topic, the published
--- event, the finished workflow, or a due time.
+-- sweep's list_wake_targets found) whose wait can be met now: an unconsumed
+-- message on the awaited topic, the published event, the finished workflow, or a
+-- due time.
 -- Each becomes PENDING and owned by the caller's session, which runs it from its
 -- log; the caller must know its function (`names`) and run its application
 -- version. Waking is not a recovery: no attempt is counted. SKIP LOCKED: two
@@ -431,39 +432,36 @@ SELECT workflow_id, name, inputs::text FROM woken;
 -- process that could not wake it), named as NOTIFY payloads name it: a timer's or
 -- a recv's own workflow, an event's publisher, an awaited child. wake_notified
 -- then wakes what waits on them. Each branch stops at a page, so a backlog of
--- messages costs a page, not a scan.
+-- messages costs a page, not a scan; `runnable` is inlined into each branch (NOT
+-- MATERIALIZED), so every branch filters before its page is cut.
+WITH runnable AS NOT MATERIALIZED (
+    SELECT workflow_id, wait_kind, wait_target, wait_name, wake_at
+    FROM dbos_agent.workflows
+    WHERE status = 'SUSPENDED' AND name = ANY(%(names)s)
+      AND (%(app_version)s::text IS NULL OR app_version = %(app_version)s::text)
+)
 (SELECT w.workflow_id AS target
- FROM dbos_agent.workflows AS w
- WHERE w.status = 'SUSPENDED' AND w.wake_at <= dbos_agent.now()
-   AND w.name = ANY(%(names)s)
-   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ FROM runnable AS w
+ WHERE w.wake_at <= dbos_agent.now()
  ORDER BY w.wake_at
  LIMIT %(limit)s)
 UNION
 (SELECT m.destination_id
  FROM dbos_agent.messages AS m
- JOIN dbos_agent.workflows AS w
-   ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
- WHERE m.consumed_seq IS NULL AND w.status = 'SUSPENDED' AND w.wait_kind = 'recv'
-   AND w.name = ANY(%(names)s)
-   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ JOIN runnable AS w ON w.workflow_id = m.destination_id AND w.wait_name = m.topic
+ WHERE m.consumed_seq IS NULL AND w.wait_kind = 'recv'
  LIMIT %(limit)s)
 UNION
 (SELECT w.wait_target
- FROM dbos_agent.workflows AS w
+ FROM runnable AS w
  JOIN dbos_agent.events AS e ON e.workflow_id = w.wait_target AND e.key = w.wait_name
- WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'event'
-   AND w.name = ANY(%(names)s)
-   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ WHERE w.wait_kind = 'event'
  LIMIT %(limit)s)
 UNION
 (SELECT w.wait_target
- FROM dbos_agent.workflows AS w
+ FROM runnable AS w
  JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
- WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'child'
-   AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
-   AND w.name = ANY(%(names)s)
-   AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+ WHERE w.wait_kind = 'child' AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
  LIMIT %(limit)s);
 
 -- name: next_wake_at
