@@ -10,11 +10,11 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from ..errors import (
     DatabaseUnavailableError,
@@ -25,6 +25,8 @@ from ..limits import check_identifier, derived_identifier
 from ..storage.rows import StepRow
 
 log = logging.getLogger(__name__)
+
+V = TypeVar("V")
 
 if TYPE_CHECKING:
     from ..errors import WorkflowCancelledError
@@ -128,27 +130,20 @@ class WorkflowContext:
                 self.stop_reason, self.stop_error = reason, error
         return error
 
-    @contextmanager
-    def noting_database_failures(self) -> Iterator[None]:
+    def noting_database_failures(self) -> AbstractContextManager[None]:
         """A failed log write or an outage past its bound ends the run unfinished (for
         recovery), even if user code catches the error and carries on."""
-        try:
-            yield
-        except DatabaseUnavailableError as exc:
-            self.halt(StopReason.DATABASE, exc)
-            raise
+        return _NotingDatabaseFailures(self)
 
-    @contextmanager
-    def running_step(self) -> Iterator[None]:
+    def running_step(self) -> AbstractContextManager[None]:
         """Count a step running live for the block: a run never suspends while one of its
         steps (in another thread, or another task) is still running."""
+        return _RunningStep(self)
+
+    def count_live_step(self, delta: int) -> None:
+        """A step began (+1) or ended (-1) running live (see :meth:`running_step`)."""
         with self._lock:
-            self._live_steps += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._live_steps -= 1
+            self._live_steps += delta
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
@@ -221,6 +216,55 @@ class WorkflowContext:
     def child_workflow_id(self) -> str:
         """A deterministic id for a workflow started from this one (same on replay)."""
         return derived_identifier(self.workflow_id, f"-{self.next_position()}")
+
+
+class _NotingDatabaseFailures:
+    """:meth:`WorkflowContext.noting_database_failures` (a class: these blocks are on every
+    step's path, where a generator-based context manager costs several times more)."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: WorkflowContext) -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, DatabaseUnavailableError):
+            self._ctx.halt(StopReason.DATABASE, exc)
+
+
+class _RunningStep:
+    """:meth:`WorkflowContext.running_step`."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: WorkflowContext) -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> None:
+        self._ctx.count_live_step(1)
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self._ctx.count_live_step(-1)
+
+
+class _Bound(Generic[V]):
+    """A context variable set to a value for a with-block, which gets the value."""
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: ContextVar[V | None], value: V) -> None:
+        self._var = var
+        self._value = value
+
+    def __enter__(self) -> V:
+        self._token = self._var.set(self._value)
+        return self._value
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self._var.reset(self._token)
 
 
 @dataclass(eq=False)
@@ -323,15 +367,9 @@ def at_position(seq: int | None) -> Iterator[None]:
         _pinned_position.reset(token)
 
 
-@contextmanager
-def entered_attempt(seq: int, number: int) -> Iterator[Attempt]:
+def entered_attempt(seq: int, number: int) -> AbstractContextManager[Attempt]:
     """Mark attempt ``number`` of step ``seq`` as running for the block."""
-    attempt = Attempt(seq, number)
-    token = _current_attempt.set(attempt)
-    try:
-        yield attempt
-    finally:
-        _current_attempt.reset(token)
+    return _Bound(_current_attempt, Attempt(seq, number))
 
 
 def current_attempt() -> Attempt | None:
@@ -339,14 +377,9 @@ def current_attempt() -> Attempt | None:
     return _current_attempt.get()
 
 
-@contextmanager
-def entered_step(seq: int) -> Iterator[None]:
+def entered_step(seq: int) -> AbstractContextManager[int]:
     """Mark step ``seq`` as executing for the block."""
-    token = _current_step.set(seq)
-    try:
-        yield
-    finally:
-        _current_step.reset(token)
+    return _Bound(_current_step, seq)
 
 
 def current_workflow_id() -> str | None:

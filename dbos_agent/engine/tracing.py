@@ -13,6 +13,7 @@ no-op calls.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,22 +29,48 @@ Span = Any
 _INSTRUMENTATION = "dbos_agent"
 
 
+#: Whether a tracer provider was found, and when that was last asked (monotonic seconds).
+_provider_seen = False
+_looked_at = -1.0
+_LOOK_EVERY_S = 1.0
+
+
 def _active() -> bool:
     """Whether a tracer provider is configured: until one is, spans would go nowhere, and
-    a step pays nothing for them (checked on every span, so one set later counts)."""
-    if _trace is None:
-        return False
-    provider = _trace.get_tracer_provider()
-    return not isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
+    a step pays nothing for them. OpenTelemetry sets a provider once and for all, so once
+    seen it stays (asking costs an environment lookup, too much for every step)."""
+    global _provider_seen, _looked_at
+    if _provider_seen or _trace is None:
+        return _provider_seen
+    now = time.monotonic()
+    # a provider set in code shows at once in OpenTelemetry's global; one named in the
+    # environment (OTEL_PYTHON_TRACER_PROVIDER) loads when asked, so ask once a second
+    if getattr(_trace, "_TRACER_PROVIDER", None) is not None or now - _looked_at >= _LOOK_EVERY_S:
+        _looked_at = now
+        provider = _trace.get_tracer_provider()
+        _provider_seen = not isinstance(
+            provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider
+        )
+    return _provider_seen
 
 
-@contextlib.contextmanager
-def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Span | None]:
+#: The span of a block when nothing is traced (reusable: it holds no state).
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None
+) -> contextlib.AbstractContextManager[Span | None]:
     """A span around the block (None without opentelemetry, or before a tracer provider
     is configured); an exception out of the block marks it as an error."""
     if _trace is None or not _active():
-        yield None
-        return
+        return _NO_SPAN
+    return _recording(name, attributes)
+
+
+@contextlib.contextmanager
+def _recording(name: str, attributes: Mapping[str, Any] | None) -> Iterator[Span]:
+    assert _trace is not None
     tracer = _trace.get_tracer(_INSTRUMENTATION)
     with tracer.start_as_current_span(
         name,

@@ -206,22 +206,24 @@ class Connector:
                 return body(conn)
 
         def attempt() -> T:
-            with self._pool.connection(timeout=self._attempt_wait()) as conn:
+            conn = self._pool.take(self._attempt_wait())
+            try:
+                self.sync_clock(conn)
+                if resend:
+                    return once(conn)
+                conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
                 try:
-                    self.sync_clock(conn)
-                    if resend:
-                        return once(conn)
-                    conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
-                    try:
-                        return once(conn)
-                    except psycopg.Error as exc:
-                        if is_transient(exc):
-                            raise _OutcomeUnknown(describe(exc)) from exc
-                        raise
+                    return once(conn)
                 except psycopg.Error as exc:
-                    if is_transient(exc):  # e.g. read-only after a failover: never reuse it
-                        conn.close()
+                    if is_transient(exc):
+                        raise _OutcomeUnknown(describe(exc)) from exc
                     raise
+            except psycopg.Error as exc:
+                if is_transient(exc):  # e.g. read-only after a failover: never reuse it
+                    conn.close()
+                raise
+            finally:
+                self._pool.give_back(conn)
 
         if single_attempt:
             return attempt()
@@ -267,21 +269,31 @@ class Connector:
         """:meth:`json_in`, letting None (SQL NULL) through."""
         return None if text is None else self.json_in(text, where)
 
-    @contextmanager
-    def log_write(self, workflow_id: str, seq: int) -> Iterator[None]:
+    def log_write(self, workflow_id: str, seq: int) -> _LogWrite:
         """Failures while writing the step log are CheckpointError, so that no caller
         mistakes them for the step's own error. A refused value stays SerializationError."""
-        try:
-            yield
-        except (SerializationError, CheckpointError):
-            raise
-        except DatabaseUnavailableError as exc:
+        return _LogWrite(self.redacted_url, workflow_id, seq)
+
+
+class _LogWrite:
+    """:meth:`Connector.log_write` (a class: it wraps every checkpoint, where a
+    generator-based context manager costs several times more)."""
+
+    __slots__ = ("_seq", "_url", "_workflow_id")
+
+    def __init__(self, url: str, workflow_id: str, seq: int) -> None:
+        self._url, self._workflow_id, self._seq = url, workflow_id, seq
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None or isinstance(exc, SerializationError | CheckpointError):
+            return
+        what = f"could not write step {self._seq} of workflow {self._workflow_id!r}"
+        if isinstance(exc, DatabaseUnavailableError):
+            raise CheckpointError(f"{what}: {exc}") from None
+        if isinstance(exc, psycopg.Error):
             raise CheckpointError(
-                f"could not write step {seq} of workflow {workflow_id!r}: {exc}"
-            ) from None
-        except psycopg.Error as exc:
-            raise CheckpointError(
-                f"could not write step {seq} of workflow {workflow_id!r} to the log at "
-                f"{self.redacted_url}: {describe(exc)}",
-                retryable=False,
+                f"{what} to the log at {self._url}: {describe(exc)}", retryable=False
             ) from exc

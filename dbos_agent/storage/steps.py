@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from ..records import StepInfo, StepStatus, WorkflowStatus
 from . import jsonb
@@ -37,12 +38,16 @@ class StepStore:
             name, params = "append_step", rows[0]
         else:
             name, params = "append_steps", self._columns(rows)
+        sql = query(name)
         written = self._db.run(
             f"write {len(rows)} steps",
-            lambda conn: conn.execute(query(name), params).fetchall(),
+            # plain tuples: this runs for every checkpoint, and dict rows cost more
+            lambda conn: conn.cursor(row_factory=tuple_row).execute(sql, params).fetchall(),
             single_attempt=True,
         )
-        done = {(row["workflow_id"], row["seq"]) for row in written}
+        if len(written) == len(rows):
+            return [True] * len(rows)
+        done = set(written)
         return [(r["workflow_id"], r["seq"]) in done for r in rows]
 
     def family_model_usage(self, workflow_id: str, names: list[str]) -> list[tuple[str, str]]:
