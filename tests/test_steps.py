@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import anthropic.types
@@ -14,6 +16,8 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 import dbos_agent as da
+from dbos_agent.engine.core import Engine
+from dbos_agent.storage import jsonb
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id
 
@@ -425,3 +429,62 @@ def test_a_timeout_on_a_sync_step_is_refused() -> None:
         da.step(timeout=1.0)(blocking)
     with pytest.raises(ValueError, match="timeout must be > 0"):
         da.step(timeout=0)(slow_call.__wrapped__)  # type: ignore[attr-defined]
+
+
+def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrote(
+    engine: Engine,
+) -> None:
+    """The batched checkpoint (several steps in one statement, see group_commit.py) keeps
+    awkward text intact (quotes, backslashes, non-ASCII, NUL, errors), writes only rows
+    whose guard holds and whose position is free, and says so row by row."""
+    db = engine.db
+    mine, foreign = new_id(), new_id()
+    for wid, owner in ((mine, engine.session_key), (foreign, -1)):
+        db.workflows.insert(
+            workflow_id=wid,
+            name="batch",
+            inputs="{}",
+            executor_id=engine.executor_id,
+            app_version=None,
+            max_recovery_attempts=3,
+            owner_key=owner,
+        )
+    values: list[Any] = [
+        'he said "hi" \\ back',
+        "café ☃ 😀 \u2028",
+        "a\x00b",
+        {"nested": ["x", 1.5, None, True]},
+    ]
+    started = datetime.now(UTC)
+
+    def row(wid: str, seq: int, output: str | None, error: str | None = None) -> dict[str, Any]:
+        status = da.StepStatus.SUCCESS if error is None else da.StepStatus.ERROR
+        return {
+            "owner_key": engine.session_key,
+            "workflow_id": wid,
+            "seq": seq,
+            "name": f"s{seq}",
+            "status": status,
+            "output": None if output is None else db.json_in(output, "test"),
+            "error": error,
+            "attempts": 2,
+            "started_at": started,
+        }
+
+    first = db.steps._append([row(mine, 0, "0")])  # one row: the plain statement
+    batch = [row(mine, i + 1, json.dumps(v)) for i, v in enumerate(values)]
+    error = json.dumps({"type": "builtins.ValueError", "message": 'bad "x"', "args": []})
+    batch += [
+        row(mine, 5, None, error),
+        row(mine, 0, "1"),  # the position is taken
+        row(foreign, 0, "2"),  # the guard refuses: another session owns it
+    ]
+    assert first == [True]
+    assert db.steps._append(batch) == [True] * 5 + [False, False]
+    log = db.steps.load(mine)
+    assert [json.loads(jsonb.from_db(log[i + 1].output) or "") for i in range(4)] == values
+    assert log[0].output == "0"  # the first write stands
+    assert log[5].status is da.StepStatus.ERROR and log[5].output is None
+    assert json.loads(log[5].error or "")["message"] == 'bad "x"'
+    assert {r.attempts for r in log.values()} == {2}
+    assert db.steps.load(foreign) == {}

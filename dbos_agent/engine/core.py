@@ -463,7 +463,10 @@ class Engine:
 
     def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
         self.runs.release(run)
-        self._dispatch_wanted.set()  # a slot may have freed up
+        if (
+            state.queues
+        ):  # a slot may have freed up (without queues, waking it costs a thread switch)
+            self._dispatch_wanted.set()
         if not run.future.done():
             run.future.set_result(outcome)
 

@@ -42,16 +42,15 @@ ON CONFLICT (workflow_id, seq) DO NOTHING
 RETURNING workflow_id, seq;
 
 -- name: append_steps
--- append_step for a group commit of several steps (storage/group_commit.py): each
--- insert guarded on its own workflow.
+-- append_step for a group commit of several steps (storage/group_commit.py), given as
+-- one JSON array of rows: each insert guarded on its own workflow.
 INSERT INTO dbos_agent.steps
     (workflow_id, seq, name, status, output, error, attempts, started_at)
 SELECT s.workflow_id, s.seq, s.name, s.status, s.output::jsonb, s.error::jsonb, s.attempts,
        s.started_at
-FROM unnest(%(workflow_ids)s::text[], %(seqs)s::integer[], %(names)s::text[],
-            %(statuses)s::text[], %(outputs)s::text[], %(errors)s::text[],
-            %(attempts)s::integer[], %(started_ats)s::timestamptz[], %(owner_keys)s::integer[])
-     AS s(workflow_id, seq, name, status, output, error, attempts, started_at, owner_key)
+FROM json_to_recordset(%(rows)s::json)
+     AS s(workflow_id text, seq integer, name text, status text, output text, error text,
+          attempts integer, started_at timestamptz, owner_key integer)
 WHERE EXISTS (
     SELECT 1 FROM dbos_agent.workflows AS w
     WHERE w.workflow_id = s.workflow_id AND w.status = 'PENDING' AND w.owner_key = s.owner_key)
