@@ -5,26 +5,27 @@
 
 -- name: insert_workflow
 -- Record a new workflow (PENDING and owned by the caller's session, or
--- ENQUEUED and owned by nobody), with its deadline if it has a timeout; if the
--- id exists already, return that row instead, with whether its owner is alive
--- (idempotent start: the first start's deadline stays). One round trip.
-WITH inserted AS (
-    INSERT INTO dbos_agent.workflows
-        (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-         owner_key, queue_name, priority, parent_id, deadline_at)
-    VALUES
-        (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
-         %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
-         %(priority)s, %(parent_id)s,
-         dbos_agent.now() + make_interval(secs => %(timeout)s::float8))
-    ON CONFLICT (workflow_id) DO NOTHING
-    RETURNING workflow_id
-)
-SELECT (SELECT count(*) FROM inserted) = 1 AS inserted,
-       w.name, w.status, w.inputs::text, w.output::text, w.error::text, w.owner_key,
-       NOT dbos_agent.session_is_dead(w.owner_key) AS owner_live
-FROM (SELECT 1) AS one
-LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = %(workflow_id)s;
+-- ENQUEUED and owned by nobody), with its deadline if it has a timeout. No row
+-- back: the id is taken, and find_workflow_call reads what holds it (idempotent
+-- start: the first start's deadline stays). The common case is this one statement.
+INSERT INTO dbos_agent.workflows
+    (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
+     owner_key, queue_name, priority, parent_id, deadline_at)
+VALUES
+    (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
+     %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
+     %(priority)s, %(parent_id)s,
+     dbos_agent.now() + make_interval(secs => %(timeout)s::float8))
+ON CONFLICT (workflow_id) DO NOTHING
+RETURNING true AS inserted;
+
+-- name: find_workflow_call
+-- The workflow holding an id that insert_workflow found taken, with whether its
+-- owner is alive (no row: it was deleted since, and the insert is tried again).
+SELECT name, status, inputs::text, output::text, error::text, owner_key,
+       NOT dbos_agent.session_is_dead(owner_key) AS owner_live
+FROM dbos_agent.workflows
+WHERE workflow_id = %(workflow_id)s;
 
 -- name: append_step
 -- The checkpoint in its common case and cheapest form: a plain insert,

@@ -39,36 +39,36 @@ class WorkflowStore:
         """
         status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
         where = f"the inputs of workflow {workflow_id!r} ({name})"
-        row = self._db.one(
-            "insert_workflow",
-            f"record workflow {workflow_id!r}",
-            where=where,
-            workflow_id=workflow_id,
-            name=name,
-            status=status,
-            inputs=self._db.json_in(inputs, where),
-            executor_id=executor_id,
-            app_version=app_version,
-            max_recovery_attempts=max_recovery_attempts,
-            owner_key=None if queue_name is not None else owner_key,
-            queue_name=queue_name,
-            priority=priority,
-            parent_id=parent_id,
-            timeout=timeout,
-        )
-        assert row is not None
-        if row["inserted"]:  # the statement's snapshot cannot see its own insert
-            return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
-        return False, WorkflowRow(
-            workflow_id,
-            row["name"],
-            WorkflowStatus(row["status"]),
-            text_of(row["inputs"]) or "{}",
-            text_of(row["output"]),
-            text_of(row["error"]),
-            row["owner_key"],
-            bool(row["owner_live"]),
-        )
+        params = {
+            "workflow_id": workflow_id,
+            "name": name,
+            "status": status,
+            "inputs": self._db.json_in(inputs, where),
+            "executor_id": executor_id,
+            "app_version": app_version,
+            "max_recovery_attempts": max_recovery_attempts,
+            "owner_key": None if queue_name is not None else owner_key,
+            "queue_name": queue_name,
+            "priority": priority,
+            "parent_id": parent_id,
+            "timeout": timeout,
+        }
+        what = f"record workflow {workflow_id!r}"
+        while True:  # until inserted, or found taken (a delete in between: insert again)
+            if self._db.one("insert_workflow", what, where=where, **params) is not None:
+                return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
+            row = self._db.one("find_workflow_call", what, workflow_id=workflow_id)
+            if row is not None:
+                return False, WorkflowRow(
+                    workflow_id,
+                    row["name"],
+                    WorkflowStatus(row["status"]),
+                    text_of(row["inputs"]) or "{}",
+                    text_of(row["output"]),
+                    text_of(row["error"]),
+                    row["owner_key"],
+                    bool(row["owner_live"]),
+                )
 
     def take_over(
         self, workflow_id: str, old_owner_key: int | None, owner_key: int, executor_id: str
