@@ -24,7 +24,11 @@ Scenarios (``--scenarios``, comma-separated; default: all, in this order):
                       per_step_ms = (p50(wf100) - p50(wf1)) / 99, and its ratio to (a).
   throughput_threads  (d) 1000 workflows x 10 no-op steps, called directly (``wf(10)``)
                       from a T-thread pool (T from ``--thread-list``, default 8,64), with
-                      pool_size = max(8, T) connections: wf/s and steps/s.
+                      pool_size = max(8, T) connections: wf/s and steps/s. Each run is
+                      paired with a raw run of T threads (pg_limit's concurrent
+                      INSERT+COMMIT for --raw-seconds, in its own child just before), and
+                      the ratio is taken pair by pair: durable writes/s (10 steps, the
+                      start and the outcome per workflow) and steps/s over raw commits/s.
   replay              (e) a child runs a workflow of 1000 no-op steps that blocks in step
                       1001; once 1000 step rows exist it is kill -9'd. A fresh child then
                       (mode "call") re-calls it under the same id with launch(recover=False)
@@ -222,6 +226,35 @@ def role_raw(a):
     }
 
 
+def role_raw_threads(a):
+    """pg_limit.concurrent: T connections, each looping BEGIN/INSERT/COMMIT for
+    --raw-seconds; the raw commit limit that throughput_threads is compared with."""
+    conns = [psycopg.connect(bench_dsn(a.dsn), prepare_threshold=0) for _ in range(a.threads)]
+    counts = [0] * a.threads
+    start = threading.Event()
+    stop = [0.0]
+
+    def worker(i):
+        c, prefix, j = conns[i], uuid.uuid4().hex[:8], 0
+        start.wait()
+        while time.perf_counter() < stop[0]:
+            c.execute(INSERT, (f"{prefix}-{j}", PAYLOAD))
+            c.commit()
+            j += 1
+        counts[i] = j
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(a.threads)]
+    for t in ts:
+        t.start()
+    stop[0] = time.perf_counter() + a.raw_seconds
+    start.set()
+    for t in ts:
+        t.join()
+    for c in conns:
+        c.close()
+    return {"commits_per_s": sum(counts) / a.raw_seconds}
+
+
 def role_latency(a):
     rt = launch(a)
     rt.wait_for_recovery(30)
@@ -388,6 +421,7 @@ CHILD_OPTS = (
     "recover_workers",
     "replay_n",
     "raw_n",
+    "raw_seconds",
     "stats_sleep",
 )
 
@@ -559,12 +593,27 @@ def parent(a):
     if "throughput_threads" in todo:
         for t in [int(x) for x in a.thread_list.split(",")]:
             a.threads = t
+            # each run next to a raw run of as many threads: the machine drifts between
+            # minutes, so the ratio is taken pair by pair
+            pairs = [(child(a, "raw_threads"), child(a, "throughput_threads")) for _ in R]
+            report(f"raw_threads_{t}", [raw for raw, _ in pairs], seconds=a.raw_seconds)
             report(
                 f"throughput_threads_{t}",
-                [child(a, "throughput_threads") for _ in R],
+                [ours for _, ours in pairs],
                 workflows=a.workflows,
                 steps_per_wf=10,
                 pool_size=max(8, t),
+            )
+            report(
+                f"throughput_vs_raw_threads_{t}",
+                [
+                    {
+                        # every durable write: 10 steps, the start and the outcome
+                        "writes_over_raw": ours["steps_per_s"] * 1.2 / raw["commits_per_s"],
+                        "steps_over_raw": ours["steps_per_s"] / raw["commits_per_s"],
+                    }
+                    for raw, ours in pairs
+                ],
             )
     if "replay" in todo:
         report("replay_call", [replay_once(a, "call") for _ in R], steps=a.replay_n)
@@ -764,6 +813,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--raw-n", type=int, default=3000, help="txns of the raw scenario")
+    ap.add_argument(
+        "--raw-seconds",
+        type=float,
+        default=5.0,
+        help="seconds of each raw T-thread run beside throughput_threads",
+    )
     ap.add_argument("--latency-n", type=int, default=300)
     ap.add_argument("--steps100-n", type=int, default=30)
     ap.add_argument("--workflows", type=int, default=1000, help="throughput workflows")
