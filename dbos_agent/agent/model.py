@@ -336,7 +336,7 @@ class Model:
     async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
         if self.budget is not None:
             await asyncio.to_thread(self._check_budget, request)
-        with tracing.span(*_chat_span(request)) as current, _configuration_errors():
+        with tracing.span(_chat_span, request) as current, _configuration_errors():
             client = self.async_client()
             if not stream:
                 reply = cast(Message, await client.messages.create(**request))
@@ -354,7 +354,7 @@ class Model:
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
         self._check_budget(request)
-        with tracing.span(*_chat_span(request)) as current, _configuration_errors():
+        with tracing.span(_chat_span, request) as current, _configuration_errors():
             client = self.client()
             if not stream:
                 reply = cast(Message, client.messages.create(**request))

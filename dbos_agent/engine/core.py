@@ -294,7 +294,7 @@ class Engine:
             run.workflow_id, self, run.recorded, run.owned_streak, suspendable=run.background
         )
         try:
-            with tracing.span(*_run_span(run)) as current, entered_workflow(ctx):
+            with tracing.span(_run_span, run) as current, entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
                 tracing.failed(current, outcome.error)
             return self.finish(run, ctx, outcome)
@@ -312,7 +312,7 @@ class Engine:
             loop_thread=threading.get_ident(),
         )
         try:
-            with tracing.span(*_run_span(run)) as current, entered_workflow(ctx):
+            with tracing.span(_run_span, run) as current, entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
                 tracing.failed(current, outcome.error)
             return await asyncio.to_thread(self.finish, run, ctx, outcome)

@@ -213,7 +213,7 @@ def _run_sync_in(
     if known is not None:
         tracing.step_replayed(seq, step.name)
         return known.unwrap()
-    with tracing.span(*_step_span(seq, step)) as current:
+    with tracing.span(_step_span, seq, step) as current:
         return _traced(current, *_attempts_sync(ctx, step, seq, args, kwargs))
 
 
@@ -276,7 +276,7 @@ async def _run_async_in(
     if known is not None:
         tracing.step_replayed(seq, step.name)
         return known.unwrap()
-    with tracing.span(*_step_span(seq, step)) as current:
+    with tracing.span(_step_span, seq, step) as current:
         return _traced(current, *await _attempts_async(ctx, step, seq, args, kwargs))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 try:  # optional: the otel extra
@@ -59,13 +59,15 @@ _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def span(
-    name: str, attributes: Mapping[str, Any] | None = None
+    describe: Callable[..., tuple[str, Mapping[str, Any] | None]], /, *args: Any
 ) -> contextlib.AbstractContextManager[Span | None]:
-    """A span around the block (None without opentelemetry, or before a tracer provider
-    is configured); an exception out of the block marks it as an error."""
+    """A span around the block, named and given attributes by ``describe(*args)`` (None
+    without opentelemetry, or before a tracer provider is configured: then ``describe``
+    is not called, so an untraced step builds no name or attributes); an exception out
+    of the block marks it as an error."""
     if _trace is None or not _active():
         return _NO_SPAN
-    return _recording(name, attributes)
+    return _recording(*describe(*args))
 
 
 @contextlib.contextmanager
