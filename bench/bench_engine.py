@@ -480,6 +480,17 @@ def report(name, runs, **extra):
     print(json.dumps(out), flush=True)
 
 
+def recorded_steps(c, wid):
+    """Step rows of ``wid`` so far (0 while the child has not yet created the schema: on a
+    fresh database, replay may be the first scenario that launches)."""
+    try:
+        return c.execute(
+            "SELECT count(*) FROM dbos_agent.steps WHERE workflow_id = %s", (wid,)
+        ).fetchone()[0]
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
 def replay_once(a, mode):
     eid = f"replay-{uuid.uuid4().hex[:10]}"
     wid = f"{eid}-wf"
@@ -487,12 +498,7 @@ def replay_once(a, mode):
     try:
         with psycopg.connect(bench_dsn(a.dsn), autocommit=True) as c:
             end = time.time() + a.child_timeout
-            while (
-                c.execute(
-                    "SELECT count(*) FROM dbos_agent.steps WHERE workflow_id = %s", (wid,)
-                ).fetchone()[0]
-                < a.replay_n
-            ):
+            while recorded_steps(c, wid) < a.replay_n:
                 if p.poll() is not None:
                     raise RuntimeError(f"replay_crash child exited with {p.returncode}")
                 if time.time() > end:
