@@ -391,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         seed_coding_task(project)
     CRASH.after_turn, CRASH.in_tool = args.crash_after_turn, args.crash_in_tool
     choose_model(args)
-    with da.launch(args.database_url, recover=False):  # we continue our own id below
+    # A one-shot command: it continues its own task id below, and leaves other
+    # processes' workflows (other tasks, other model endpoints) to them.
+    with da.launch(args.database_url, recover=False, take_over=False):
         return run(args, project)
 
 

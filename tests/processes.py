@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -42,3 +44,35 @@ def stop_workers(procs: list[subprocess.Popen[str]]) -> str:
             _, err = p.communicate()
         logs.append(err or "")
     return "\n".join(logs)
+
+
+#: One step run as tests.worker_app logs it: pid, workflow id, position, start, end.
+Execution = tuple[int, str, int, float, float]
+
+
+def executions(log: Path) -> list[Execution]:
+    """The step runs tests.worker_app appended to ``log``, in order."""
+    rows = []
+    for line in log.read_text().splitlines():
+        pid, wid, seq, start, end = line.split()
+        rows.append((int(pid), wid, int(seq), float(start), float(end)))
+    return rows
+
+
+def assert_never_two_at_once(rows: list[Execution], killed_pid: int, killed_at: float) -> int:
+    """No workflow ran in two processes at once: per workflow, the spans each process
+    worked on it (the killed one's until its death) are disjoint. Returns how many
+    workflows more than one process ran (taken over)."""
+    spans: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    for pid, wid, _seq, start, end in rows:
+        span = spans[wid].setdefault(pid, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    taken_over = 0
+    for wid, by_pid in spans.items():
+        if killed_pid in by_pid:
+            by_pid[killed_pid][1] = max(by_pid[killed_pid][1], killed_at)
+        ordered = sorted(by_pid.values())
+        taken_over += len(ordered) > 1
+        for (_, end_a), (start_b, _) in itertools.pairwise(ordered):
+            assert end_a <= start_b, f"{wid} ran in two processes at once: {by_pid}"
+    return taken_over

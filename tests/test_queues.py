@@ -65,6 +65,18 @@ def test_enqueue_runs_and_dedups(queue_runtime: da.Runtime) -> None:
     assert info.status == da.WorkflowStatus.SUCCESS
 
 
+def test_enqueueing_one_id_again_and_again_right_away_runs_it_once(
+    queue_runtime: da.Runtime,
+) -> None:
+    """A re-enqueue takes no place in the run table: the dispatcher that dequeues the
+    workflow meanwhile is never turned away (it was, and the workflow stayed PENDING)."""
+    q = da.Queue(new_id("q"))
+    wid = new_id()
+    handles = [q.enqueue(queued, "again", workflow_id=wid) for _ in range(5)]
+    assert [h.result(10) for h in handles] == ["again"] * 5
+    assert RUNS["again"] == 1
+
+
 def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
     q = da.Queue(new_id("q"), worker_concurrency=1)
     gate = q.enqueue(queued, "first", 0.3)

@@ -83,12 +83,14 @@ def age(rt: da.Runtime, wid: str, days: float) -> None:
 
 
 def put(rt: da.Runtime, wid: str, status: da.WorkflowStatus) -> None:
-    """Give a finished workflow another status (of nobody's executor, so nothing here
-    recovers it), keeping its finished_at: only the status can protect it then."""
+    """Give a finished workflow another status (of a function no process here has, so
+    nothing here recovers or takes it over), keeping its finished_at: only the status can
+    protect it then."""
     with current_engine().db.connection() as conn:
         conn.execute(
             "UPDATE dbos_agent.workflows SET status = %s, output = NULL, error = NULL,"
-            " executor_id = 'elsewhere', owner_key = NULL WHERE workflow_id = %s",
+            " executor_id = 'elsewhere', owner_key = NULL, name = 'registered-elsewhere'"
+            " WHERE workflow_id = %s",
             (status, wid),
         )
 

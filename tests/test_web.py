@@ -173,6 +173,24 @@ def test_operator_actions_over_http(api: httpx.Client) -> None:
     api.post(f"/api/workflows/{new_id_}/cancel")
 
 
+def test_a_workflow_resumed_through_the_api_is_run_at_once_by_the_live_process(
+    api: httpx.Client,
+) -> None:
+    """The API has no workflow code: it leaves the resumed workflow PENDING without an
+    owner, and the application process beside it (its take-over hears the NOTIFY) runs it
+    at once, not at its next restart."""
+    handle = da.start(waiter, 1)
+    wid = handle.workflow_id
+    wait_until(lambda: da.list_steps(wid) and da.list_steps(wid)[0].name, 10, "the first step")
+    assert api.post(f"/api/workflows/{wid}/cancel").status_code == 200
+    resumed = api.post(f"/api/workflows/{wid}/resume")
+    assert resumed.status_code == 200 and resumed.json()["previous_status"] == "CANCELLED"
+    assert api.post(
+        f"/api/workflows/{wid}/send", json={"topic": "approval", "message": "again"}
+    ).json()["sent"]
+    assert da.retrieve(wid).result(timeout=10) == "done after again"
+
+
 def test_a_stream_as_server_sent_events_resumes_from_last_event_id(api: httpx.Client) -> None:
     handle = da.start(waiter, 4)
     wait_until(

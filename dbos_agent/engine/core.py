@@ -18,9 +18,10 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -29,13 +30,14 @@ from ..errors import (
     NotLaunchedError,
     SerializationError,
     WorkflowCancelledError,
+    WorkflowInputsError,
     WorkflowInterruptedError,
 )
 from ..limits import check_identifier
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import SystemDatabase
-from ..storage.rows import StepRow
+from ..storage.rows import WorkflowRow
 from ..storage.session import ExecutorSession, end_dead_local_sessions
 from . import state, tracing
 from .context import (
@@ -51,7 +53,7 @@ from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import Outcome, capture, capture_async, stored_outcome, workflow_outcome
 from .plans import Plan, run_plan
 from .registry import WorkflowDefinition
-from .runs import Admission, RunTable, WorkflowRun, check_same_call
+from .runs import Admission, Claim, RunTable, WorkflowRun, check_same_call
 from .suspension import Suspended
 from .waiting import finished_outcome
 from .workers import WorkerPool
@@ -60,6 +62,22 @@ if TYPE_CHECKING:
     from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
+
+#: Why a claimed run did not start: the workflow moved on before it was registered.
+_MOVED_ON = "was run by another run of this process meanwhile, or is no longer this session's"
+
+
+@dataclass(slots=True)
+class PassIntervals:
+    """How often each background pass of a process looks for work without being woken
+    (seconds). Each is also woken when there is a reason to look (a NOTIFY, an outage
+    ending, a run stopping); stress tests shorten them to milliseconds to make the rare
+    interleavings of the passes common."""
+
+    #: Take back the workflows this process owns but does not run (recovery.py).
+    take_back: float = 30.0
+    #: The waker's sweep for what a lost NOTIFY or another process's timer left (waking.py).
+    sweep: float = 2.0
 
 
 class Engine:
@@ -101,10 +119,14 @@ class Engine:
         self._lock = threading.Lock()
         self.runs = RunTable()
         self.notifications.subscribe(CANCEL_CHANNEL, self.note_cancelled)
+        #: How often the background passes look unprompted (tests shorten them).
+        self.passes = PassIntervals()
         self._background: list[threading.Thread] = []
         self._dispatch_wanted = threading.Event()
         #: Woken when this process may own workflows it does not run (after an outage).
         self.take_back_wanted = threading.Event()
+        #: The take-back should look at once, without letting stopping runs settle.
+        self.take_back_urgent = False
         #: Called when every wait is woken (shutdown, a moved clock): the waker's poke.
         self._wake_hooks: list[Callable[[], None]] = []
         self._suspend_hooks: list[Callable[[], None]] = []
@@ -187,6 +209,8 @@ class Engine:
             raise NotLaunchedError("the dbos_agent engine is shutting down")
         check_identifier(workflow_id, "workflow id")
         inputs = definition.inputs.dumps(args, kwargs)
+        if queue_name is not None:
+            return self._enqueue(definition, workflow_id, inputs, queue_name, priority)
         run = WorkflowRun(definition, workflow_id, args, kwargs, {})
         active = self.runs.claim(run, inputs)
         if active is not None:
@@ -194,23 +218,10 @@ class Engine:
             return Admission(attached=active.future)
         try:
             run.owned_streak = self.ownership_mark()
-            inserted, row = self.db.workflows.insert(
-                workflow_id=workflow_id,
-                name=definition.name,
-                inputs=inputs,
-                executor_id=self.executor_id,
-                app_version=self.app_version,
-                max_recovery_attempts=definition.max_recovery_attempts,
-                owner_key=self.session_key,
-                queue_name=queue_name,
-                priority=priority,
-                parent_id=current_workflow_id(),
-                timeout=current_workflow_timeout(),
-            )
-            if inserted and queue_name is None:
+            inserted, row = self._insert(definition, workflow_id, inputs, None, 0)
+            if inserted:
                 return Admission(run=run)
-            if not inserted:
-                check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
+            check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
             if row.status.finished:
                 outcome = stored_outcome(
                     workflow_id, row.status, row.output, row.error, definition.result
@@ -232,6 +243,7 @@ class Engine:
                     workflow_id, row.owner_key, self.session_key, self.executor_id
                 )
             ):
+                # registered before the row was read: no other run here has it since
                 run.recorded = self.db.steps.load(workflow_id)
                 return Admission(run=run)
             self._resolve(run, Outcome())  # not ours to run: stop tracking it here
@@ -243,40 +255,125 @@ class Engine:
             self._abandon(run, exc)
             raise
 
-    def adopt(self, run: WorkflowRun) -> bool:
-        """Register a run that recovery found; False if this process already runs it."""
-        inputs = run.definition.inputs.dumps(run.args, run.kwargs)
-        return self.runs.claim(run, inputs) is None
-
-    def run_from_log(
+    def _insert(
         self,
         definition: WorkflowDefinition,
         workflow_id: str,
         inputs: str,
-        recorded: dict[int, StepRow] | None = None,
-        *,
-        owned_streak: int = -1,
-    ) -> Future[Outcome]:
-        """Run a PENDING workflow this session owns, from its log, on the worker pool.
-
-        ``owned_streak`` is the :meth:`ownership_mark` taken before the statement that
-        made this session the owner. Raises WorkflowInputsError when the recorded
-        inputs no longer fit the function. If this process already runs it, returns
-        that run's future.
-        """
-        args, kwargs = definition.inputs.loads(inputs, workflow_id)
-        if recorded is None:
-            recorded = self.db.steps.load(workflow_id)
-        run = WorkflowRun(
-            definition, workflow_id, args, kwargs, recorded, owned_streak=owned_streak
+        queue_name: str | None,
+        priority: int,
+    ) -> tuple[bool, WorkflowRow]:
+        """The guarded insert of a call (PENDING and this session's, or ENQUEUED)."""
+        return self.db.workflows.insert(
+            workflow_id=workflow_id,
+            name=definition.name,
+            inputs=inputs,
+            executor_id=self.executor_id,
+            app_version=self.app_version,
+            max_recovery_attempts=definition.max_recovery_attempts,
+            owner_key=self.session_key,
+            queue_name=queue_name,
+            priority=priority,
+            parent_id=current_workflow_id(),
+            timeout=current_workflow_timeout(),
         )
-        if not self.adopt(run):
-            return self.active_future(workflow_id) or run.future
-        if definition.is_async:
-            self.loop.wait_for_room()
-        else:
-            self.pool.wait_for_room(backlog=self.pool.size * 2)
-        return self.submit(run)
+
+    def _enqueue(
+        self,
+        definition: WorkflowDefinition,
+        workflow_id: str,
+        inputs: str,
+        queue_name: str,
+        priority: int,
+    ) -> Admission:
+        """Record a call ENQUEUED (or find it recorded): a dispatcher runs it, never the
+        caller, so the call takes no place in this process's run table (where it would
+        hide the workflow from the dispatcher that dequeues it meanwhile)."""
+        inserted, row = self._insert(definition, workflow_id, inputs, queue_name, priority)
+        if inserted:
+            return Admission(remote=True)
+        check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
+        if row.status.finished:
+            return Admission(
+                finished=stored_outcome(
+                    workflow_id, row.status, row.output, row.error, definition.result
+                )
+            )
+        return Admission(remote=True)
+
+    def start_claimed(self, claims: Sequence[Claim]) -> list[Future[Outcome] | None]:
+        """Run, in the background, workflows that a statement just gave this session (a
+        wake, a recovery claim, a dequeue, a take-back, a resume or a fork); the future of
+        each run, or None where this process does not run it now (a future already done
+        with WorkflowInputsError where the recorded inputs no longer fit).
+
+        The one way a claimed workflow starts here, so that no workflow ever runs twice at
+        once in this process, and none runs from a stale log: each run is registered in
+        the run table first, and only then are the workflows' state and logs read, in one
+        query. A workflow another run of this process picked up meanwhile (and perhaps
+        suspended or finished again) is no longer PENDING and this session's, or is still
+        being run: it is left to that run (and taken back, should that run end without
+        finishing it). Recorded inputs that no longer fit the function end the workflow
+        ERROR, as they always would; the other claims go on.
+        """
+        futures: list[Future[Outcome] | None] = [None] * len(claims)
+        runs: list[tuple[int, WorkflowRun]] = []
+        for index, claim in enumerate(claims):
+            registered = self._registered(claim)
+            if isinstance(registered, WorkflowRun):
+                runs.append((index, registered))
+            else:
+                futures[index] = registered
+        if not runs:
+            return futures
+        mark = self.ownership_mark()  # the read below confirms ownership in this streak
+        try:
+            logs = self.db.steps.load_owned([run.workflow_id for _, run in runs], self.session_key)
+        except BaseException as exc:
+            for _, run in runs:
+                self._abandon(run, exc)
+            raise
+        for index, run in runs:
+            recorded = logs.get(run.workflow_id)
+            if recorded is None:  # run (and stopped) here meanwhile, or no longer ours
+                self._resolve(run, Outcome(error=OwnershipLost(run.workflow_id, _MOVED_ON)))
+                continue
+            run.recorded, run.owned_streak = recorded, mark
+            if run.definition.is_async:
+                self.loop.wait_for_room()
+            else:
+                self.pool.wait_for_room(backlog=self.pool.size * 2)
+            futures[index] = self.submit(run)
+        return futures
+
+    def _registered(self, claim: Claim) -> WorkflowRun | Future[Outcome] | None:
+        """A run of the claimed workflow, registered in the run table. Instead, when its
+        inputs are unusable: a done future with that error (the workflow is recorded
+        ERROR); when a run of it here is still ending: None (the workflow is taken back
+        once that run has ended, if it is still this session's)."""
+        definition, workflow_id = claim.definition, claim.workflow_id
+        try:
+            args, kwargs = definition.inputs.loads(claim.inputs, workflow_id)
+        except WorkflowInputsError as exc:
+            log.error("cannot run workflow %s: %s", workflow_id, exc)
+            self.db.workflows.finish(
+                workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), self.session_key
+            )
+            unusable: Future[Outcome] = Future()
+            unusable.set_result(Outcome(error=exc))
+            return unusable
+        run = WorkflowRun(definition, workflow_id, args, kwargs, {})
+        active = self.runs.claim(run, claim.inputs)
+        if active is None:
+            return run
+        active.future.add_done_callback(lambda _: self.take_back_soon())
+        return None
+
+    def take_back_soon(self) -> None:
+        """Look now for workflows this session owns but does not run (a claim that came
+        while a run of the workflow here was ending, a run cut off by an outage)."""
+        self.take_back_urgent = True
+        self.take_back_wanted.set()
 
     def active_ids(self) -> list[str]:
         """Ids of the workflows this process is running now."""

@@ -3,7 +3,8 @@
 It connects to the system database, applies the schema, registers the executor
 session, and starts the engine's background work: the notification listener,
 recovery of this executor's pending workflows, taking back what this process owns
-but no longer runs, the queue dispatcher and, if asked, retention. What it returns,
+but no longer runs, taking over what dead sessions left, the queue dispatcher and, if
+asked, retention. What it returns,
 :class:`Runtime`, is the narrow public handle on that engine: what it is, how its
 recovery went, and how to stop it. The plumbing (the database, the pool, the run
 table) stays inside the engine.
@@ -43,7 +44,8 @@ def launch(
     max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     run_queues: bool = True,
     retention: timedelta | None = None,
-    take_over_every: float | None = None,
+    take_over: bool = True,
+    take_over_every: float = 2.0,
     suspend_after: float = 1.0,
     wake_suspended: bool = True,
     async_runs: int = 1000,
@@ -89,14 +91,19 @@ def launch(
     ``wake_suspended=False`` this process wakes none (e.g. a web process that only
     starts workflows; its workers wake them).
 
-    With ``take_over_every`` (seconds) this process also looks that often for the
-    workflows of dead sessions, of any executor, and takes them over: what the
-    worker daemon (``dbos-agent worker``) does. Without it a process takes over only
-    its own executor's workflows, at launch.
+    Failover: every launched process takes over the workflows of dead sessions, of
+    any executor, that it can run (a registered name, its application version): it
+    looks every ``take_over_every`` seconds (one cheap statement while there is
+    nothing to take) and at once when a session ends leaving work or a workflow is
+    resumed without an owner. A fleet of application processes needs no separate
+    worker to survive the death of one of them. ``take_over=False`` leaves that to
+    others (the process still recovers its own executor's workflows at launch).
     """
 
     if retention is not None:
         check_older_than(retention)  # a bad age fails here, not in a background thread
+    if not take_over_every > 0:
+        raise ValueError(f"take_over_every must be > 0 seconds, got {take_over_every!r}")
 
     with state.lock():
         if state.launched() is not None:
@@ -147,7 +154,7 @@ def launch(
         engine.run_in_background(waker.run, "dbos-agent-waker")
     if run_queues:
         engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
-    if take_over_every is not None:
+    if take_over:
         every = take_over_every
         engine.run_in_background(lambda: keep_taking_over(engine, every), "dbos-agent-take-over")
     if retention is not None:

@@ -38,6 +38,9 @@ EVENTS_CHANNEL = "dbos_agent_events"
 CANCEL_CHANNEL = "dbos_agent_cancel"
 #: Payload: a workflow that finished while another was suspended on its result.
 FINISHED_CHANNEL = "dbos_agent_finished"
+#: Payload '': a workflow became claimable (PENDING without an owner, or its session
+#: ended): take-over passes look now.
+CLAIMABLE_CHANNEL = "dbos_agent_claimable"
 
 _RECONNECT_MIN_S = 0.1
 _RECONNECT_MAX_S = 1.0

@@ -12,7 +12,6 @@ when this process has the function, run the workflow here right away.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from concurrent.futures import Future
 from typing import Any
@@ -21,19 +20,19 @@ from ..errors import (
     DbosAgentError,
     WorkflowIdConflictError,
     WorkflowInputsError,
-    WorkflowInterruptedError,
     WorkflowNotFoundError,
     WorkflowStatusError,
 )
 from ..limits import check_identifier
 from ..records import StepStatus, WorkflowStatus
-from ..serialization import codec_for, dumps_error
+from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.rows import ForkResult, ResumeResult
 from .core import Engine
 from .handle import WorkflowHandle
 from .outcome import Outcome
 from .registry import WorkflowDefinition, find_workflow
+from .runs import Claim
 from .state import current_engine
 
 _UNSET: Any = object()
@@ -218,39 +217,16 @@ def _definition_of(engine: Engine, workflow_id: str) -> WorkflowDefinition | Non
 
 def _run_here(
     engine: Engine, definition: WorkflowDefinition, workflow_id: str, inputs: str
-) -> Future[Outcome]:
-    """Run a PENDING workflow that this session now owns, from its log.
-
-    If a run of it is still stopping here (cancelled, and not yet at its next
-    step boundary), that run either goes on (the workflow is PENDING again)
-    or stops without recording anything; in the second case start over from
-    the log once it has stopped.
-    """
-    active = engine.active_future(workflow_id)
-    if active is None:
-        try:
-            return engine.run_from_log(definition, workflow_id, inputs)
-        except WorkflowInputsError as exc:  # as recovery does: it can never run
-            engine.db.workflows.finish(
-                workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), engine.session_key
-            )
-            raise
-    follow: Future[Outcome] = Future()
-
-    def after(done: Future[Outcome]) -> None:
-        def run_again() -> None:
-            try:
-                outcome = done.result()
-                if isinstance(outcome.error, WorkflowInterruptedError) and not engine.stopping:
-                    outcome = engine.run_from_log(definition, workflow_id, inputs).result()
-            except Exception as exc:
-                outcome = Outcome(error=exc)
-            follow.set_result(outcome)
-
-        threading.Thread(target=run_again, name="dbos-agent-resume", daemon=True).start()
-
-    active.add_done_callback(after)
-    return follow
+) -> Future[Outcome] | None:
+    """Run a PENDING workflow that this session now owns, from its log; its run's future
+    (None: a run of it here is still stopping, and it is taken back once that has
+    stopped). Raises WorkflowInputsError (recorded ERROR) when the inputs no longer fit."""
+    (future,) = engine.start_claimed([Claim(definition, workflow_id, inputs)])
+    if future is not None and future.done():
+        error = future.result().error
+        if isinstance(error, WorkflowInputsError):
+            raise error
+    return future
 
 
 def cancel(workflow_id: str) -> WorkflowStatus:

@@ -20,8 +20,8 @@ from ..limits import check_identifier
 from . import state
 from .core import Engine
 from .handle import WorkflowHandle
-from .recovery import run_claimed
 from .registry import find_workflow, workflow_names
+from .runs import Claim
 from .state import current_engine
 
 log = logging.getLogger(__name__)
@@ -127,11 +127,10 @@ def dispatch_once(engine: Engine) -> int:
         free = engine.pool.size - len(engine.active_ids())
         if free <= 0:
             break
-        streak = engine.ownership_mark()
-        if streak < 0:
+        if engine.ownership_mark() < 0:  # the fence does not hold: dequeue nothing yet
             break
         assert engine.session_key is not None
-        for workflow_id, name, inputs in engine.db.queues.dequeue(
+        dequeued = engine.db.queues.dequeue(
             queue_name=queue.name,
             names=names,
             owner_key=engine.session_key,
@@ -143,12 +142,15 @@ def dispatch_once(engine: Engine) -> int:
             rate_limit=queue.rate_limit,
             count_suspended=queue.count_suspended,
             fair=queue.fair_share and queue.worker_concurrency is None,
-        ):
+        )
+        claims = []
+        for workflow_id, name, inputs in dequeued:
             definition = find_workflow(name)
             if definition is None:  # filtered by name in the query; defensive
                 raise DbosAgentError(f"dequeued unknown workflow {name!r}")
-            run_claimed(engine, definition, workflow_id, inputs, {}, streak)
-            started += 1
+            claims.append(Claim(definition, workflow_id, inputs))
+        engine.start_claimed(claims)
+        started += len(claims)
     return started
 
 

@@ -17,23 +17,22 @@ off by an outage past its bound, a claim whose reply was lost.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
 from ..errors import DatabaseUnavailableError, WorkflowInputsError
 from ..records import WorkflowStatus
-from ..serialization import dumps_error
-from ..storage.rows import StepRow
 from ..storage.session import end_dead_local_sessions
 from .core import Engine
-from .registry import WorkflowDefinition, find_workflow, workflow_names
+from .notifications import CLAIMABLE_CHANNEL
+from .registry import find_workflow, workflow_names
+from .runs import Claim
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 200
 _PROGRESS_EVERY_S = 5.0
-#: How often a process looks for workflows it owns but does not run, without a reason to.
-_TAKE_BACK_EVERY_S = 30.0
 
 
 @dataclass
@@ -98,38 +97,21 @@ def _warn_unknown(engine: Engine, report: RecoveryReport) -> None:
         )
 
 
-def run_claimed(
-    engine: Engine,
-    definition: WorkflowDefinition,
-    workflow_id: str,
-    inputs: str,
-    recorded: dict[int, StepRow] | None,
-    owned_streak: int = -1,
-) -> bool:
-    """Run a workflow this session just claimed; False (and ERROR recorded) when its
-    recorded inputs no longer fit the function: its siblings go on regardless.
+def claim_and_recover(
+    engine: Engine, *, orphans: bool, report: RecoveryReport, looked_at_local: bool = False
+) -> None:
+    """Claim page after page of recoverable workflows and hand them to the worker pool.
 
-    ``owned_streak`` is the ownership mark taken before the claim (-1: check first).
+    Sessions of this host whose process is gone are declared dead first, unless the
+    caller just did (``looked_at_local``).
     """
-    try:
-        engine.run_from_log(definition, workflow_id, inputs, recorded, owned_streak=owned_streak)
-    except WorkflowInputsError as exc:
-        log.error("cannot run workflow %s: %s", workflow_id, exc)
-        engine.db.workflows.finish(
-            workflow_id, WorkflowStatus.ERROR, None, dumps_error(exc), engine.session_key
-        )
-        return False
-    return True
-
-
-def claim_and_recover(engine: Engine, *, orphans: bool, report: RecoveryReport) -> None:
-    """Claim page after page of recoverable workflows and hand them to the worker pool."""
     db = engine.db
     assert engine.session_key is not None, "the runtime has no executor session"
     names = workflow_names()
     after = None
     last_progress = time.monotonic()
-    end_dead_local_sessions(db)
+    if not looked_at_local:
+        end_dead_local_sessions(db)
     while not engine.stopping:
         streak = engine.ownership_mark()
         if streak < 0:  # not sure this session is alive to others: claim nothing yet
@@ -158,40 +140,41 @@ def claim_and_recover(engine: Engine, *, orphans: bool, report: RecoveryReport) 
                     claim.name,
                     claim.max_recovery_attempts,
                 )
-        logs = db.steps.load_many([c.workflow_id for c in live])
-        for claim in live:
-            definition = find_workflow(claim.name)
-            if definition is None:  # unregistered between the claim and now
+        runnable = [
+            Claim(definition, claim.workflow_id, claim.inputs)
+            for claim in live
+            if (definition := find_workflow(claim.name)) is not None
+        ]
+        for future in engine.start_claimed(runnable):
+            if future is None:
                 continue
-            if run_claimed(
-                engine,
-                definition,
-                claim.workflow_id,
-                claim.inputs,
-                logs[claim.workflow_id],
-                streak,
-            ):
-                report.recovered += 1
-            else:
+            if future.done() and isinstance(future.result().error, WorkflowInputsError):
                 report.failed_inputs += 1
+            else:
+                report.recovered += 1
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
             log.info("recovery in progress: %d recovered so far", report.recovered)
 
 
 def take_back_idle(engine: Engine) -> int:
-    """Recover the PENDING workflows this session owns but no longer runs; how many."""
+    """Recover the PENDING workflows this session owns but no longer runs; how many.
+
+    The list is only a hint: a workflow on it may be starting here right now (woken,
+    claimed, dequeued, not yet registered) and will be run once, by whichever start
+    registers first (see Engine.start_claimed).
+    """
     assert engine.session_key is not None
     taken = 0
     while not engine.stopping:
         skip = engine.active_ids() + engine.parked_ids()
-        streak = engine.ownership_mark()
         idle = engine.db.recovery.owned_idle(engine.session_key, skip, PAGE_SIZE)
-        for workflow_id, name, inputs in idle:
-            definition = find_workflow(name)
-            if definition is None:
-                continue
-            taken += run_claimed(engine, definition, workflow_id, inputs, None, streak)
+        claims = [
+            Claim(definition, workflow_id, inputs)
+            for workflow_id, name, inputs in idle
+            if (definition := find_workflow(name)) is not None
+        ]
+        taken += sum(future is not None for future in engine.start_claimed(claims))
         if len(idle) < PAGE_SIZE:
             break
     if taken:
@@ -202,11 +185,12 @@ def take_back_idle(engine: Engine) -> int:
 def keep_taking_back(engine: Engine) -> None:
     """The take-back thread: after an outage (or now and then) recover what is ours."""
     while not engine.stopping:
-        woken = engine.take_back_wanted.wait(_TAKE_BACK_EVERY_S)
+        woken = engine.take_back_wanted.wait(engine.passes.take_back)
         engine.take_back_wanted.clear()
+        urgent, engine.take_back_urgent = engine.take_back_urgent, False
         if engine.stopping:
             return
-        if woken:
+        if woken and not urgent:
             time.sleep(0.2)  # let a burst of stopped runs settle first
         try:
             take_back_idle(engine)
@@ -217,24 +201,50 @@ def keep_taking_back(engine: Engine) -> None:
             log.error("taking back this process's workflows failed: %s", exc)
 
 
+def take_over_once(engine: Engine) -> RecoveryReport:
+    """One take-over pass: take over the workflows of dead sessions that this process
+    can run (a registered name, its application version). While there are none it costs
+    one statement (``probe_orphans``), which also declares dead the sessions of processes
+    gone from this host."""
+    report = RecoveryReport()
+    assert engine.session_key is not None, "the runtime has no executor session"
+    claimable, unlocked = engine.db.recovery.probe_orphans(
+        owner_key=engine.session_key, names=workflow_names(), app_version=engine.app_version
+    )
+    ended = end_dead_local_sessions(engine.db, unlocked)
+    if claimable or ended:
+        claim_and_recover(engine, orphans=True, report=report, looked_at_local=True)
+    if report.recovered or report.dead_lettered:
+        log.info(
+            "took over %d orphaned workflow(s), dead-lettered %d",
+            report.recovered,
+            report.dead_lettered,
+        )
+    return report
+
+
 def keep_taking_over(engine: Engine, every: float) -> None:
-    """The take-over thread of a worker: every ``every`` seconds, take over the
-    workflows of dead sessions (any executor's) and forget long-dead executors."""
-    last_cleanup = 0.0
+    """The take-over thread (every launched process has one unless launched with
+    ``take_over=False``): every ``every`` seconds, and at once when a workflow becomes
+    claimable (NOTIFY on dbos_agent_claimable: a resume without an owner, a session
+    that ended leaving work), take over the workflows of dead sessions, of any executor;
+    now and then forget long-dead executors."""
+    wanted = threading.Event()
+    engine.notifications.subscribe(CLAIMABLE_CHANNEL, lambda _: wanted.set())
+    engine.on_wake_all(wanted.set)  # a moved clock (leases end), shutdown
+    last_cleanup = time.monotonic()
     cleanup_every = max(engine.session.lease_seconds, 5.0)
+    while not engine.recovery_done.wait(0.5):  # recovery at launch claims alone, and
+        if engine.stopping:  # its report counts all it took
+            return
     while not engine.stopping:
-        report = RecoveryReport()
         try:
-            claim_and_recover(engine, orphans=True, report=report)
+            take_over_once(engine)
             if time.monotonic() - last_cleanup > cleanup_every:
                 last_cleanup = time.monotonic()
                 engine.db.recovery.delete_dead_executors()
-        except Exception:
-            log.exception("taking over orphaned workflows failed; retrying")
-        if report.recovered or report.dead_lettered:
-            log.info(
-                "took over %d orphaned workflow(s), dead-lettered %d",
-                report.recovered,
-                report.dead_lettered,
-            )
-        engine.wait_while_running(every)
+        except Exception as exc:
+            if not engine.stopping:
+                log.warning("taking over orphaned workflows failed (retrying): %s", exc)
+        wanted.wait(every)
+        wanted.clear()

@@ -53,6 +53,16 @@ def check_same_call(
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """A workflow a statement just gave this session, to run from its log (see
+    :meth:`Engine.start_claimed`): its function and its recorded inputs."""
+
+    definition: WorkflowDefinition
+    workflow_id: str
+    inputs: str
+
+
+@dataclass(frozen=True, slots=True)
 class ActiveRun:
     """What a second call of a running workflow is checked against, and waits on."""
 

@@ -14,7 +14,6 @@ one woken for a message receives it in that statement.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -22,14 +21,13 @@ import time
 from .core import Engine
 from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL
 from .registry import find_workflow, workflow_names
+from .runs import Claim
 from .state import lock as state_lock
 
 log = logging.getLogger(__name__)
 
 #: Workflows woken per statement.
 _WAKE_PAGE = 100
-#: The longest the waker sleeps without looking (a lost NOTIFY, a timer set elsewhere).
-_SWEEP_EVERY_S = 2.0
 #: The shortest pause between rounds (a due timer another waker holds at the moment).
 _MIN_PAUSE_S = 0.02
 
@@ -75,7 +73,8 @@ class Waker:
                 targets, self._targets = self._targets, set()
                 sweep, self._sweep = self._sweep, False
             # a steady stream of NOTIFYs must not put the sweep off forever
-            sweep = sweep or time.monotonic() - self._swept_at >= _SWEEP_EVERY_S
+            every = engine.passes.sweep
+            sweep = sweep or time.monotonic() - self._swept_at >= every
             try:
                 if targets:
                     self._wake(sorted(targets))
@@ -94,9 +93,9 @@ class Waker:
                     self._targets |= targets
                     self._sweep = True
                 next_in = 1.0
-            pause = _SWEEP_EVERY_S if next_in is None else min(_SWEEP_EVERY_S, next_in)
+            pause = every if next_in is None else min(every, next_in)
             # An overdue timer another waker holds right now: look again very soon.
-            if not self._wanted.wait(max(_MIN_PAUSE_S, pause)):
+            if not self._wanted.wait(max(min(_MIN_PAUSE_S, every), pause)):
                 with self._lock:
                     self._sweep = True  # a timer came due, or it is time to sweep
 
@@ -118,7 +117,6 @@ class Waker:
         while not engine.stopping and engine.session_key is not None:
             with state_lock():
                 names = workflow_names()
-            mark = engine.ownership_mark()
             woken = engine.db.suspension.wake(
                 owner_key=engine.session_key,
                 executor_id=engine.executor_id,
@@ -127,24 +125,13 @@ class Waker:
                 targets=targets,
                 limit=_WAKE_PAGE,
             )
-            logs = engine.db.steps.load_many([w.workflow_id for w in woken]) if woken else {}
-            for workflow in woken:
-                definition = find_workflow(workflow.name)
-                if definition is None:  # unregistered since: recovery will see it
-                    continue
-                previous = engine.active_future(workflow.workflow_id)
-                if previous is not None:  # the run that suspended it is still letting go
-                    with contextlib.suppress(Exception):
-                        previous.result(timeout=10)
-                try:
-                    engine.run_from_log(
-                        definition,
-                        workflow.workflow_id,
-                        workflow.inputs,
-                        logs.get(workflow.workflow_id),
-                        owned_streak=mark,
-                    )
-                except Exception as exc:
-                    log.error("could not run woken workflow %s: %s", workflow.workflow_id, exc)
+            engine.start_claimed(
+                [
+                    Claim(definition, workflow.workflow_id, workflow.inputs)
+                    for workflow in woken
+                    # unregistered since: recovery will see it
+                    if (definition := find_workflow(workflow.name)) is not None
+                ]
+            )
             if len(woken) < _WAKE_PAGE:
                 return

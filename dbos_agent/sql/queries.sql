@@ -150,6 +150,21 @@ FROM dbos_agent.steps
 WHERE workflow_id = ANY(%(workflow_ids)s)
 ORDER BY workflow_id, seq;
 
+-- name: load_owned_logs
+-- The logs of workflows a statement just gave the caller's session (a wake, a
+-- claim, a dequeue, a take-back), read after this process registered their runs:
+-- only those still PENDING and the caller's (another run of this process may have
+-- run one meanwhile, and suspended or finished it), each with every step, in one
+-- statement so that the state and the log are one snapshot. A workflow with an
+-- empty log comes back as one row without a step.
+SELECT w.workflow_id, s.seq, s.name, s.status, s.output::text, s.error::text, s.attempts,
+       CASE WHEN s.status = 'PENDING' THEN s.inputs::text END AS inputs
+FROM dbos_agent.workflows AS w
+LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = w.workflow_id
+WHERE w.workflow_id = ANY(%(workflow_ids)s) AND w.status = 'PENDING'
+  AND w.owner_key = %(owner_key)s
+ORDER BY w.workflow_id, s.seq;
+
 -- name: finish_workflow
 -- Record a PENDING workflow's outcome. Guarded on status and owner: a
 -- workflow that another session took over, finished, or that an operator
@@ -250,6 +265,38 @@ FROM page
 WHERE w.workflow_id = page.workflow_id
 RETURNING w.workflow_id, w.name, w.status, w.inputs::text, w.created_at,
           w.recovery_attempts, w.max_recovery_attempts;
+
+-- name: probe_orphans
+-- A take-over pass's one look while nothing is wrong: the sessions whose lock is
+-- free and that are not yet known dead (with what tells whether their process
+-- still runs, for a caller on the same host), stamping those seen free for the
+-- first time (their grace starts now, as in claim_workflows), and whether any
+-- workflow the caller could run waits to be taken over. An idle process pays
+-- this one statement per pass; claim_workflows runs only when there is work.
+WITH locked AS (
+    SELECT dbos_agent.locked_sessions() AS session_key
+), stamped AS (
+    UPDATE dbos_agent.executors AS e
+    SET lock_lost_at = dbos_agent.now()
+    WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
+    RETURNING e.session_key
+)
+SELECT EXISTS (
+           SELECT 1
+           FROM dbos_agent.workflows AS w
+           WHERE w.status = 'PENDING'
+             AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
+             AND w.owner_key IS DISTINCT FROM %(owner_key)s
+             AND w.name = ANY(%(names)s)
+             AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+       ) AS claimable,
+       coalesce((SELECT json_agg(json_build_object('session_key', e.session_key,
+                                                   'pid', e.pid,
+                                                   'process_key', e.process_key))
+                 FROM dbos_agent.executors AS e
+                 WHERE e.heartbeat_at > '-infinity'
+                   AND e.session_key NOT IN (SELECT session_key FROM locked)),
+                '[]'::json) AS unlocked;
 
 -- name: count_claimable_soon
 -- PENDING workflows of this executor id (other than the caller's) whose session

@@ -217,6 +217,28 @@ LANGUAGE sql STABLE AS $$
            AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
 $$;
 
+-- A workflow PENDING without an owner (resumed or forked by a process that cannot
+-- run it, a doubt resolved from the CLI) and a session ended while it owns PENDING
+-- workflows are claimable at once: a NOTIFY on dbos_agent_claimable (payload '')
+-- makes the take-over pass of every live process look now instead of at its next
+-- round.
+CREATE FUNCTION dbos_agent.notify_claimable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('dbos_agent_claimable', '');
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER executors_notify_claimable AFTER UPDATE OF heartbeat_at
+    ON dbos_agent.executors
+    FOR EACH ROW WHEN (NEW.heartbeat_at = '-infinity' AND OLD.heartbeat_at <> '-infinity')
+    EXECUTE FUNCTION dbos_agent.notify_claimable();
+
+CREATE TRIGGER workflows_notify_claimable AFTER INSERT OR UPDATE OF status, owner_key
+    ON dbos_agent.workflows
+    FOR EACH ROW WHEN (NEW.status = 'PENDING' AND NEW.owner_key IS NULL)
+    EXECUTE FUNCTION dbos_agent.notify_claimable();
+
 -- One session, for single-row checks (a direct call of a workflow someone owns).
 CREATE FUNCTION dbos_agent.session_is_dead(key integer) RETURNS boolean
 LANGUAGE sql STABLE AS $$

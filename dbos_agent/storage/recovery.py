@@ -62,6 +62,25 @@ class RecoveryStore:
         claims.sort(key=lambda c: (c.created_at, c.workflow_id))
         return claims
 
+    def probe_orphans(
+        self, *, owner_key: int, names: list[str], app_version: str | None
+    ) -> tuple[bool, list[UnlockedSession]]:
+        """Whether workflows the caller could take over wait, and which sessions have
+        lost their lock without being known dead yet (one statement, see queries.sql)."""
+        row = self._db.one(
+            "probe_orphans",
+            "look for orphaned workflows",
+            owner_key=owner_key,
+            names=names,
+            app_version=app_version,
+        )
+        if row is None:
+            return False, []
+        unlocked = [
+            UnlockedSession(s["session_key"], s["pid"], s["process_key"]) for s in row["unlocked"]
+        ]
+        return bool(row["claimable"]), unlocked
+
     def count_claimable_soon(self, executor_id: str, owner_key: int, names: list[str]) -> int:
         """PENDING workflows of ``executor_id`` whose session lost its lock, within its grace."""
         row = self._db.one(

@@ -38,6 +38,7 @@ from .database import SystemDatabase
 from .locks import SESSION_LOCK_CLASS
 from .outages import describe, is_transient
 from .processes import known_gone, process_key
+from .rows import UnlockedSession
 from .sql_files import query
 
 log = logging.getLogger(__name__)
@@ -290,11 +291,15 @@ class ExecutorSession:
                 conn.close()
 
 
-def end_dead_local_sessions(db: SystemDatabase) -> int:
+def end_dead_local_sessions(
+    db: SystemDatabase, unlocked: list[UnlockedSession] | None = None
+) -> int:
     """Declare dead, at once, the sessions of processes on this host that no longer run
-    (their lock is free and their pid gone): a restart after kill -9 need not wait."""
+    (their lock is free and their pid gone): a restart after kill -9 need not wait.
+    ``unlocked`` is the list of sessions without their lock when the caller read it
+    already (else it is read here)."""
     ended = 0
-    for session in db.recovery.unlocked_sessions():
+    for session in db.recovery.unlocked_sessions() if unlocked is None else unlocked:
         if session.process_key is not None and known_gone(session.process_key):
             ended += db.recovery.end_dead_session(session.session_key, session.process_key)
     return ended

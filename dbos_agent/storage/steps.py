@@ -187,6 +187,23 @@ class StepStore:
             logs[row["workflow_id"]][row["seq"]] = step_row(row)
         return logs
 
+    def load_owned(
+        self, workflow_ids: list[str], owner_key: int | None
+    ) -> dict[str, dict[int, StepRow]]:
+        """The logs of those of ``workflow_ids`` that are PENDING and owned by
+        ``owner_key``, read with their state in one query (the others are left out)."""
+        logs: dict[str, dict[int, StepRow]] = {}
+        for row in self._db.all(
+            "load_owned_logs",
+            "read the logs of claimed workflows",
+            workflow_ids=workflow_ids,
+            owner_key=owner_key,
+        ):
+            steps = logs.setdefault(row["workflow_id"], {})
+            if row["seq"] is not None:
+                steps[row["seq"]] = step_row(row)
+        return logs
+
     def list(self, workflow_id: str) -> list[StepInfo]:
         """Every recorded step of a workflow, in order, for people and tools."""
         rows = self._db.all(

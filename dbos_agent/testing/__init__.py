@@ -8,6 +8,7 @@ from .clock import advance_clock, clock_offset
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector, RowCounts, SentMessage
+from .passes import run_passes_every
 from .plugin import postgres_server
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "clock_offset",
     "fresh_database",
     "postgres_server",
+    "run_passes_every",
 ]
