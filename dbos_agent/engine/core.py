@@ -78,6 +78,8 @@ class PassIntervals:
     take_back: float = 30.0
     #: The waker's sweep for what a lost NOTIFY or another process's timer left (waking.py).
     sweep: float = 2.0
+    #: Take over the workflows of dead sessions (recovery.py; ``launch(take_over_every=)``).
+    take_over: float = 2.0
 
 
 class Engine:

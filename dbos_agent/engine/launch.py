@@ -155,8 +155,8 @@ def launch(
     if run_queues:
         engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
     if take_over:
-        every = take_over_every
-        engine.run_in_background(lambda: keep_taking_over(engine, every), "dbos-agent-take-over")
+        engine.passes.take_over = take_over_every
+        engine.run_in_background(lambda: keep_taking_over(engine), "dbos-agent-take-over")
     if retention is not None:
         age = retention
         engine.run_in_background(lambda: run_retention(engine, age), "dbos-agent-retention")

@@ -223,9 +223,9 @@ def take_over_once(engine: Engine) -> RecoveryReport:
     return report
 
 
-def keep_taking_over(engine: Engine, every: float) -> None:
+def keep_taking_over(engine: Engine) -> None:
     """The take-over thread (every launched process has one unless launched with
-    ``take_over=False``): every ``every`` seconds, and at once when a workflow becomes
+    ``take_over=False``): every ``engine.passes.take_over`` seconds, and at once when a workflow becomes
     claimable (NOTIFY on dbos_agent_claimable: a resume without an owner, a session
     that ended leaving work), take over the workflows of dead sessions, of any executor;
     now and then forget long-dead executors."""
@@ -246,5 +246,5 @@ def keep_taking_over(engine: Engine, every: float) -> None:
         except Exception as exc:
             if not engine.stopping:
                 log.warning("taking over orphaned workflows failed (retrying): %s", exc)
-        wanted.wait(every)
+        wanted.wait(engine.passes.take_over)
         wanted.clear()

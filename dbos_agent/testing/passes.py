@@ -19,4 +19,5 @@ def run_passes_every(seconds: float) -> None:
     engine = current_engine()
     engine.passes.take_back = seconds
     engine.passes.sweep = seconds
+    engine.passes.take_over = seconds
     engine.take_back_wanted.set()
