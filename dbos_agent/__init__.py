@@ -34,6 +34,7 @@ from .engine.messaging import (
     set_event_async,
 )
 from .engine.operations import cancel, fork, resolve_in_doubt, resume
+from .engine.patches import deprecate_patch, patched, patched_async
 from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
 from .engine.retention import GcReport, garbage_collect
@@ -59,7 +60,9 @@ from .errors import (
     DbosAgentError,
     InvalidIdentifierError,
     MaxRecoveryAttemptsExceededError,
+    NotInWorkflowError,
     NotLaunchedError,
+    PatchError,
     RecordedError,
     SchemaVersionError,
     SerializationError,
@@ -74,7 +77,7 @@ from .errors import (
     WorkflowStatusError,
     WorkflowTimeoutError,
 )
-from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
+from .records import Divergence, StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 
 __version__ = "0.1.0"
 
@@ -91,11 +94,14 @@ __all__ = [
     "ConfigurationError",
     "DatabaseUnavailableError",
     "DbosAgentError",
+    "Divergence",
     "GcReport",
     "InvalidIdentifierError",
     "MaxRecoveryAttemptsExceededError",
     "NotDone",
+    "NotInWorkflowError",
     "NotLaunchedError",
+    "PatchError",
     "Queue",
     "RecordedError",
     "RetryPolicy",
@@ -127,6 +133,7 @@ __all__ = [
     "close_stream_async",
     "current_runtime",
     "current_workflow_id",
+    "deprecate_patch",
     "durable_workflow",
     "fork",
     "garbage_collect",
@@ -136,6 +143,8 @@ __all__ = [
     "list_approvals",
     "list_steps",
     "list_workflows",
+    "patched",
+    "patched_async",
     "read_stream",
     "read_stream_async",
     "recv",

@@ -93,19 +93,38 @@ class WorkflowIdConflictError(DbosAgentError):
 
 
 class WorkflowDivergedError(DbosAgentError):
-    """On replay the code called a different step than the log recorded at that position."""
+    """On replay the code called a different step than the log recorded at that position.
+
+    A code change, not the workflow's error: the engine holds the workflow as DIVERGED
+    (unfinished) until code that fits its log continues it. Raised by user code, it is
+    recorded as that workflow's error like any other exception.
+    """
 
     def __init__(self, workflow_id: str, seq: int, recorded: str, current: str) -> None:
+        self.detail = (
+            f"at step {seq} the log recorded {recorded!r} but the code now calls {current!r}"
+        )
         super().__init__(
-            f"workflow {workflow_id!r} diverged from its log at step {seq}: the log recorded "
-            f"{recorded!r} but the code now calls {current!r}. The code changed in a way "
-            f"that this workflow's history no longer fits; fork it from an earlier step "
-            f"or run it again under a new id."
+            f"workflow {workflow_id!r} diverged from its log: {self.detail}. The code "
+            f"changed in a way that this workflow's history does not fit; it is held as "
+            f"DIVERGED, not failed: code that fits continues it (an older version still "
+            f"running, or the change made with da.patched), or fork it from an earlier "
+            f"step, or cancel it."
         )
         self.workflow_id = workflow_id
         self.seq = seq
         self.recorded = recorded
         self.current = current
+
+
+class PatchError(DbosAgentError):
+    """A patch name (``da.patched``) used at two places of one workflow run: each change
+    needs its own name, or replay could not tell them apart."""
+
+
+class NotInWorkflowError(DbosAgentError):
+    """A call that only makes sense in a durable workflow's function (``recv``,
+    ``set_event``, ``patched``...) was made outside one, or inside a step."""
 
 
 class MaxRecoveryAttemptsExceededError(DbosAgentError):

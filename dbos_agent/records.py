@@ -23,6 +23,9 @@ class WorkflowStatus(StrEnum):
     MAX_RECOVERY_ATTEMPTS_EXCEEDED = "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
     #: Stopped at a non-idempotent step that may or may not have taken effect.
     IN_DOUBT = "IN_DOUBT"
+    #: Held, unfinished, because the code called another step than its log recorded (a
+    #: code change): code that fits its log continues it (see ``WorkflowInfo.diverged``).
+    DIVERGED = "DIVERGED"
 
     @property
     def finished(self) -> bool:
@@ -31,6 +34,7 @@ class WorkflowStatus(StrEnum):
             WorkflowStatus.PENDING,
             WorkflowStatus.ENQUEUED,
             WorkflowStatus.SUSPENDED,
+            WorkflowStatus.DIVERGED,
         )
 
 
@@ -63,6 +67,9 @@ class WorkflowInfo:
     waiting_for: WaitInfo | None = None
     #: When its latest run began: steps recorded earlier were replayed by that run.
     run_started_at: datetime | None = None
+    #: Where its log and the code parted, the last time they did (a DIVERGED workflow
+    #: says why it is held; one continued since keeps it as history).
+    diverged: Divergence | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""
@@ -71,6 +78,20 @@ class WorkflowInfo:
             and step.finished_at is not None
             and step.finished_at < self.run_started_at
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a workflow's log and its code parted: at step ``position`` the log recorded
+    ``recorded`` and the code called ``called``, in a process of application version
+    ``app_version`` and code version ``code_version`` (see ``launch``), at ``at``."""
+
+    position: int
+    recorded: str
+    called: str
+    app_version: str | None
+    code_version: str
+    at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.registry import code_version
 from dbos_agent.engine.state import current_engine
+from dbos_agent.storage.rows import Runner
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import ROOT
@@ -323,8 +325,7 @@ def test_the_wake_of_a_recv_delivers_the_oldest_message_in_the_same_statement(
         woken = engine.db.suspension.wake(
             owner_key=engine.session_key,
             executor_id=executor_id,
-            names=["mailbox"],
-            app_version=engine.app_version,
+            runner=Runner(["mailbox"], engine.app_version, code_version()),
             targets=[wid],
             limit=10,
         )

@@ -14,6 +14,8 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.core import Engine
+from dbos_agent.engine.recovery import take_over_once
+from dbos_agent.engine.registry import code_version
 from dbos_agent.engine.state import current_engine
 from dbos_agent.storage.database import SystemDatabase
 from tests.helpers import SimulatedCrash, new_id, wait_until
@@ -125,9 +127,11 @@ def evolving(key: str) -> str:
     return first + second
 
 
-def test_divergence_stops_the_workflow_without_running_the_step(
+def test_divergence_holds_the_workflow_without_running_the_step(
     runtime: da.Runtime, engine: Engine
 ) -> None:
+    """A code change is never the workflow's error: it is held DIVERGED (unfinished,
+    saying why), and this process, whose code gave the divergence, leaves it alone."""
     wid2 = new_id()
     MODE[wid2] = "crash"
     with pytest.raises(SimulatedCrash), da.workflow_id(wid2):
@@ -145,7 +149,34 @@ def test_divergence_stops_the_workflow_without_running_the_step(
     assert wid2 in str(err.value) and "step 0" in str(err.value)
     assert RUNS["a"] == 0, "the diverging step must not run"
     info = da.retrieve(wid2).get_info()
-    assert info.status == da.WorkflowStatus.ERROR
+    assert info.status == da.WorkflowStatus.DIVERGED and info.error is None
+    assert info.diverged is not None
+    assert (info.diverged.position, info.diverged.recorded, info.diverged.called) == (
+        0,
+        "step_b",
+        "step_a",
+    )
+    assert info.diverged.code_version == code_version()
+    take_over_once(engine)  # the same code would diverge again: it is not taken up
+    assert da.retrieve(wid2).status() == da.WorkflowStatus.DIVERGED
+    with pytest.raises(da.WorkflowDivergedError), da.workflow_id(wid2):
+        evolving(wid2)  # a direct call again gets the divergence at once, runs nothing
+    assert RUNS["a"] == 0 and da.retrieve(wid2).status() == da.WorkflowStatus.DIVERGED
+    with pytest.raises(TimeoutError):  # a waiter keeps waiting: it is not finished
+        da.retrieve(wid2).result(timeout=0.2)
+
+
+@da.durable_workflow
+def refuses_on_purpose() -> str:
+    raise da.WorkflowDivergedError("elsewhere", 3, "old", "new")
+
+
+def test_a_divergence_raised_by_user_code_is_its_error_as_before(runtime: da.Runtime) -> None:
+    wid = new_id()
+    with pytest.raises(da.WorkflowDivergedError), da.workflow_id(wid):
+        refuses_on_purpose()
+    info = da.retrieve(wid).get_info()
+    assert info.status == da.WorkflowStatus.ERROR and info.diverged is None
     assert info.error is not None and info.error["type"].endswith("WorkflowDivergedError")
 
 
@@ -167,8 +198,9 @@ def test_divergence_cannot_be_swallowed(runtime: da.Runtime, engine: Engine) -> 
     with engine.db.connection() as conn:
         conn.execute(
             "INSERT INTO dbos_agent.workflows (workflow_id, name, status, inputs, executor_id,"
-            " max_recovery_attempts) VALUES (%s, 'swallows_divergence', 'PENDING', %s, %s, 5)",
-            (wid, f'{{"key": "{wid}"}}', runtime.executor_id),
+            " max_recovery_attempts, owner_key)"
+            " VALUES (%s, 'swallows_divergence', 'PENDING', %s, %s, 5, %s)",
+            (wid, f'{{"key": "{wid}"}}', runtime.executor_id, runtime.session_key),
         )
         conn.execute(
             "INSERT INTO dbos_agent.steps (workflow_id, seq, name, status, output, started_at)"
@@ -177,7 +209,7 @@ def test_divergence_cannot_be_swallowed(runtime: da.Runtime, engine: Engine) -> 
         )
     with pytest.raises(da.WorkflowDivergedError), da.workflow_id(wid):
         swallows_divergence(wid)
-    assert da.retrieve(wid).status() == da.WorkflowStatus.ERROR
+    assert da.retrieve(wid).status() == da.WorkflowStatus.DIVERGED
 
 
 def _second_engine(url: str, executor_id: str, lease: float = 30.0) -> Engine:

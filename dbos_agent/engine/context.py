@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from ..errors import (
     DatabaseUnavailableError,
     DbosAgentError,
+    PatchError,
     WorkflowDivergedError,
 )
 from ..limits import check_identifier, derived_identifier
@@ -122,6 +123,13 @@ class WorkflowContext:
     _live_steps: int = 0
     _waits: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: One past the last recorded position: from there on the run is live.
+    _log_end: int = 0
+    #: Patches this run has met: name -> (call site, the branch it took), see patches.py.
+    _patches: dict[str, tuple[tuple[str, int], bool]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._log_end = max(self.recorded, default=-1) + 1
 
     def halt(self, reason: StopReason, error: BaseException) -> BaseException:
         """Note why the run must end (the strongest reason wins); returns what to raise."""
@@ -212,6 +220,32 @@ class WorkflowContext:
         (or resolves an intent) instead of running live."""
         with self._lock:
             return self.recorded.get(self._next_seq)
+
+    def past_log(self) -> bool:
+        """Whether the next position is past the end of the log (the run is live there)."""
+        with self._lock:
+            return self._next_seq >= self._log_end
+
+    def patch_seen(self, name: str, site: tuple[str, int]) -> bool | None:
+        """The branch patch ``name`` took at ``site`` earlier in this run (None: not met
+        yet); a PatchError if this run met the name at another call site."""
+        with self._lock:
+            seen = self._patches.get(name)
+        if seen is None:
+            return None
+        if seen[0] != site:
+            where = f"{seen[0][0]}:{seen[0][1]}"
+            raise PatchError(
+                f"patch name {name!r} is used at two places in workflow "
+                f"{self.workflow_id!r}: {where} and {site[0]}:{site[1]}; give each change "
+                "its own name"
+            )
+        return seen[1]
+
+    def note_patch(self, name: str, site: tuple[str, int], took: bool) -> None:
+        """Patch ``name`` was met at ``site`` and took the new branch (``took``) or not."""
+        with self._lock:
+            self._patches.setdefault(name, (site, took))
 
     def child_workflow_id(self) -> str:
         """A deterministic id for a workflow started from this one (same on replay)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -30,6 +32,7 @@ from ..errors import (
     NotLaunchedError,
     SerializationError,
     WorkflowCancelledError,
+    WorkflowDivergedError,
     WorkflowInputsError,
     WorkflowInterruptedError,
 )
@@ -37,7 +40,7 @@ from ..limits import check_identifier
 from ..records import WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.database import SystemDatabase
-from ..storage.rows import WorkflowRow
+from ..storage.rows import Runner, WorkflowRow
 from ..storage.session import ExecutorSession, end_dead_local_sessions
 from . import state, tracing
 from .context import (
@@ -50,9 +53,16 @@ from .context import (
 )
 from .event_loop import EventLoop
 from .notifications import CANCEL_CHANNEL, Notifications
-from .outcome import Outcome, capture, capture_async, stored_outcome, workflow_outcome
+from .outcome import (
+    Outcome,
+    capture,
+    capture_async,
+    held_error,
+    stored_outcome,
+    workflow_outcome,
+)
 from .plans import Plan, run_plan
-from .registry import WorkflowDefinition
+from .registry import WorkflowDefinition, code_version, workflow_names
 from .runs import Admission, Claim, RunTable, WorkflowRun, check_same_call
 from .suspension import Suspended
 from .waiting import finished_outcome
@@ -230,6 +240,8 @@ class Engine:
                 )
                 self._resolve(run, outcome)
                 return Admission(finished=outcome)
+            if row.status is WorkflowStatus.DIVERGED:
+                return self._admit_diverged(run)
             pending = row.status is WorkflowStatus.PENDING
             mine = pending and row.owner_key == self.session_key
             if not mine:
@@ -256,6 +268,18 @@ class Engine:
         except BaseException as exc:
             self._abandon(run, exc)
             raise
+
+    def _admit_diverged(self, run: WorkflowRun) -> Admission:
+        """A direct call of a DIVERGED workflow: this session takes it if its code may fit
+        the log (a fixed deploy) and runs it; else the call gets the divergence."""
+        run.owned_streak = self.ownership_mark()
+        if self.session_key is not None and self.db.workflows.take_diverged(
+            run.workflow_id, self.session_key, self.executor_id, self.runner()
+        ):
+            run.recorded = self.db.steps.load(run.workflow_id)
+            return Admission(run=run)
+        info = self.db.workflows.get(run.workflow_id)
+        raise held_error(run.workflow_id, None if info is None else info.diverged)
 
     def _insert(
         self,
@@ -442,10 +466,12 @@ class Engine:
             if reason in (StopReason.NOT_OWNER, StopReason.DATABASE, StopReason.UNCONFIGURED):
                 assert stop_error is not None
                 return self._stop_unfinished(run, stop_error)
+            if reason is StopReason.DIVERGED:
+                assert isinstance(stop_error, WorkflowDivergedError)
+                return self._stop_diverged(run, stop_error)
             status = WorkflowStatus.SUCCESS
-            if reason is not None:  # divergence and doubt stop it even if user code swallowed them
-                outcome = Outcome(error=stop_error)
-                status = WorkflowStatus.IN_DOUBT if reason is StopReason.IN_DOUBT else status
+            if reason is StopReason.IN_DOUBT:  # even if user code swallowed the doubt
+                outcome, status = Outcome(error=stop_error), WorkflowStatus.IN_DOUBT
             return self._record_outcome(run, outcome, status)
         except DatabaseUnavailableError as exc:
             return self._stop_unfinished(run, exc)
@@ -501,6 +527,53 @@ class Engine:
             )
         self._abandon(run, why)
         return Outcome(error=why)
+
+    def _stop_diverged(self, run: WorkflowRun, divergence: WorkflowDivergedError) -> Outcome:
+        """The code called another step than the log recorded: a code change, never the
+        workflow's error. It is held DIVERGED (unfinished, owned by nobody, saying where
+        and how), left alone by processes of this code version and continued by one whose
+        code fits its log. Its waiters keep waiting; a direct caller gets the divergence.
+        """
+        code = code_version()
+        detail = {
+            "position": divergence.seq,
+            "recorded": divergence.recorded,
+            "called": divergence.current,
+            "app_version": self.app_version,
+            "code_version": code,
+            "at": datetime.now(UTC).isoformat(),
+        }
+        first_time = self.db.workflows.hold_diverged(
+            run.workflow_id, self.session_key, code, json.dumps(detail)
+        )
+        if first_time is None:  # no longer ours: whoever owns it now decides
+            return self._stop_unfinished(run, OwnershipLost(run.workflow_id))
+        if first_time:
+            log.warning(
+                "workflow %s (%s) is held as DIVERGED: %s (code version %s%s). Processes of "
+                "this code leave it alone; code that fits its log (an older version still "
+                "running, or a fix using da.patched) continues it; or fork it from an "
+                "earlier step, or cancel it.",
+                run.workflow_id,
+                run.definition.name,
+                divergence.detail,
+                code,
+                "" if self.app_version is None else f", application version {self.app_version}",
+            )
+        self._resolve(
+            run,
+            Outcome(
+                error=WorkflowInterruptedError(
+                    f"workflow {run.workflow_id!r} is held as DIVERGED until code that fits "
+                    "its log continues it"
+                )
+            ),
+        )
+        return Outcome(error=divergence)
+
+    def runner(self) -> Runner:
+        """What this process can run, as the statements that give it workflows ask."""
+        return Runner(workflow_names(), self.app_version, code_version())
 
     def _stop_suspended(self, run: WorkflowRun) -> Outcome:
         """The run gave its workflow up to wait (see suspension.py): it records nothing
@@ -608,22 +681,32 @@ class Engine:
         if not self.stopping:
             log.error("workflow %s was interrupted: %s", run.workflow_id, exc)
 
-    def wait_for_outcome(self, workflow_id: str, timeout: float | None = None) -> Outcome:
+    def wait_for_outcome(
+        self, workflow_id: str, timeout: float | None = None, *, direct: bool = False
+    ) -> Outcome:
         """Wait until the workflow is finished, by whichever process runs it.
 
         Waits on the in-process run when there is one, else polls the
         database. A run here that stops without an outcome (taken over,
-        shut down, suspended) falls back to the database. Raises TimeoutError.
+        shut down, suspended) falls back to the database. A ``direct`` call gets the
+        divergence of a workflow held DIVERGED instead of waiting for code that fits.
+        Raises TimeoutError.
         """
-        return run_plan(self.outcome_of(workflow_id, timeout))
+        return run_plan(self.outcome_of(workflow_id, timeout, direct=direct))
 
-    def outcome_of(self, workflow_id: str, timeout: float | None = None) -> Plan[Outcome]:
+    def outcome_of(
+        self, workflow_id: str, timeout: float | None = None, *, direct: bool = False
+    ) -> Plan[Outcome]:
         """:meth:`wait_for_outcome` as a plan, for sync and async callers alike."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             outcome = yield from finished_outcome(
-                self.db, workflow_id, remaining, lambda: self.active_future(workflow_id)
+                self.db,
+                workflow_id,
+                remaining,
+                lambda: self.active_future(workflow_id),
+                held_is_an_answer=direct,
             )
             if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
                 return outcome

@@ -40,7 +40,9 @@ _UNSET: Any = object()
 #: What each action accepts; the error messages say so.
 CANCELLABLE = (
     WorkflowStatus.PENDING,
+    WorkflowStatus.SUSPENDED,
     WorkflowStatus.ENQUEUED,
+    WorkflowStatus.DIVERGED,
     WorkflowStatus.IN_DOUBT,
     WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
 )

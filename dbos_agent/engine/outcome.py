@@ -7,8 +7,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MaxRecoveryAttemptsExceededError, WorkflowCancelledError
-from ..records import StepStatus, WorkflowStatus
+from ..errors import (
+    MaxRecoveryAttemptsExceededError,
+    WorkflowCancelledError,
+    WorkflowDivergedError,
+)
+from ..records import Divergence, StepStatus, WorkflowStatus
 from ..serialization import Codec, error_from_json, loads_error
 
 
@@ -91,3 +95,13 @@ def workflow_outcome(
         detail = str((error or {}).get("message") or workflow_id)
         return Outcome(error=MaxRecoveryAttemptsExceededError(detail))
     return Outcome(error=error_from_json(error or {}))
+
+
+def held_error(workflow_id: str, divergence: Divergence | None) -> WorkflowDivergedError:
+    """What a direct call of a DIVERGED workflow gets when this process cannot continue
+    it: the divergence (the workflow itself stays held, unfinished)."""
+    if divergence is None:
+        return WorkflowDivergedError(workflow_id, -1, "?", "?")
+    return WorkflowDivergedError(
+        workflow_id, divergence.position, divergence.recorded, divergence.called
+    )

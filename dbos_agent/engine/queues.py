@@ -20,7 +20,7 @@ from ..limits import check_identifier
 from . import state
 from .core import Engine
 from .handle import WorkflowHandle
-from .registry import find_workflow, workflow_names
+from .registry import find_workflow
 from .runs import Claim
 from .state import current_engine
 
@@ -120,7 +120,7 @@ def dispatch_once(engine: Engine) -> int:
     from a pause, a session reconnecting): it might no longer be alive to others.
     """
     started = 0
-    names = workflow_names()
+    runner = engine.runner()
     queues = registered_queues()
     engine.session.queues = [queue.name for queue in queues]  # the next heartbeat says so
     for queue in queues:
@@ -132,10 +132,9 @@ def dispatch_once(engine: Engine) -> int:
         assert engine.session_key is not None
         dequeued = engine.db.queues.dequeue(
             queue_name=queue.name,
-            names=names,
+            runner=runner,
             owner_key=engine.session_key,
             executor_id=engine.executor_id,
-            app_version=engine.app_version,
             free_slots=free,
             concurrency=queue.concurrency,
             worker_concurrency=queue.worker_concurrency,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import DatabaseUnavailableError, WorkflowInputsError
 from ..records import WorkflowStatus
+from ..storage.rows import Runner
 from ..storage.session import end_dead_local_sessions
 from .core import Engine
 from .notifications import CLAIMABLE_CHANNEL
@@ -40,6 +41,8 @@ class RecoveryReport:
     """What one recovery pass did."""
 
     recovered: int = 0
+    #: DIVERGED workflows this process's code took up again.
+    continued_diverged: int = 0
     dead_lettered: int = 0
     failed_inputs: int = 0
     unknown: int = 0
@@ -100,27 +103,35 @@ def _warn_unknown(engine: Engine, report: RecoveryReport) -> None:
 def claim_and_recover(
     engine: Engine, *, orphans: bool, report: RecoveryReport, looked_at_local: bool = False
 ) -> None:
-    """Claim page after page of recoverable workflows and hand them to the worker pool.
+    """Claim page after page of recoverable workflows and hand them to the worker pool,
+    then the DIVERGED ones this code may fit.
 
     Sessions of this host whose process is gone are declared dead first, unless the
     caller just did (``looked_at_local``).
     """
+    if not looked_at_local:
+        end_dead_local_sessions(engine.db)
+    runner = engine.runner()
+    _recover_orphans(engine, runner, orphans=orphans, report=report)
+    _continue_diverged(engine, runner, orphans=orphans, report=report)
+
+
+def _recover_orphans(
+    engine: Engine, runner: Runner, *, orphans: bool, report: RecoveryReport
+) -> None:
+    """The PENDING workflows of dead sessions (``orphans``: of any executor id, else of
+    this one's), page by page; each claim counts a recovery attempt."""
     db = engine.db
     assert engine.session_key is not None, "the runtime has no executor session"
-    names = workflow_names()
     after = None
     last_progress = time.monotonic()
-    if not looked_at_local:
-        end_dead_local_sessions(db)
     while not engine.stopping:
-        streak = engine.ownership_mark()
-        if streak < 0:  # not sure this session is alive to others: claim nothing yet
+        if engine.ownership_mark() < 0:  # not sure this session is alive to others: wait
             return
         claims = db.recovery.claim(
             executor_id=engine.executor_id,
             owner_key=engine.session_key,
-            app_version=engine.app_version,
-            names=names,
+            runner=runner,
             skip_ids=engine.active_ids(),
             orphans=orphans,
             after=after,
@@ -155,6 +166,31 @@ def claim_and_recover(
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
             log.info("recovery in progress: %d recovered so far", report.recovered)
+
+
+def _continue_diverged(
+    engine: Engine, runner: Runner, *, orphans: bool, report: RecoveryReport
+) -> None:
+    """Take the DIVERGED workflows whose log this code may fit (its code version did not
+    diverge on them: an older version still running, a fixed deploy) and run them from
+    their logs; one that diverges again is held again, with this version added."""
+    assert engine.session_key is not None
+    while not engine.stopping and engine.ownership_mark() >= 0:
+        page = engine.db.recovery.claim_diverged(
+            executor_id=engine.executor_id,
+            owner_key=engine.session_key,
+            runner=runner,
+            orphans=orphans,
+            limit=PAGE_SIZE,
+        )
+        claims = [
+            Claim(definition, workflow_id, inputs)
+            for workflow_id, name, inputs in page
+            if (definition := find_workflow(name)) is not None
+        ]
+        report.continued_diverged += sum(f is not None for f in engine.start_claimed(claims))
+        if len(page) < PAGE_SIZE:
+            return
 
 
 def take_back_idle(engine: Engine) -> int:
@@ -209,25 +245,27 @@ def take_over_once(engine: Engine) -> RecoveryReport:
     report = RecoveryReport()
     assert engine.session_key is not None, "the runtime has no executor session"
     claimable, unlocked = engine.db.recovery.probe_orphans(
-        owner_key=engine.session_key, names=workflow_names(), app_version=engine.app_version
+        owner_key=engine.session_key, runner=engine.runner()
     )
     ended = end_dead_local_sessions(engine.db, unlocked)
     if claimable or ended:
         claim_and_recover(engine, orphans=True, report=report, looked_at_local=True)
-    if report.recovered or report.dead_lettered:
+    if report.recovered or report.dead_lettered or report.continued_diverged:
         log.info(
-            "took over %d orphaned workflow(s), dead-lettered %d",
+            "took over %d orphaned workflow(s), dead-lettered %d, continued %d diverged",
             report.recovered,
             report.dead_lettered,
+            report.continued_diverged,
         )
     return report
 
 
 def keep_taking_over(engine: Engine) -> None:
     """The take-over thread (every launched process has one unless launched with
-    ``take_over=False``): every ``engine.passes.take_over`` seconds, and at once when a workflow becomes
-    claimable (NOTIFY on dbos_agent_claimable: a resume without an owner, a session
-    that ended leaving work), take over the workflows of dead sessions, of any executor;
+    ``take_over=False``): every ``engine.passes.take_over`` seconds, and at once when a
+    workflow becomes claimable (NOTIFY on dbos_agent_claimable: a resume without an
+    owner, a session that ended leaving work, a workflow held DIVERGED), take over the
+    workflows of dead sessions and the diverged ones this code may fit, of any executor;
     now and then forget long-dead executors."""
     wanted = threading.Event()
     engine.notifications.subscribe(CLAIMABLE_CHANNEL, lambda _: wanted.set())

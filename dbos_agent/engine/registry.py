@@ -7,9 +7,11 @@ Registration is process-wide: decorators run at import time.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +91,37 @@ class StepDefinition:
     timeout: float | None = None
 
 
+def note_code(fn: Callable[..., Any]) -> None:
+    """Count ``fn``'s module among those that make up this process's code version: the
+    digest of the module's source file as it is imported (the decorators run then)."""
+    module = getattr(fn, "__module__", None) or "?"
+    if module in state.code_modules:
+        return
+    path = getattr(sys.modules.get(module), "__file__", None)
+    try:
+        with open(path or "", "rb") as source:
+            digest = hashlib.sha256(source.read()).hexdigest()
+    except OSError:  # no file (an interactive session): its name and the function's code
+        digest = hashlib.sha256(getattr(fn, "__code__", fn).__repr__().encode()).hexdigest()
+    with state.lock():
+        state.code_modules.setdefault(module, digest)
+
+
+def code_version() -> str:
+    """The version of this process's durable code: a digest of the source of every module
+    that defines a workflow or a step (the library's own agent layer included).
+
+    A workflow whose replay diverged under this code is left alone by every process of
+    the same code version (another version may fit it); unlike the application version
+    (``launch(app_version=)``), which routes work and is chosen by people, it changes by
+    itself with the code.
+    """
+    with state.lock():
+        modules = sorted(state.code_modules.items())
+    lines = "\n".join(f"{module} {digest}" for module, digest in modules)
+    return hashlib.sha256(lines.encode()).hexdigest()[:16]
+
+
 def step_definition(
     fn: Callable[..., Any],
     name: str | None,
@@ -99,6 +132,7 @@ def step_definition(
     timeout: float | None = None,
 ) -> StepDefinition:
     step_name = check_identifier(name or fn.__qualname__, "step name")
+    note_code(fn)
     if guard is not None and idempotent:
         raise ValueError(f"step {step_name!r}: a guard only makes sense with idempotent=False")
     is_async = inspect.iscoroutinefunction(fn)
@@ -143,6 +177,7 @@ def register_workflow(
     if max_recovery_attempts < 0:
         raise ValueError(f"max_recovery_attempts must be >= 0, got {max_recovery_attempts}")
     wf_name = check_identifier(name or fn.__qualname__, "workflow name")
+    note_code(fn)
     origin = f"{fn.__module__}.{fn.__qualname__}"
     definition = WorkflowDefinition(
         name=wf_name,

@@ -25,6 +25,9 @@ _engine: Engine | None = None
 workflows: dict[str, WorkflowDefinition] = {}
 #: ``Queue`` objects by queue name.
 queues: dict[str, Queue] = {}
+#: The modules that define durable code (workflows, steps), each with a digest of its
+#: source as imported: the process's code version is made of them (registry.py).
+code_modules: dict[str, str] = {}
 
 
 def lock() -> threading.RLock:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from ..errors import DbosAgentError, NotLaunchedError
+from ..errors import NotInWorkflowError, NotLaunchedError
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import Codec, codec_for
 from ..storage.database import SystemDatabase
@@ -66,9 +66,9 @@ def workflow_only(what: str) -> WorkflowContext:
     """The running workflow, for operations that only make sense as one of its steps."""
     ctx = current_context()
     if ctx is None:
-        raise DbosAgentError(f"{what} can only be called inside a durable workflow")
+        raise NotInWorkflowError(f"{what} can only be called inside a durable workflow")
     if in_step():
-        raise DbosAgentError(
+        raise NotInWorkflowError(
             f"{what} cannot be called inside a step: a step may run again after a crash, "
             f"so call it from the workflow function itself"
         )

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from ..errors import WorkflowNotFoundError
+from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
-from .outcome import Outcome, workflow_outcome
+from .outcome import Outcome, held_error, workflow_outcome
 from .plans import Await, Io, Plan, Wait
 from .registry import find_workflow
 
@@ -25,11 +26,16 @@ def finished_outcome(
     workflow_id: str,
     timeout: float | None,
     local_future: Callable[[], Future[Outcome] | None] = lambda: None,
+    *,
+    held_is_an_answer: bool = False,
 ) -> Plan[Outcome]:
     """Poll until the workflow is finished, typed through its registered function if any.
 
     ``local_future`` is asked on every round: when this process starts running
-    the workflow meanwhile, waiting switches to that run. Raises TimeoutError.
+    the workflow meanwhile, waiting switches to that run. A DIVERGED workflow is not
+    finished (code that fits continues it): waiting goes on, unless
+    ``held_is_an_answer`` (a direct call, which then gets the divergence). Raises
+    TimeoutError.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = POLL_MIN_S
@@ -47,6 +53,8 @@ def finished_outcome(
         info = yield Io(lambda: db.workflows.get(workflow_id))
         if info is None:
             raise WorkflowNotFoundError(workflow_id)
+        if held_is_an_answer and info.status is WorkflowStatus.DIVERGED:
+            return Outcome(error=held_error(workflow_id, info.diverged))
         if info.status.finished:
             definition = find_workflow(info.name)
             return workflow_outcome(

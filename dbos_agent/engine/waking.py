@@ -20,9 +20,8 @@ import time
 
 from .core import Engine
 from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL
-from .registry import find_workflow, workflow_names
+from .registry import find_workflow
 from .runs import Claim
-from .state import lock as state_lock
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +81,7 @@ class Waker:
                     self._swept_at = time.monotonic()
                     self._cancel_overdue()
                     self._wake(None)
-                with state_lock():
-                    names = workflow_names()
-                next_in = engine.db.suspension.next_wake_in(
-                    names=names, app_version=engine.app_version
-                )
+                next_in = engine.db.suspension.next_wake_in(engine.runner())
             except Exception as exc:  # an outage: look again soon
                 log.warning("waking suspended workflows failed (retrying): %s", exc)
                 with self._lock:
@@ -115,13 +110,10 @@ class Waker:
         or any (None). One statement per page of workflows, one read of their logs."""
         engine = self._engine
         while not engine.stopping and engine.session_key is not None:
-            with state_lock():
-                names = workflow_names()
             woken = engine.db.suspension.wake(
                 owner_key=engine.session_key,
                 executor_id=engine.executor_id,
-                names=names,
-                app_version=engine.app_version,
+                runner=engine.runner(),
                 targets=targets,
                 limit=_WAKE_PAGE,
             )

@@ -105,7 +105,7 @@ def call_here(
     admission = engine.admit(definition, workflow_id, args, kwargs)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
-            return engine.wait_for_outcome(workflow_id, _READMIT_EVERY_S).unwrap()
+            return engine.wait_for_outcome(workflow_id, _READMIT_EVERY_S, direct=True).unwrap()
         except TimeoutError:
             admission = engine.admit(definition, workflow_id, args, kwargs)
     if admission.run is not None:
@@ -115,7 +115,7 @@ def call_here(
         assert future is not None
         outcome = future.result()
     if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-        outcome = engine.wait_for_outcome(workflow_id)
+        outcome = engine.wait_for_outcome(workflow_id, direct=True)
     return outcome.unwrap()
 
 
@@ -130,7 +130,9 @@ async def call_here_async(
     admission = await asyncio.to_thread(engine.admit, definition, workflow_id, args, kwargs)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
-            found = await asyncio.to_thread(engine.wait_for_outcome, workflow_id, _READMIT_EVERY_S)
+            found = await asyncio.to_thread(
+                engine.wait_for_outcome, workflow_id, _READMIT_EVERY_S, direct=True
+            )
             return found.unwrap()
         except TimeoutError:
             admission = await asyncio.to_thread(engine.admit, definition, workflow_id, args, kwargs)
@@ -141,7 +143,7 @@ async def call_here_async(
         assert future is not None
         outcome = await asyncio.wrap_future(future)
     if isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-        outcome = await asyncio.to_thread(engine.wait_for_outcome, workflow_id)
+        outcome = await asyncio.to_thread(engine.wait_for_outcome, workflow_id, direct=True)
     return outcome.unwrap()
 
 

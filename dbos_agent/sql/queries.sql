@@ -186,7 +186,7 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 -- name: get_workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
@@ -194,7 +194,7 @@ WHERE workflow_id = %(workflow_id)s;
 -- Newest first. A NULL filter matches everything.
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
 FROM dbos_agent.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -237,7 +237,8 @@ WITH locked AS (
       AND (%(orphans)s OR w.executor_id = %(executor_id)s)
       AND w.name = ANY(%(names)s)
       AND NOT (w.workflow_id = ANY(%(skip_ids)s))
-      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+      AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                             %(app_version)s, %(code_version)s)
       AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
     ORDER BY w.created_at, w.workflow_id
     LIMIT %(limit)s
@@ -288,7 +289,14 @@ SELECT EXISTS (
              AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
              AND w.owner_key IS DISTINCT FROM %(owner_key)s
              AND w.name = ANY(%(names)s)
-             AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+             AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                                    %(app_version)s, %(code_version)s)
+       ) OR EXISTS (
+           SELECT 1
+           FROM dbos_agent.workflows AS w
+           WHERE w.status = 'DIVERGED' AND w.name = ANY(%(names)s)
+             AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                                    %(app_version)s, %(code_version)s)
        ) AS claimable,
        coalesce((SELECT json_agg(json_build_object('session_key', e.session_key,
                                                    'pid', e.pid,
@@ -297,6 +305,66 @@ SELECT EXISTS (
                  WHERE e.heartbeat_at > '-infinity'
                    AND e.session_key NOT IN (SELECT session_key FROM locked)),
                 '[]'::json) AS unlocked;
+
+-- name: claim_diverged_workflows
+-- Take the next page of DIVERGED workflows this process's code may fit (its code
+-- version is not among those that diverged on them, see may_run) for the caller's
+-- session: each becomes PENDING and the caller's, and is run from its log. Not a
+-- recovery: no attempt is counted. Without `orphans` only the caller's executor
+-- id. SKIP LOCKED: two claimers never take the same row.
+WITH page AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    WHERE w.status = 'DIVERGED'
+      AND (%(orphans)s OR w.executor_id = %(executor_id)s)
+      AND w.name = ANY(%(names)s)
+      AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                             %(app_version)s, %(code_version)s)
+    ORDER BY w.created_at, w.workflow_id
+    LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE dbos_agent.workflows AS w
+SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    run_started_at = now(), updated_at = now()
+FROM page
+WHERE w.workflow_id = page.workflow_id
+RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- name: take_diverged_workflow
+-- A direct call of a DIVERGED workflow this process's code may fit: the caller's
+-- session takes it (compare-and-set on the status) and runs it from its log.
+UPDATE dbos_agent.workflows AS w
+SET status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    run_started_at = now(), updated_at = now()
+WHERE w.workflow_id = %(workflow_id)s AND w.status = 'DIVERGED'
+  AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                         %(app_version)s, %(code_version)s)
+RETURNING w.workflow_id;
+
+-- name: hold_diverged_workflow
+-- The run's code called another step than the log recorded at a position (a code
+-- change, see WorkflowDivergedError): the workflow is held DIVERGED, unfinished and
+-- owned by nobody, saying where and how (`detail`), and the caller's code version
+-- joins those that leave it alone. Guarded on status and owner like every write.
+-- Returns whether that code version is new to it (its warning is logged once per
+-- workflow and version); no row when the run no longer owned it.
+WITH before AS (
+    SELECT workflow_id,
+           coalesce(%(code_version)s = ANY(diverged_versions), false) AS known
+    FROM dbos_agent.workflows
+    WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
+      AND owner_key = %(owner_key)s
+    FOR UPDATE
+)
+UPDATE dbos_agent.workflows AS w
+SET status = 'DIVERGED', owner_key = NULL, diverged = %(detail)s::jsonb,
+    diverged_versions = CASE WHEN before.known THEN w.diverged_versions
+                             ELSE array_append(w.diverged_versions, %(code_version)s) END,
+    updated_at = now()
+FROM before
+WHERE w.workflow_id = before.workflow_id
+RETURNING NOT before.known AS first_time;
 
 -- name: count_claimable_soon
 -- PENDING workflows of this executor id (other than the caller's) whose session
@@ -378,7 +446,7 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
       OR (%(wait_kind)s = 'child' AND EXISTS (
           SELECT 1 FROM dbos_agent.workflows AS c
           WHERE c.workflow_id = %(wait_target)s
-            AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')))
+            AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')))
   )
 RETURNING w.workflow_id;
 
@@ -416,7 +484,7 @@ WITH ready AS (
     JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
     WHERE w.status = 'SUSPENDED' AND w.wait_kind = 'child'
       AND w.wait_target = ANY(%(targets)s::text[])
-      AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
+      AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
     UNION
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
@@ -428,7 +496,8 @@ WITH ready AS (
     JOIN ready USING (workflow_id)
     WHERE w.status = 'SUSPENDED'
       AND w.name = ANY(%(names)s)
-      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+      AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                             %(app_version)s, %(code_version)s)
     LIMIT %(limit)s
     FOR UPDATE OF w SKIP LOCKED
 ), woken AS (
@@ -485,7 +554,8 @@ WITH runnable AS NOT MATERIALIZED (
     SELECT workflow_id, wait_kind, wait_target, wait_name, wake_at
     FROM dbos_agent.workflows
     WHERE status = 'SUSPENDED' AND name = ANY(%(names)s)
-      AND (%(app_version)s::text IS NULL OR app_version = %(app_version)s::text)
+      AND dbos_agent.may_run(app_version, accepted_versions, diverged_versions,
+                             %(app_version)s, %(code_version)s)
 )
 (SELECT w.workflow_id AS target
  FROM runnable AS w
@@ -508,7 +578,7 @@ UNION
 (SELECT w.wait_target
  FROM runnable AS w
  JOIN dbos_agent.workflows AS c ON c.workflow_id = w.wait_target
- WHERE w.wait_kind = 'child' AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
+ WHERE w.wait_kind = 'child' AND c.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
  LIMIT %(limit)s);
 
 -- name: next_wake_at
@@ -518,7 +588,8 @@ UNION
 SELECT extract(epoch FROM min(wake_at) - dbos_agent.now())::float8 AS seconds
 FROM dbos_agent.workflows
 WHERE status = 'SUSPENDED' AND name = ANY(%(names)s)
-  AND (%(app_version)s::text IS NULL OR app_version = %(app_version)s::text);
+  AND dbos_agent.may_run(app_version, accepted_versions, diverged_versions,
+                         %(app_version)s, %(code_version)s);
 
 -- == executors ==
 
@@ -657,7 +728,8 @@ WITH servers AS (
     FROM dbos_agent.workflows AS w
     WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
       AND w.name = ANY(%(names)s)
-      AND (%(app_version)s::text IS NULL OR w.app_version = %(app_version)s::text)
+      AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                             %(app_version)s, %(code_version)s)
     ORDER BY w.priority, w.created_at, w.workflow_id
     LIMIT (SELECT n FROM room)
     FOR UPDATE OF w SKIP LOCKED
@@ -713,7 +785,7 @@ WITH RECURSIVE tree AS (
         updated_at = now(), finished_at = now()
     FROM target
     WHERE w.workflow_id = target.workflow_id
-      AND (target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED')
+      AND (target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED')
            OR (target.is_root AND target.status IN ('IN_DOUBT',
                                                      'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
     RETURNING w.workflow_id, target.is_root, pg_notify('dbos_agent_cancel', w.workflow_id)
@@ -730,7 +802,7 @@ WITH RECURSIVE overdue AS (
     SELECT workflow_id
     FROM dbos_agent.workflows
     WHERE deadline_at <= dbos_agent.now() AND deadline_at IS NOT NULL
-      AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED')
+      AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED')
     ORDER BY deadline_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -762,7 +834,7 @@ SET status = 'CANCELLED', output = NULL, owner_key = NULL,
     updated_at = now(), finished_at = now()
 FROM target
 WHERE w.workflow_id = target.workflow_id
-  AND w.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED')
+  AND w.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED')
 RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id);
 
 -- name: resume_workflow
@@ -1143,7 +1215,7 @@ WITH target AS (
     SET status = %(status)s, reason = %(reason)s, decided_at = now()
     FROM target AS t
     WHERE a.workflow_id = t.workflow_id AND a.seq = t.seq AND t.status = 'PENDING'
-      AND t.digest = %(digest)s AND t.workflow_status IN ('PENDING', 'SUSPENDED')
+      AND t.digest = %(digest)s AND t.workflow_status IN ('PENDING', 'SUSPENDED', 'DIVERGED')
     RETURNING a.workflow_id
 ), sent AS (
     INSERT INTO dbos_agent.messages (destination_id, topic, message, idempotency_key)

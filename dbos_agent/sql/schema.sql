@@ -68,18 +68,30 @@ CREATE TABLE dbos_agent.workflows (
     -- When the latest run began (set by every statement that gives the workflow to a
     -- session): steps recorded before it were replayed by that run, the others ran live.
     run_started_at        timestamptz NOT NULL DEFAULT now(),
+    -- DIVERGED: the code called another step than the log recorded at a position (a
+    -- code change). The workflow is held, unfinished and owned by nobody: `diverged`
+    -- says where and how ({"position", "recorded", "called", "app_version",
+    -- "code_version", "at"}); processes whose code version is in `diverged_versions`
+    -- leave it alone, any other that may run it takes it and continues it.
+    diverged              jsonb,
+    diverged_versions     text[]      NOT NULL DEFAULT '{}',
+    -- Application versions besides app_version whose processes may run it: recorded
+    -- by `dbos-agent check-deploy --adopt` once its log was checked to fit their code.
+    accepted_versions     text[]      NOT NULL DEFAULT '{}',
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
         'PENDING', 'SUSPENDED', 'SUCCESS', 'ERROR', 'CANCELLED', 'ENQUEUED',
-        'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')),
+        'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT', 'DIVERGED')),
     -- A finished workflow carries exactly the outcome its status says.
     CONSTRAINT workflows_outcome_matches_status CHECK (
         (status = 'SUCCESS' AND error IS NULL AND finished_at IS NOT NULL)
         OR (status IN ('ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'IN_DOUBT')
             AND output IS NULL)
-        OR (status IN ('PENDING', 'ENQUEUED', 'SUSPENDED') AND output IS NULL AND error IS NULL)
+        OR (status IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
+            AND output IS NULL AND error IS NULL)
     ),
+    CONSTRAINT workflows_diverged_says_why CHECK (status <> 'DIVERGED' OR diverged IS NOT NULL),
     -- Exactly the SUSPENDED workflows say what wakes them, and say it whole.
     CONSTRAINT workflows_suspended_waits CHECK (
         (status = 'SUSPENDED') = (wait_kind IS NOT NULL)
@@ -105,7 +117,10 @@ CREATE INDEX workflows_suspended_on
 CREATE INDEX workflows_children
     ON dbos_agent.workflows (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX workflows_deadlines ON dbos_agent.workflows (deadline_at)
-    WHERE deadline_at IS NOT NULL AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED');
+    WHERE deadline_at IS NOT NULL AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED');
+-- Diverged workflows, for the processes whose code may fit them.
+CREATE INDEX workflows_diverged ON dbos_agent.workflows (created_at)
+    WHERE status = 'DIVERGED';
 -- Claims: the PENDING workflows of dead sessions.
 CREATE INDEX workflows_pending_by_owner
     ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';
@@ -156,6 +171,18 @@ LANGUAGE sql STABLE AS $$
                 THEN 'NOT_OWNER' ELSE status END
     FROM dbos_agent.workflows
     WHERE workflow_id = wid
+$$;
+
+-- Whether a process may run a workflow: its application version is the workflow's
+-- (or one accepted for it), or it runs every version (NULL); and its code has not
+-- diverged on it. Every statement that gives a workflow to a process asks this.
+CREATE FUNCTION dbos_agent.may_run(
+    workflow_version text, accepted text[], diverged text[],
+    process_version text, process_code text
+) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT (process_version IS NULL OR workflow_version = process_version
+            OR process_version = ANY(accepted))
+           AND NOT coalesce(process_code = ANY(diverged), false)
 $$;
 
 -- == executor sessions =================================================================
@@ -218,8 +245,8 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- A workflow PENDING without an owner (resumed or forked by a process that cannot
--- run it, a doubt resolved from the CLI) and a session ended while it owns PENDING
--- workflows are claimable at once: a NOTIFY on dbos_agent_claimable (payload '')
+-- run it, a doubt resolved from the CLI) or DIVERGED, and a session ended while it
+-- owns PENDING workflows, are claimable at once: a NOTIFY on dbos_agent_claimable (payload '')
 -- makes the take-over pass of every live process look now instead of at its next
 -- round.
 CREATE FUNCTION dbos_agent.notify_claimable() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -236,7 +263,8 @@ CREATE TRIGGER executors_notify_claimable AFTER UPDATE OF heartbeat_at
 
 CREATE TRIGGER workflows_notify_claimable AFTER INSERT OR UPDATE OF status, owner_key
     ON dbos_agent.workflows
-    FOR EACH ROW WHEN (NEW.status = 'PENDING' AND NEW.owner_key IS NULL)
+    FOR EACH ROW
+    WHEN ((NEW.status = 'PENDING' AND NEW.owner_key IS NULL) OR NEW.status = 'DIVERGED')
     EXECUTE FUNCTION dbos_agent.notify_claimable();
 
 -- One session, for single-row checks (a direct call of a workflow someone owns).
@@ -326,8 +354,8 @@ $$;
 
 CREATE TRIGGER workflows_notify_finished AFTER UPDATE OF status ON dbos_agent.workflows
     FOR EACH ROW
-    WHEN (NEW.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
-          AND OLD.status IN ('PENDING', 'ENQUEUED', 'SUSPENDED'))
+    WHEN (NEW.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
+          AND OLD.status IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED'))
     EXECUTE FUNCTION dbos_agent.notify_finished();
 
 -- == streams ===========================================================================

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .connector import Connection, Connector, Row
 from .locks import QUEUE_LOCK_CLASS
-from .rows import text_of
+from .rows import Runner, text_of
 from .sql_files import query
 
 
@@ -18,10 +18,9 @@ class QueueStore:
         self,
         *,
         queue_name: str,
-        names: list[str],
+        runner: Runner,
         owner_key: int,
         executor_id: str,
-        app_version: str | None,
         free_slots: int,
         concurrency: int | None,
         worker_concurrency: int | None,
@@ -36,10 +35,9 @@ class QueueStore:
         limit, period = rate_limit if rate_limit else (None, 1.0)
         params = {
             "queue_name": queue_name,
-            "names": names,
+            **runner.params(),
             "owner_key": owner_key,
             "executor_id": executor_id,
-            "app_version": app_version,
             "free_slots": free_slots,
             "concurrency": concurrency,
             "worker_concurrency": worker_concurrency,

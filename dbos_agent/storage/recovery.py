@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from ..records import WorkflowStatus
 from .connector import Connector
-from .rows import RecoveryClaim, UnlockedSession, text_of
+from .rows import RecoveryClaim, Runner, UnlockedSession, text_of
 from .sql_files import query
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -25,8 +25,7 @@ class RecoveryStore:
         *,
         executor_id: str,
         owner_key: int,
-        app_version: str | None,
-        names: list[str],
+        runner: Runner,
         skip_ids: list[str],
         orphans: bool,
         after: tuple[datetime, str] | None,
@@ -39,8 +38,7 @@ class RecoveryStore:
             "claim workflows for recovery",
             executor_id=executor_id,
             owner_key=owner_key,
-            app_version=app_version,
-            names=names,
+            **runner.params(),
             skip_ids=skip_ids,
             orphans=orphans,
             after_created_at=after_created_at,
@@ -63,7 +61,7 @@ class RecoveryStore:
         return claims
 
     def probe_orphans(
-        self, *, owner_key: int, names: list[str], app_version: str | None
+        self, *, owner_key: int, runner: Runner
     ) -> tuple[bool, list[UnlockedSession]]:
         """Whether workflows the caller could take over wait, and which sessions have
         lost their lock without being known dead yet (one statement, see queries.sql)."""
@@ -71,8 +69,7 @@ class RecoveryStore:
             "probe_orphans",
             "look for orphaned workflows",
             owner_key=owner_key,
-            names=names,
-            app_version=app_version,
+            **runner.params(),
         )
         if row is None:
             return False, []
@@ -80,6 +77,22 @@ class RecoveryStore:
             UnlockedSession(s["session_key"], s["pid"], s["process_key"]) for s in row["unlocked"]
         ]
         return bool(row["claimable"]), unlocked
+
+    def claim_diverged(
+        self, *, executor_id: str, owner_key: int, runner: Runner, orphans: bool, limit: int
+    ) -> list[tuple[str, str, str]]:
+        """Take ``(workflow_id, name, inputs)`` of the next page of DIVERGED workflows the
+        runner's code may fit: PENDING and the caller's now (queries.sql)."""
+        rows = self._db.all(
+            "claim_diverged_workflows",
+            "claim diverged workflows",
+            executor_id=executor_id,
+            owner_key=owner_key,
+            orphans=orphans,
+            limit=limit,
+            **runner.params(),
+        )
+        return [(r["workflow_id"], r["name"], text_of(r["inputs"]) or "{}") for r in rows]
 
     def count_claimable_soon(self, executor_id: str, owner_key: int, names: list[str]) -> int:
         """PENDING workflows of ``executor_id`` whose session lost its lock, within its grace."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..records import StepStatus, WaitInfo, WorkflowInfo, WorkflowStatus
+from ..records import Divergence, StepStatus, WaitInfo, WorkflowInfo, WorkflowStatus
 from . import jsonb
 
 Row = dict[str, Any]
@@ -107,6 +107,26 @@ class ForkResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Runner:
+    """What a process can run, as every statement that gives it workflows asks
+    (``dbos_agent.may_run``): the workflow names it registered, its application version
+    (None: every version) and the version of its code (workflows whose replay diverged
+    under that code are left to others)."""
+
+    names: list[str]
+    app_version: str | None
+    code_version: str
+
+    def params(self) -> dict[str, Any]:
+        """The statement parameters ``names``, ``app_version`` and ``code_version``."""
+        return {
+            "names": self.names,
+            "app_version": self.app_version,
+            "code_version": self.code_version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class UnlockedSession:
     """An executor session whose lock is free and which is not yet known dead."""
 
@@ -141,6 +161,23 @@ def workflow_info(row: Row) -> WorkflowInfo:
             else WaitInfo(row["wait_kind"], row["wait_target"], row["wait_name"], row["wake_at"])
         ),
         run_started_at=row.get("run_started_at"),
+        diverged=divergence(row.get("diverged")),
+    )
+
+
+def divergence(value: Any) -> Divergence | None:
+    """The ``diverged`` column (JSON written by the engine's hold), as a record."""
+    found = jsonb.parse(value) if isinstance(value, str) else value
+    if not isinstance(found, dict):
+        return None
+    at = found.get("at")
+    return Divergence(
+        position=int(found["position"]),
+        recorded=str(found["recorded"]),
+        called=str(found["called"]),
+        app_version=found.get("app_version"),
+        code_version=str(found.get("code_version", "")),
+        at=datetime.fromisoformat(at) if isinstance(at, str) else None,
     )
 
 

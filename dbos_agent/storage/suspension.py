@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .connector import Connector
-from .rows import text_of
+from .rows import Runner, text_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +64,7 @@ class SuspensionStore:
         *,
         owner_key: int,
         executor_id: str,
-        names: list[str],
-        app_version: str | None,
+        runner: Runner,
         targets: list[str] | None,
         limit: int,
     ) -> list[WokenWorkflow]:
@@ -74,17 +73,15 @@ class SuspensionStore:
         params = {
             "owner_key": owner_key,
             "executor_id": executor_id,
-            "names": names,
-            "app_version": app_version,
+            **runner.params(),
             "limit": limit,
         }
         if targets is None:
             found = self._db.all(
                 "list_wake_targets",
                 "look for suspended workflows to wake",
-                names=names,
-                app_version=app_version,
                 limit=limit,
+                **runner.params(),
             )
             targets = [row["target"] for row in found]
             if not targets:
@@ -94,10 +91,8 @@ class SuspensionStore:
             WokenWorkflow(r["workflow_id"], r["name"], text_of(r["inputs"]) or "{}") for r in rows
         ]
 
-    def next_wake_in(self, *, names: list[str], app_version: str | None) -> float | None:
+    def next_wake_in(self, runner: Runner) -> float | None:
         """Seconds until the earliest suspended timer the caller could wake is due
         (negative: overdue; None: there is none)."""
-        row = self._db.one(
-            "next_wake_at", "read the next timer", names=names, app_version=app_version
-        )
+        row = self._db.one("next_wake_at", "read the next timer", **runner.params())
         return None if row is None or row["seconds"] is None else float(row["seconds"])

@@ -7,7 +7,7 @@ from datetime import datetime
 from ..records import WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
-from .rows import WorkflowRow, text_of, workflow_info
+from .rows import Runner, WorkflowRow, text_of, workflow_info
 
 
 class WorkflowStore:
@@ -124,6 +124,37 @@ class WorkflowStore:
             text_of(row["output"]),
             text_of(row["error"]),
         )
+
+    def take_diverged(
+        self, workflow_id: str, owner_key: int, executor_id: str, runner: Runner
+    ) -> bool:
+        """Take a DIVERGED workflow the runner's code may fit (compare-and-set)."""
+        row = self._db.one(
+            "take_diverged_workflow",
+            f"take diverged workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            owner_key=owner_key,
+            executor_id=executor_id,
+            app_version=runner.app_version,
+            code_version=runner.code_version,
+        )
+        return row is not None
+
+    def hold_diverged(
+        self, workflow_id: str, owner_key: int | None, code_version: str, detail: str
+    ) -> bool | None:
+        """Hold a PENDING workflow this session owns as DIVERGED (``detail``: JSON saying
+        where and how); whether ``code_version`` diverged on it for the first time, or
+        None when the session no longer owned it (nothing written)."""
+        row = self._db.one(
+            "hold_diverged_workflow",
+            f"hold diverged workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            owner_key=owner_key,
+            code_version=code_version,
+            detail=detail,
+        )
+        return None if row is None else bool(row["first_time"])
 
     def get(self, workflow_id: str) -> WorkflowInfo | None:
         """The stored workflow, or None."""
