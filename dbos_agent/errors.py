@@ -117,6 +117,11 @@ class WorkflowDivergedError(DbosAgentError):
         self.current = current
 
 
+class WriteRefusedError(DbosAgentError):
+    """A statement that would write was sent on a read-only connection (a replay check's:
+    ``dbos-agent check-deploy`` writes nothing unless asked to adopt)."""
+
+
 class PatchError(DbosAgentError):
     """A patch name (``da.patched``) used at two places of one workflow run: each change
     needs its own name, or replay could not tell them apart."""

@@ -112,8 +112,10 @@ def import_app(spec: str) -> object:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise DbosAgentError(f"cannot import the app module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # not found, or its own code failed while it was imported
+        raise DbosAgentError(
+            f"cannot import the app module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     if not attr:
         return module
     try:

@@ -15,8 +15,7 @@ from anthropic.types import ToolResultBlockParam, ToolUseBlock
 import dbos_agent as da
 from dbos_agent.agent import ToolRegistry, tool
 from dbos_agent.testing import Inspector
-from tests.helpers import SimulatedCrash, new_id, wait_until
-from tests.test_cli import cli
+from tests.helpers import SimulatedCrash, cli, new_id, wait_until
 from tests.test_web import TOKEN, Server
 
 RUNS: Counter[str] = Counter()

@@ -19,8 +19,7 @@ import dbos_agent as da
 from dbos_agent.agent import Budget, Model, raise_budget
 from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, ScriptItem, text
 from dbos_agent.testing import Inspector
-from tests.helpers import SimulatedCrash, new_id, wait_until
-from tests.test_cli import cli
+from tests.helpers import SimulatedCrash, cli, new_id, wait_until
 
 ROOT = Path(__file__).parent.parent
 MODELS: dict[str, Model] = {}

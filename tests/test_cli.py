@@ -22,7 +22,7 @@ import dbos_agent as da
 from dbos_agent.engine.core import Engine
 from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
-from tests.helpers import SimulatedCrash, new_id, wait_until
+from tests.helpers import SimulatedCrash, cli, new_id, ok, refused, wait_until
 from tests.processes import ROOT
 
 RUNS: Counter[str] = Counter()
@@ -37,41 +37,6 @@ def _reset() -> None:
     PAUSE.clear()
     PAUSED.clear()
     CRASH.clear()
-
-
-def cli(url: str | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m dbos_agent ARGS`` with $DBOS_AGENT_DATABASE_URL set to ``url``."""
-    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
-    if url is not None:
-        env["DBOS_AGENT_DATABASE_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", "dbos_agent", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-    )
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    return result.stdout
-
-
-def refused(result: subprocess.CompletedProcess[str], status: int, message: str) -> None:
-    """Failed with ``status`` and ``message``: one line on stderr; on stdout nothing, or,
-    for an operational error (1) under ``--json``, the error as a JSON document."""
-    assert result.returncode == status, (result.stdout, result.stderr)
-    if status == 1 and "--json" in result.args:
-        error = json.loads(result.stdout)
-        assert sorted(error) == ["error", "type"] and message in error["error"], error
-    else:
-        assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[-1].startswith("dbos-agent: error: "), result.stderr
-    assert message in result.stderr, result.stderr
 
 
 @da.step

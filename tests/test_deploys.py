@@ -6,6 +6,7 @@ run as real processes on one database.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,12 +15,13 @@ from pathlib import Path
 
 import dbos_agent as da
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id, wait_until
+from tests.helpers import cli, new_id, ok, wait_until
 from tests.processes import ROOT, start_worker, stop_workers
 
 
-def _start(url: str, version: str, workflow_id: str, log: Path) -> None:
-    """Start deploy_flow with version ``version``'s code; returns once it waits."""
+def _start(url: str, version: str, workflow_id: str, log: Path, app_version: str = "") -> None:
+    """Start deploy_flow with version ``version``'s code (under application version
+    ``app_version``, if any); returns once it waits."""
     done = subprocess.run(
         [sys.executable, "-m", f"tests.deploy.{version}", "start", workflow_id],
         env={
@@ -27,6 +29,7 @@ def _start(url: str, version: str, workflow_id: str, log: Path) -> None:
             "DBOS_AGENT_DATABASE_URL": url,
             "PYTHONPATH": str(ROOT),
             "DEPLOY_LOG": str(log),
+            "DEPLOY_APP_VERSION": app_version,
         },
         cwd=ROOT,
         capture_output=True,
@@ -34,6 +37,12 @@ def _start(url: str, version: str, workflow_id: str, log: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def _snapshot(url: str, workflow_id: str) -> tuple[object, ...]:
+    """Everything the database holds of one workflow."""
+    with Inspector(url) as db:
+        return db.workflow(workflow_id), db.steps(workflow_id), db.messages(workflow_id)
 
 
 def _runs(log: Path, workflow_id: str) -> Counter[str]:
@@ -54,6 +63,29 @@ def test_a_waiting_agent_outlives_a_deploy_that_does_not_fit_its_log(
     wid = new_id("deploy")
     _start(url, "v1", wid, log)  # v1 prepares, then waits for the approval, suspended
     assert _runs(log, wid) == Counter({"v1 prepare": 1})
+
+    # before deploying v2, the check says it does not fit, and names the workflow
+    before = _snapshot(url, wid)
+    checked = cli(url, "check-deploy", "--app", "tests.deploy.v2", cwd=ROOT)
+    assert checked.returncode == 1, checked.stderr
+    assert (
+        f"{wid}  SUSPENDED  at step 0 the log recorded 'prepare', the new code calls 'audit'"
+        in (checked.stdout)
+    )
+    report = json.loads(cli(url, "check-deploy", "--app", "tests.deploy.v2", "--json",
+                            cwd=ROOT).stdout)  # fmt: skip
+    assert report["fits"] is False
+    assert {
+        "workflow_id": wid,
+        "position": 0,
+        "recorded": "prepare",
+        "called": "audit",
+    }.items() <= (next(m for m in report["misfits"] if m["workflow_id"] == wid).items())
+    assert ok(cli(url, "check-deploy", "--app", "tests.deploy.v3", cwd=ROOT)).endswith(
+        "every workflow fits: the new code continues each from its log\n"
+    )
+    assert _snapshot(url, wid) == before, "a check writes nothing"
+    assert _runs(log, wid) == Counter({"v1 prepare": 1}), "and runs nothing"
 
     # v2 adds a step before prepare, without a patch, and is deployed anyway
     v2 = start_worker(url, "tests.deploy.v2", env=env)
@@ -95,3 +127,28 @@ def test_a_waiting_agent_outlives_a_deploy_that_does_not_fit_its_log(
     finally:
         stop_workers([v3])
     assert _runs(log, fresh) == Counter({"v3 audit": 1, "v3 prepare": 1, "v3 apply": 1})
+
+
+def test_adopt_lets_the_new_application_version_wake_what_the_old_one_left(
+    dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    """Processes of app version 2 run only version 2's workflows: a version 1 workflow
+    waiting when the last version 1 process is retired would wait for ever. Checked to
+    fit and adopted, it is woken by version 2 when its message comes."""
+    url, log = dbos_agent_database_url, tmp_path / "deploy.log"
+    wid = new_id("versions")
+    _start(url, "v1", wid, log, app_version="1")
+    v2 = start_worker(url, "tests.deploy.v3", "--app-version", "2", env={"DEPLOY_LOG": str(log)})
+    try:
+        adopted = ok(cli(url, "check-deploy", "--app", "tests.deploy.v3", "--app-version", "2",
+                         "--adopt", cwd=ROOT))  # fmt: skip
+        assert "adopted 1 workflow(s) of other versions for version 2" in adopted
+        with Inspector(url) as db:
+            info = db.workflow(wid)
+            assert info is not None and info.app_version == "1"
+        with da.Client(url) as client:
+            client.send(wid, "later", topic="approve")
+            assert client.retrieve(wid).result(timeout=30)[-1] == "applied after later"
+    finally:
+        stop_workers([v2])
+    assert _runs(log, wid) == Counter({"v1 prepare": 1, "v3 apply": 1})

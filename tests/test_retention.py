@@ -19,8 +19,7 @@ import dbos_agent as da
 from dbos_agent.engine.retention import format_duration, parse_duration
 from dbos_agent.engine.state import current_engine
 from dbos_agent.testing import fresh_database
-from tests.helpers import new_id, wait_until
-from tests.test_cli import cli, ok, refused
+from tests.helpers import cli, new_id, ok, refused, wait_until
 
 DAY = timedelta(days=1)
 #: Rows of one workflow of :func:`job`: itself, 2 steps + set_event, 1 message, 1 event.

@@ -1,7 +1,9 @@
 """``dbos-agent``: operate durable workflows from a terminal or a script.
 
 It works from the database alone: it never imports or runs the user's workflow
-functions and never recovers anything (``worker`` aside, which is the daemon that does).
+functions and never recovers anything (``worker`` aside, which is the daemon that does,
+and ``check-deploy``, which imports the new code to replay logs against it, running
+nothing live).
 Human-readable tables by default, one JSON document on stdout with ``--json``. Errors go
 to stderr as ``dbos-agent: error: ...`` (and, with ``--json``, as ``{"error": ...,
 "type": ...}`` on stdout); exit status 0 on success, 1 for operational errors (unknown
@@ -119,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         db.open()
         if run is not commands.migrate:
             _check_schema(db)
-        run(args, db)
+        status = run(args, db) or 0
         sys.stdout.flush()
     except (CliError, DbosAgentError) as exc:
         return _fail(exc, scrub(str(exc), url), as_json=args.json)
@@ -134,4 +136,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if db is not None:
             db.close()
-    return 0
+    return status

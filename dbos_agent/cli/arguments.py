@@ -67,6 +67,17 @@ def positive(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0 (a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
 def json_value(text: str) -> str:
     """Validate JSON text and return it normalised (parsed once here, stored as jsonb)."""
     try:

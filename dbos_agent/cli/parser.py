@@ -14,11 +14,12 @@ from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV
 from ..web import serve
 from . import arguments as types
-from . import commands
+from . import commands, deploys
 from .arguments import PROG
 
-#: What a command runs, on the database ``main`` opened for it (set as ``run``).
-Run = Callable[[argparse.Namespace, SystemDatabase], None]
+#: What a command runs, on the database ``main`` opened for it (set as ``run``); it may
+#: return the exit status (``check-deploy``: 1 when some workflow does not fit).
+Run = Callable[[argparse.Namespace, SystemDatabase], int | None]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stream(tree, common)
     _add_approvals(tree, common)
     _add_gc(tree, common)
+    _add_deploys(tree, common)
     _add_worker(tree)
     _add_serve(tree)
     return parser
@@ -339,6 +341,78 @@ def _add_gc(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
     gc.add_argument(
         "--dry-run", action="store_true", help="count what would be deleted; delete nothing"
     )
+
+
+def _add_deploys(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    check = _command(
+        tree,
+        common,
+        "check-deploy",
+        "replay the workflows in flight against new code: would any diverge?",
+        deploys.check_deploy,
+        "Import the app's new code (--app) and replay every unfinished workflow of the names\n"
+        "it registers (PENDING, SUSPENDED, DIVERGED, ENQUEUED with a log) against it, running\n"
+        "nothing live: no step, send, stream write or model call happens, and nothing is\n"
+        "written (its connections are read-only). It prints, per workflow name and\n"
+        "application version, how many fit and, for each that would not, the workflow, the\n"
+        "position, the recorded and the called step. --histories FILE checks an export\n"
+        f"(`{PROG} export`) instead of the database. --adopt --app-version V records that\n"
+        "processes of version V may run the workflows of other versions that fit (one\n"
+        "guarded statement each), so that the old processes can be retired.\n"
+        "exit status: 0 every workflow fits; 1 one does not, or the check could not run;\n"
+        "2 usage error.",
+    )
+    check.add_argument(
+        "--app", required=True, metavar="MODULE[:OBJECT]", help="the new code (imported)"
+    )
+    check.add_argument(
+        "--app-version", metavar="V", help="the application version the new code runs as"
+    )
+    check.add_argument(
+        "--adopt",
+        action="store_true",
+        help="let processes of --app-version run the workflows of other versions that fit",
+    )
+    check.add_argument(
+        "--histories", metavar="FILE", help="check the workflows of an export (- for stdin)"
+    )
+    check.add_argument(
+        "--timeout",
+        type=types.positive_seconds,
+        default=10.0,
+        metavar="S",
+        help="seconds one replay may take (default 10)",
+    )
+
+    export = _command(
+        tree,
+        common,
+        "export",
+        "write workflows with their logs as JSON Lines (for import or check-deploy)",
+        deploys.export,
+        "Write each workflow ID (or, with --unfinished, every unfinished one) to stdout as\n"
+        "one JSON document per line: its row, steps, messages, events, streams and\n"
+        f"approvals, values as stored. `{PROG} import` loads them into another database;\n"
+        f"`{PROG} check-deploy --histories FILE` checks new code against them.",
+    )
+    export.add_argument("workflow_ids", metavar="ID", nargs="*", help="workflow ids")
+    export.add_argument(
+        "--unfinished", action="store_true", help="every unfinished workflow instead of IDs"
+    )
+    export.add_argument("--name", help="with --unfinished: only workflows of this name")
+
+    imported = _command(
+        tree,
+        common,
+        "import",
+        "load workflows written by export into this database",
+        deploys.import_,
+        "Load the workflows of FILE (- for stdin), written by `export`: each with its log,\n"
+        "messages, events, streams and approvals, whole or not at all; an id that exists\n"
+        "here is skipped. Imported workflows are owned by nobody: an unfinished one is run\n"
+        "by the first process with its code that takes it over, as a resumed one is.",
+    )
+    imported.add_argument("file", metavar="FILE", help="an export (- for stdin)")
 
 
 def _add_worker(tree: _Group[Any]) -> None:

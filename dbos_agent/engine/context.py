@@ -23,6 +23,7 @@ from ..errors import (
     WorkflowDivergedError,
 )
 from ..limits import check_identifier, derived_identifier
+from ..records import StepStatus
 from ..storage.rows import StepRow
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ class WorkflowHost(Protocol):
     stopping: bool
     #: A background run whose wait is longer than this (seconds) suspends.
     suspend_after: float
+    #: A replay check's engine: it runs nothing live (see deploy_check.py).
+    replay_only: bool
 
     def cancellation(self, workflow_id: str) -> WorkflowCancelledError | None:
         """The error that stops a run of ``workflow_id`` if it was cancelled, else None."""
@@ -77,6 +80,15 @@ class OwnershipLost(BaseException):
         super().__init__(f"workflow {workflow_id!r} {detail}")
 
 
+class PastLog(BaseException):
+    """A replay check reached the end of the workflow's log (or a wait): the code fits
+    the log up to here. A BaseException, so that user code does not swallow it."""
+
+    def __init__(self, workflow_id: str, seq: int) -> None:
+        super().__init__(f"the replay of workflow {workflow_id!r} reached position {seq}")
+        self.seq = seq
+
+
 class StopReason(IntEnum):
     """Why a run ends before its workflow function returns, strongest first.
 
@@ -101,6 +113,9 @@ class StopReason(IntEnum):
     #: A background run gave its workflow up while it waits (SUSPENDED in the
     #: database, see suspension.py): nothing more is recorded by this run.
     SUSPENDED = 7
+    #: A replay check (``dbos-agent check-deploy``) reached the end of the log: what the
+    #: code does from there would run live, and a check runs nothing live.
+    PAST_LOG = 8
 
 
 @dataclass(eq=False)
@@ -213,7 +228,16 @@ class WorkflowContext:
                 StopReason.DIVERGED,
                 WorkflowDivergedError(self.workflow_id, seq, recorded.name, name),
             )
+        if self.engine.replay_only and (recorded is None or recorded.status is StepStatus.PENDING):
+            raise self.stop_past_log(seq)  # it would run live (or resolve an intent) here
         return seq, recorded
+
+    def stop_past_log(self, seq: int | None = None) -> BaseException:
+        """Note that a replay check reached the end of the log (at ``seq``, by default
+        the next position); returns what to raise."""
+        with self._lock:
+            at = self._next_seq if seq is None else seq
+        return self.halt(StopReason.PAST_LOG, PastLog(self.workflow_id, at))
 
     def next_recorded(self) -> StepRow | None:
         """What the log recorded at the next position, if anything: the next step replays
@@ -221,7 +245,12 @@ class WorkflowContext:
         with self._lock:
             return self.recorded.get(self._next_seq)
 
-    def past_log(self) -> bool:
+    def positions_taken(self) -> int:
+        """How many positions the run has handed out (replayed ones included)."""
+        with self._lock:
+            return self._next_seq
+
+    def live_from_here(self) -> bool:
         """Whether the next position is past the end of the log (the run is live there)."""
         with self._lock:
             return self._next_seq >= self._log_end

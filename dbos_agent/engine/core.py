@@ -47,6 +47,7 @@ from .context import (
     OwnershipLost,
     StopReason,
     WorkflowContext,
+    current_context,
     current_workflow_id,
     current_workflow_timeout,
     entered_workflow,
@@ -106,10 +107,14 @@ class Engine:
         session_grace: float = 3.0,
         suspend_after: float = 1.0,
         async_runs: int = 1000,
+        replay_only: bool = False,
     ) -> None:
         if suspend_after < 0:
             raise ValueError(f"suspend_after must be >= 0 seconds, got {suspend_after}")
         self.db = db
+        #: The engine of a replay check (deploy_check.py): it replays logs, never opens a
+        #: session, and answers workflow calls from the database without writing.
+        self.replay_only = replay_only
         #: A background run whose wait is longer than this (seconds) suspends.
         self.suspend_after = suspend_after
         self.executor_id = check_identifier(executor_id, "executor id")
@@ -221,6 +226,8 @@ class Engine:
             raise NotLaunchedError("the dbos_agent engine is shutting down")
         check_identifier(workflow_id, "workflow id")
         inputs = definition.inputs.dumps(args, kwargs)
+        if self.replay_only:
+            return self._admit_replayed(definition, workflow_id)
         if queue_name is not None:
             return self._enqueue(definition, workflow_id, inputs, queue_name, priority)
         run = WorkflowRun(definition, workflow_id, args, kwargs, {})
@@ -268,6 +275,23 @@ class Engine:
         except BaseException as exc:
             self._abandon(run, exc)
             raise
+
+    def _admit_replayed(self, definition: WorkflowDefinition, workflow_id: str) -> Admission:
+        """A workflow call met by a replay check (a child started, called or enqueued
+        by the replayed body): what the live run would find, read without writing. A call
+        not recorded yet is where the live run would do something new: the check stops."""
+        info = self.db.workflows.get(workflow_id)
+        if info is None:
+            ctx = current_context()
+            assert ctx is not None, "a replay check calls workflows from replayed bodies"
+            raise ctx.stop_past_log()
+        if info.status.finished:
+            return Admission(
+                finished=workflow_outcome(
+                    workflow_id, info.status, info.output, info.error, definition.result
+                )
+            )
+        return Admission(remote=True)
 
     def _admit_diverged(self, run: WorkflowRun) -> Admission:
         """A direct call of a DIVERGED workflow: this session takes it if its code may fit

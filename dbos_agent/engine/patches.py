@@ -75,7 +75,7 @@ def _patch_plan(
         if took:
             ctx.begin_step(step_name)  # consumes the marker's position
         result = took or deprecated
-    elif not ctx.past_log():  # a position that recorded no step (a child's start)
+    elif not ctx.live_from_here():  # a position that recorded no step (a child's start)
         result = deprecated
     elif deprecated:  # live, and no old run remains: nothing to record
         result = True

@@ -62,6 +62,17 @@ def _noted(exc: BaseException) -> BaseException:
     return exc
 
 
+def _replay_stops(request: Wait | Await) -> BaseException | None:
+    """In a replay check a wait that would block is where the live run would wait for
+    something new: the check stops there (the code fits the log up to here)."""
+    if isinstance(request, Await) and request.future.done():
+        return None
+    ctx = current_context()
+    if ctx is not None and ctx.engine.replay_only and not in_step():
+        return ctx.stop_past_log()
+    return None
+
+
 def run_plan(plan: Plan[T]) -> T:
     """Drive a plan in this thread: calls are made here, waits block here."""
     reply: Any = None
@@ -77,6 +88,9 @@ def run_plan(plan: Plan[T]) -> T:
                 if isinstance(request, Io):
                     reply = request.call()
                     continue
+                stop = _replay_stops(request)
+                if stop is not None:
+                    raise stop
                 refuse_blocking_wait("a sync durable wait (sleep, recv, get_event, result)")
                 if isinstance(request, Await):
                     reply = request.future.result(request.seconds)
@@ -104,6 +118,8 @@ async def run_plan_async(plan: Plan[T]) -> T:
             try:
                 if isinstance(request, Io):
                     reply = await asyncio.to_thread(request.call)
+                elif (stop := _replay_stops(request)) is not None:
+                    raise stop
                 elif isinstance(request, Await):
                     reply = await asyncio.wait_for(
                         asyncio.shield(asyncio.wrap_future(request.future)), request.seconds

@@ -10,6 +10,9 @@ workflow context to its steps.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from ..errors import NotLaunchedError
@@ -21,6 +24,9 @@ if TYPE_CHECKING:
 
 _lock = threading.RLock()
 _engine: Engine | None = None
+#: The engine of a replay check running in this context (see deploy_check.py): the
+#: workflows it replays find it, not the launched one, when they start others.
+_replaying: ContextVar[Engine | None] = ContextVar("dbos_agent_replaying", default=None)
 #: ``@durable_workflow`` definitions by workflow name.
 workflows: dict[str, WorkflowDefinition] = {}
 #: ``Queue`` objects by queue name.
@@ -36,8 +42,9 @@ def lock() -> threading.RLock:
 
 
 def current_engine() -> Engine:
-    """The engine of the launched runtime of this process."""
-    engine = _engine
+    """The engine of the launched runtime of this process (in a workflow that a replay
+    check replays: the check's)."""
+    engine = _replaying.get() or _engine
     if engine is None:
         raise NotLaunchedError(
             "dbos_agent is not launched: call dbos_agent.launch() before running durable workflows"
@@ -48,6 +55,16 @@ def current_engine() -> Engine:
 def launched() -> Engine | None:
     """The engine of the launched engine, or None."""
     return _engine
+
+
+@contextmanager
+def replaying(engine: Engine) -> Iterator[None]:
+    """Make ``engine`` (a replay check's) the current one in this context, for the block."""
+    token = _replaying.set(engine)
+    try:
+        yield
+    finally:
+        _replaying.reset(token)
 
 
 def set_engine(engine: Engine) -> None:

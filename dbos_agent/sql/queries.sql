@@ -1268,3 +1268,137 @@ FROM dbos_agent.steps AS s
 JOIN (SELECT DISTINCT workflow_id FROM family) AS f USING (workflow_id)
 WHERE s.name = ANY(%(names)s) AND s.status = 'SUCCESS';
 
+
+-- == histories: deploy checks, export and import ==
+
+-- name: list_workflows_to_check
+-- The next page of unfinished workflows of the given names whose logs a deploy
+-- check replays: PENDING, SUSPENDED, DIVERGED, and ENQUEUED ones that have a log
+-- (a resumed one back in its queue). Oldest first, after the cursor.
+SELECT w.workflow_id, w.name, w.status, w.app_version, w.inputs::text, w.created_at
+FROM dbos_agent.workflows AS w
+WHERE w.name = ANY(%(names)s)
+  AND (w.status IN ('PENDING', 'SUSPENDED', 'DIVERGED')
+       OR (w.status = 'ENQUEUED'
+           AND EXISTS (SELECT 1 FROM dbos_agent.steps AS s
+                       WHERE s.workflow_id = w.workflow_id)))
+  AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+ORDER BY w.created_at, w.workflow_id
+LIMIT %(limit)s;
+
+-- name: export_workflows
+-- Workflows as self-contained JSON documents (one per row, oldest first): the row
+-- (every column but its owner), its steps, the messages sent to it, its events,
+-- streams and approvals, values as stored. import_workflow reads them back.
+SELECT jsonb_build_object(
+           'format', 'dbos_agent.history/1',
+           'workflow', to_jsonb(w) - 'owner_key',
+           'steps', coalesce((SELECT jsonb_agg(to_jsonb(s) - 'workflow_id' ORDER BY s.seq)
+                              FROM dbos_agent.steps AS s
+                              WHERE s.workflow_id = w.workflow_id), '[]'::jsonb),
+           'messages', coalesce((SELECT jsonb_agg(to_jsonb(m) - 'message_id'
+                                                  - 'destination_id' ORDER BY m.message_id)
+                                 FROM dbos_agent.messages AS m
+                                 WHERE m.destination_id = w.workflow_id), '[]'::jsonb),
+           'events', coalesce((SELECT jsonb_agg(to_jsonb(e) - 'workflow_id' ORDER BY e.key)
+                               FROM dbos_agent.events AS e
+                               WHERE e.workflow_id = w.workflow_id), '[]'::jsonb),
+           'streams', coalesce((SELECT jsonb_agg(to_jsonb(t) - 'workflow_id'
+                                                 ORDER BY t.key, t."offset")
+                                FROM dbos_agent.streams AS t
+                                WHERE t.workflow_id = w.workflow_id), '[]'::jsonb),
+           'approvals', coalesce((SELECT jsonb_agg(to_jsonb(a) - 'workflow_id' ORDER BY a.seq)
+                                  FROM dbos_agent.approvals AS a
+                                  WHERE a.workflow_id = w.workflow_id), '[]'::jsonb)
+       )::text AS history, w.workflow_id
+FROM dbos_agent.workflows AS w
+WHERE w.workflow_id = ANY(%(workflow_ids)s)
+ORDER BY w.created_at, w.workflow_id;
+
+-- name: list_unfinished_ids
+-- The next page of unfinished workflows (of `name`, when given), oldest first after
+-- the cursor, for `dbos-agent export --unfinished`.
+SELECT workflow_id, created_at
+FROM dbos_agent.workflows
+WHERE status = ANY(%(statuses)s)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (created_at, workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+ORDER BY created_at, workflow_id
+LIMIT %(limit)s;
+
+-- name: import_workflow
+-- One exported document into this database, whole or not at all: the workflow
+-- (owned by nobody: an unfinished one is run by a process that has its code, as a
+-- resumed one is; columns an older export lacks take their defaults), then its
+-- steps, messages, events, streams and approvals. An id that exists here already
+-- imports nothing (no row back).
+WITH doc AS (
+    SELECT %(history)s::jsonb AS d
+), workflow AS (
+    INSERT INTO dbos_agent.workflows
+    SELECT (jsonb_populate_record(
+               NULL::dbos_agent.workflows,
+               jsonb_build_object('recovery_attempts', 0, 'priority', 0,
+                                  'diverged_versions', '[]'::jsonb,
+                                  'accepted_versions', '[]'::jsonb,
+                                  'created_at', now(), 'updated_at', now(),
+                                  'run_started_at', now())
+               || (d -> 'workflow') || jsonb_build_object('owner_key', NULL))).*
+    FROM doc
+    ON CONFLICT (workflow_id) DO NOTHING
+    RETURNING workflow_id
+), steps AS (
+    INSERT INTO dbos_agent.steps
+    SELECT (jsonb_populate_record(NULL::dbos_agent.steps,
+                                  s || jsonb_build_object('workflow_id', w.workflow_id))).*
+    FROM workflow AS w, doc, jsonb_array_elements(d -> 'steps') AS s
+    RETURNING seq
+), messages AS (
+    INSERT INTO dbos_agent.messages
+        (destination_id, topic, message, idempotency_key, created_at, consumed_seq,
+         consumed_at)
+    SELECT w.workflow_id, r.topic, r.message, r.idempotency_key, r.created_at,
+           r.consumed_seq, r.consumed_at
+    FROM workflow AS w, doc,
+         jsonb_populate_recordset(NULL::dbos_agent.messages, d -> 'messages') AS r
+    RETURNING message_id
+), events AS (
+    INSERT INTO dbos_agent.events
+    SELECT (jsonb_populate_record(NULL::dbos_agent.events,
+                                  e || jsonb_build_object('workflow_id', w.workflow_id))).*
+    FROM workflow AS w, doc, jsonb_array_elements(d -> 'events') AS e
+    RETURNING key
+), streams AS (
+    INSERT INTO dbos_agent.streams
+    SELECT (jsonb_populate_record(NULL::dbos_agent.streams,
+                                  t || jsonb_build_object('workflow_id', w.workflow_id))).*
+    FROM workflow AS w, doc, jsonb_array_elements(d -> 'streams') AS t
+    RETURNING "offset"
+), approvals AS (
+    INSERT INTO dbos_agent.approvals
+    SELECT (jsonb_populate_record(NULL::dbos_agent.approvals,
+                                  a || jsonb_build_object('workflow_id', w.workflow_id))).*
+    FROM workflow AS w, doc, jsonb_array_elements(d -> 'approvals') AS a
+    RETURNING seq
+)
+SELECT workflow_id,
+       (SELECT count(*) FROM steps) AS steps,
+       (SELECT count(*) FROM messages) AS messages
+FROM workflow;
+
+-- name: adopt_workflow_version
+-- check-deploy --adopt: processes of application version `version` may run this
+-- workflow from now on, since its log was checked to fit their code. Guarded on the
+-- log being the one checked (its number of steps and its last position) and on the
+-- workflow being unfinished; a version that runs it already changes nothing.
+UPDATE dbos_agent.workflows AS w
+SET accepted_versions = array_append(w.accepted_versions, %(version)s), updated_at = now()
+WHERE w.workflow_id = %(workflow_id)s
+  AND w.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED')
+  AND w.app_version IS DISTINCT FROM %(version)s
+  AND NOT (%(version)s = ANY(w.accepted_versions))
+  AND (SELECT count(*) FROM dbos_agent.steps AS s WHERE s.workflow_id = w.workflow_id)
+      = %(steps)s
+  AND coalesce((SELECT max(s.seq) FROM dbos_agent.steps AS s
+                WHERE s.workflow_id = w.workflow_id), -1) = %(last_seq)s
+RETURNING w.workflow_id;

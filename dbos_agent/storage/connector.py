@@ -29,6 +29,7 @@ from ..errors import (
     CheckpointTooLargeError,
     DatabaseUnavailableError,
     SerializationError,
+    WriteRefusedError,
 )
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from . import jsonb
@@ -74,7 +75,9 @@ class Connector:
     ``outage_timeout`` bounds how long each call retries through an outage;
     ``max_checkpoint_bytes`` is the largest JSON value one write may carry. Pooled
     connections carry ``application_name``; ``warn_on_outage=False`` notes outages at
-    DEBUG level only (for tools such as the test inspector).
+    DEBUG level only (for tools such as the test inspector). With ``read_only`` every
+    pooled connection is read-only in Postgres itself, and a statement that would write
+    raises :class:`WriteRefusedError` at once (a replay check writes nothing).
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class Connector:
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
         application_name: str = "dbos_agent",
         warn_on_outage: bool = True,
+        read_only: bool = False,
     ) -> None:
         if max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes}")
@@ -93,6 +97,7 @@ class Connector:
         self.redacted_url = redact_url(url)
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.application_name = application_name
+        self.read_only = read_only
         self.monitor = OutageMonitor(self.redacted_url, warn=warn_on_outage)
         self.retrier = Retrier(self.monitor, outage_timeout)
         self._weeded_at = 0.0
@@ -106,12 +111,10 @@ class Connector:
         self._clocks: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     def _connect_pooled(self) -> Connection:
-        return psycopg.connect(
-            self.url,
-            autocommit=True,
-            row_factory=dict_row,
-            **connection_options(self.application_name),
-        )
+        options = connection_options(self.application_name)
+        if self.read_only:
+            options["options"] = "-c default_transaction_read_only=on"
+        return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, **options)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -219,6 +222,10 @@ class Connector:
                         raise _OutcomeUnknown(describe(exc)) from exc
                     raise
             except psycopg.Error as exc:
+                if self.read_only and isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+                    raise WriteRefusedError(
+                        f"refused to {what}: this connection only reads"
+                    ) from None
                 if is_transient(exc):  # e.g. read-only after a failover: never reuse it
                     conn.close()
                 raise

@@ -4,7 +4,8 @@
 step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``,
 ``db.messages`` (messages, events, the database clock), ``db.suspension`` (suspended
 workflows and what wakes them), ``db.operations`` (cancel, resume, fork),
-``db.retention`` and ``db.inspection`` (read-only questions for tests and tools). Every
+``db.retention``, ``db.histories`` (deploy checks, export and import) and
+``db.inspection`` (read-only questions for tests and tools). Every
 statement is named in ``dbos_agent/sql/queries.sql``; how statements run (the pool,
 outages, values checked) is in ``connector.py``.
 """
@@ -15,6 +16,7 @@ from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from . import migrations
 from .approvals import ApprovalStore
 from .connector import Connector
+from .histories import HistoryStore
 from .inspection import InspectionStore
 from .messaging import MessageStore
 from .operations import OperationStore
@@ -40,6 +42,7 @@ class SystemDatabase(Connector):
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
         application_name: str = "dbos_agent",
         warn_on_outage: bool = True,
+        read_only: bool = False,
     ) -> None:
         super().__init__(
             url,
@@ -48,6 +51,7 @@ class SystemDatabase(Connector):
             max_checkpoint_bytes=max_checkpoint_bytes,
             application_name=application_name,
             warn_on_outage=warn_on_outage,
+            read_only=read_only,
         )
         self.workflows = WorkflowStore(self)
         self.steps = StepStore(self)
@@ -60,6 +64,7 @@ class SystemDatabase(Connector):
         self.streams = StreamStore(self)
         self.approvals = ApprovalStore(self)
         self.inspection = InspectionStore(self)
+        self.histories = HistoryStore(self)
 
     def migrate(self) -> int:
         """Apply the missing migrations; returns the schema version now in force."""

@@ -10,6 +10,7 @@ from .faults import RestartablePostgres
 from .inspector import Inspector, RowCounts, SentMessage
 from .passes import run_passes_every
 from .plugin import postgres_server
+from .replay import check_replay
 
 __all__ = [
     "Inspector",
@@ -17,6 +18,7 @@ __all__ = [
     "RowCounts",
     "SentMessage",
     "advance_clock",
+    "check_replay",
     "clock_offset",
     "fresh_database",
     "postgres_server",

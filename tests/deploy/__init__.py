@@ -6,6 +6,8 @@ $DEPLOY_LOG (``version step workflow_id``), counted from outside the processes.
 
     python -m tests.deploy.v1 start WORKFLOW_ID   # start it, exit once it waits (SUSPENDED)
 
+($DEPLOY_APP_VERSION: the application version it is started under.)
+
 Run a version as a process that serves the workflows with the worker:
 ``python -m dbos_agent.worker --app tests.deploy.v2``.
 """
@@ -32,7 +34,8 @@ def start_and_wait_until_suspended(flow: Callable[[], object]) -> int:
     _, command, workflow_id = sys.argv
     assert command == "start"
     url = os.environ["DBOS_AGENT_DATABASE_URL"]
-    with da.launch(url, executor_id=f"deploy-{os.getpid()}", suspend_after=0):
+    version = os.environ.get("DEPLOY_APP_VERSION") or None
+    with da.launch(url, executor_id=f"deploy-{os.getpid()}", suspend_after=0, app_version=version):
         da.start(flow, workflow_id=workflow_id)
         with Inspector(url) as db:
             while db.status(workflow_id) != da.WorkflowStatus.SUSPENDED:

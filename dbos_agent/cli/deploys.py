@@ -1,0 +1,218 @@
+"""The deploy commands: ``check-deploy`` (does new code fit the workflows in flight?),
+``export`` and ``import`` (workflows with their logs, as JSON Lines).
+
+``check-deploy`` is the one command besides ``worker`` that imports the application: it
+replays logs against the new code, on read-only connections, and runs nothing live (see
+:mod:`dbos_agent.engine.deploy_check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..engine import deploy_check
+from ..engine.registry import workflow_names
+from ..errors import DbosAgentError
+from ..records import WorkflowStatus
+from ..storage.database import SystemDatabase
+from ..storage.histories import History, read_histories
+from ..worker import import_app
+from . import render
+
+#: How many ids ``export --unfinished`` reads per statement.
+_EXPORT_PAGE = 200
+
+
+def check_deploy(args: argparse.Namespace, db: SystemDatabase) -> int:
+    """Replay the unfinished workflows of the app's names against its code; exit 1 when
+    any would diverge or fail. With ``--adopt``, let the new version run the old ones
+    that fit."""
+    if args.adopt and not args.app_version:
+        raise DbosAgentError(
+            "--adopt needs --app-version V: the application version of the code checked, "
+            "whose processes may then run the workflows of older versions that fit it"
+        )
+    import_app(args.app)
+    names = sorted(workflow_names())
+    if not names:
+        raise DbosAgentError(f"the app module {args.app!r} registers no durable workflow")
+    replay_db = SystemDatabase(db.url, pool_size=2, read_only=True, outage_timeout=10.0)
+    replay_db.open()
+    try:
+        histories = (
+            _file_histories(args.histories, set(names))
+            if args.histories is not None
+            else deploy_check.stored_histories(replay_db, names)
+        )
+        report = deploy_check.check(
+            histories, replay_db, app_version=args.app_version, timeout=args.timeout
+        )
+    finally:
+        replay_db.close()
+    if args.adopt:
+        deploy_check.adopt(db, report, args.app_version)
+    if args.json:
+        render.print_json(_report_json(report, names))
+    else:
+        _print_report(report, args)
+    return 0 if report.fits else 1
+
+
+def _file_histories(path: str, names: set[str]) -> Iterator[History]:
+    """The histories of an export file (``-``: stdin) whose workflows the app registers."""
+    for _, history in _read(path):
+        if history.name in names:
+            yield history
+
+
+def _read(path: str) -> Iterator[tuple[str, History]]:
+    """``(document, history)`` of each line of an export (``-``: stdin)."""
+    try:
+        if path == "-":
+            yield from read_histories(sys.stdin, "stdin")
+            return
+        with Path(path).open(encoding="utf-8") as source:
+            yield from read_histories(source, path)
+    except OSError as exc:
+        raise DbosAgentError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a line that is not a history: it names the line
+        raise DbosAgentError(str(exc)) from None
+
+
+def _misfit_json(verdict: deploy_check.Verdict) -> dict[str, Any]:
+    found = verdict.divergence
+    return {
+        "workflow_id": verdict.workflow_id,
+        "name": verdict.name,
+        "app_version": verdict.app_version,
+        "status": str(verdict.status),
+        "position": None if found is None else found.position,
+        "recorded": None if found is None else found.recorded,
+        "called": None if found is None else found.called,
+        "problem": verdict.problem,
+    }
+
+
+def _report_json(report: deploy_check.DeployCheck, names: list[str]) -> dict[str, Any]:
+    return {
+        "fits": report.fits,
+        "code_version": report.code_version,
+        "app_version": report.app_version,
+        "workflow_names": names,
+        "checked": len(report.verdicts),
+        "groups": [
+            {
+                "name": group.name,
+                "app_version": group.app_version,
+                "fit": group.fit,
+                "misfit": len(group.misfits),
+            }
+            for group in report.groups()
+        ],
+        "misfits": [_misfit_json(v) for v in report.verdicts if not v.fits],
+        "adopted": report.adopted,
+        "moved": report.moved,
+    }
+
+
+def _print_report(report: deploy_check.DeployCheck, args: argparse.Namespace) -> None:
+    out = sys.stdout
+    version = f", app version {report.app_version}" if report.app_version else ""
+    out.write(
+        f"checked {len(report.verdicts)} unfinished workflow(s) against code version "
+        f"{report.code_version}{version}\n"
+    )
+    for group in report.groups():
+        label = group.app_version or "none"
+        misfits = len(group.misfits)
+        tail = f", {misfits} would not fit" if misfits else ""
+        out.write(f"  {group.name} (app version {label}): {group.fit} fit{tail}\n")
+        for verdict in group.misfits:
+            out.write(f"    {verdict.workflow_id}  {verdict.status}  {_why(verdict)}\n")
+    if args.adopt:
+        out.write(
+            f"adopted {report.adopted} workflow(s) of other versions for version "
+            f"{args.app_version}"
+            + (
+                f"; {report.moved} moved since they were checked (check again)"
+                if report.moved
+                else ""
+            )
+            + "\n"
+        )
+    if report.fits:
+        out.write("every workflow fits: the new code continues each from its log\n")
+    else:
+        bad = sum(1 for v in report.verdicts if not v.fits)
+        out.write(
+            f"{bad} workflow(s) would not fit the new code: guard the change with "
+            "da.patched(...), or deploy it once the old version has finished them\n"
+        )
+
+
+def _why(verdict: deploy_check.Verdict) -> str:
+    found = verdict.divergence
+    if found is not None:
+        return (
+            f"at step {found.position} the log recorded {found.recorded!r}, "
+            f"the new code calls {found.called!r}"
+        )
+    return verdict.problem or ""
+
+
+def export(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Write the named workflows (or every unfinished one) as JSON Lines to stdout."""
+    if bool(args.workflow_ids) == args.unfinished:
+        raise DbosAgentError("name workflow ids to export, or pass --unfinished (not both)")
+    if args.workflow_ids:
+        found = db.histories.export(args.workflow_ids)
+        missing = sorted(set(args.workflow_ids) - {wid for wid, _ in found})
+        if missing:
+            raise DbosAgentError(f"no such workflow: {', '.join(missing)}")
+        _write_lines(sys.stdout, found)
+        return
+    for page in _unfinished_pages(db, args.name):
+        _write_lines(sys.stdout, db.histories.export(page))
+
+
+def _unfinished_pages(db: SystemDatabase, name: str | None) -> Iterator[list[str]]:
+    """The ids of unfinished workflows (of ``name``), page by page, oldest first."""
+    unfinished = [s for s in WorkflowStatus if not s.finished]
+    after = None
+    while True:
+        page = db.histories.unfinished_ids(unfinished, name, after, _EXPORT_PAGE)
+        if page:
+            yield [wid for wid, _ in page]
+        if len(page) < _EXPORT_PAGE:
+            return
+        after = page[-1][1], page[-1][0]
+
+
+def _write_lines(out: TextIO, documents: list[tuple[str, str]]) -> None:
+    for _, document in documents:
+        out.write(document + "\n")
+
+
+def import_(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Load an export into this database; the whole file is read and checked first."""
+    lines = [document for document, _ in _read(args.file)]
+    imported = skipped = steps = 0
+    for document in lines:
+        done = db.histories.import_(document)
+        if done is None:
+            skipped += 1
+            continue
+        imported += 1
+        steps += done[1]
+    summary = {"imported": imported, "skipped": skipped, "steps": steps}
+    if args.json:
+        render.print_json(summary)
+        return
+    print(
+        f"imported {imported} workflow(s) with {steps} step(s)"
+        + (f"; skipped {skipped} whose id exists here already" if skipped else "")
+    )
