@@ -37,6 +37,14 @@ from .engine.operations import cancel, fork, resolve_in_doubt, resume
 from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
 from .engine.retention import GcReport, garbage_collect
+from .engine.schedule_operations import (
+    BackfillReport,
+    backfill_schedule,
+    list_schedules,
+    pause_schedule,
+    resume_schedule,
+)
+from .engine.schedules import scheduled
 from .engine.step import step
 from .engine.streams import (
     StreamItem,
@@ -61,6 +69,8 @@ from .errors import (
     MaxRecoveryAttemptsExceededError,
     NotLaunchedError,
     RecordedError,
+    ScheduleError,
+    ScheduleNotFoundError,
     SchemaVersionError,
     SerializationError,
     StepInDoubtError,
@@ -74,7 +84,14 @@ from .errors import (
     WorkflowStatusError,
     WorkflowTimeoutError,
 )
-from .records import StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
+from .records import (
+    ScheduleInfo,
+    SlotOutcome,
+    StepInfo,
+    StepStatus,
+    WorkflowInfo,
+    WorkflowStatus,
+)
 
 __version__ = "0.1.0"
 
@@ -83,6 +100,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequest",
     "ApprovalTicket",
+    "BackfillReport",
     "BudgetExceededError",
     "CheckpointError",
     "CheckpointTooLargeError",
@@ -100,8 +118,12 @@ __all__ = [
     "RecordedError",
     "RetryPolicy",
     "Runtime",
+    "ScheduleError",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
     "SchemaVersionError",
     "SerializationError",
+    "SlotOutcome",
     "StepInDoubtError",
     "StepInfo",
     "StepStatus",
@@ -122,6 +144,7 @@ __all__ = [
     "approval_digest",
     "approve",
     "ask_approval",
+    "backfill_schedule",
     "cancel",
     "close_stream",
     "close_stream_async",
@@ -134,8 +157,10 @@ __all__ = [
     "get_event_async",
     "launch",
     "list_approvals",
+    "list_schedules",
     "list_steps",
     "list_workflows",
+    "pause_schedule",
     "read_stream",
     "read_stream_async",
     "recv",
@@ -145,7 +170,9 @@ __all__ = [
     "request_approval_async",
     "resolve_in_doubt",
     "resume",
+    "resume_schedule",
     "retrieve",
+    "scheduled",
     "send",
     "send_async",
     "set_event",

@@ -4,9 +4,10 @@
 step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``,
 ``db.messages`` (messages, events, the database clock), ``db.suspension`` (suspended
 workflows and what wakes them), ``db.operations`` (cancel, resume, fork),
-``db.retention`` and ``db.inspection`` (read-only questions for tests and tools). Every
-statement is named in ``dbos_agent/sql/queries.sql``; how statements run (the pool,
-outages, values checked) is in ``connector.py``.
+``db.retention``, ``db.schedules`` (cron schedules: firing a slot) and ``db.inspection``
+(read-only questions for tests and tools). Every statement is named in
+``dbos_agent/sql/queries.sql``; how statements run (the pool, outages, values checked) is
+in ``connector.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .queues import QueueStore
 from .recovery import RecoveryStore
 from .retention import RetentionStore
+from .schedules import ScheduleStore
 from .steps import StepStore
 from .streams import StreamStore
 from .suspension import SuspensionStore
@@ -59,6 +61,7 @@ class SystemDatabase(Connector):
         self.suspension = SuspensionStore(self)
         self.streams = StreamStore(self)
         self.approvals = ApprovalStore(self)
+        self.schedules = ScheduleStore(self)
         self.inspection = InspectionStore(self)
 
     def migrate(self) -> int:
