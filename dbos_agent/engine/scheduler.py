@@ -33,6 +33,7 @@ from ..storage.schedules import SlotWorkflow
 from .core import Engine
 from .recovery import run_claimed
 from .schedules import MAX_SLOTS, Schedule, registered_schedules, slot_inputs, slot_workflow_id
+from .state import current_engine
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +230,11 @@ class _NotNow(Exception):
     and take over what it starts), or shutdown began."""
 
 
-def fire_due(engine: Engine, schedules: list[Schedule] | None = None) -> list[FiredSlot]:
-    """Look once at this process's schedules (or ``schedules``) and fire their due slots;
-    returns what became of each slot decided. The scheduler thread does this on its own;
-    tests call it to drive schedules one step at a time (``launch(run_schedules=False)``)."""
-    return Scheduler(engine, schedules).look().slots
+def fire_due(
+    engine: Engine | None = None, schedules: list[Schedule] | None = None
+) -> list[FiredSlot]:
+    """Look once at this process's schedules (or ``schedules``) and fire their due slots,
+    on ``engine`` (default: the launched one); returns what became of each slot decided.
+    The scheduler thread does this on its own; tests call it to drive schedules one step
+    at a time (``launch(run_schedules=False)``)."""
+    return Scheduler(engine or current_engine(), schedules).look().slots
