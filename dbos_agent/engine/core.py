@@ -271,7 +271,14 @@ class Engine:
             definition, workflow_id, args, kwargs, recorded, owned_streak=owned_streak
         )
         if not self.adopt(run):
-            return self.active_future(workflow_id) or run.future
+            # Held by a run here, or only by a call that is looking at the row (admit) and
+            # may let it go without running it: then take it back once it is let go.
+            held = self.active_future(workflow_id)
+            if held is None:
+                self.take_back_wanted.set()
+                return run.future
+            held.add_done_callback(lambda _: self.take_back_wanted.set())
+            return held
         if definition.is_async:
             self.loop.wait_for_room()
         else:

@@ -100,6 +100,10 @@ class Queue:
             definition, wid, args, kwargs, queue_name=self.name, priority=priority or 0
         )
         engine.wake_dispatcher()
+        if admission.run is not None:
+            # The id was dequeued here meanwhile (or its session died): admit made this call
+            # the one to run it, and the dispatcher's run will attach to this one.
+            return WorkflowHandle(engine, wid, engine.submit(admission.run))
         return WorkflowHandle(engine, wid, admission.future())
 
 
