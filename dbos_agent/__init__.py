@@ -38,6 +38,14 @@ from .engine.patches import deprecate_patch, patched, patched_async
 from .engine.queues import Queue
 from .engine.registry import NotDone, RetryPolicy
 from .engine.retention import GcReport, garbage_collect
+from .engine.schedule_operations import (
+    BackfillReport,
+    backfill_schedule,
+    list_schedules,
+    pause_schedule,
+    resume_schedule,
+)
+from .engine.schedules import scheduled
 from .engine.step import step
 from .engine.streams import (
     StreamItem,
@@ -64,6 +72,8 @@ from .errors import (
     NotLaunchedError,
     PatchError,
     RecordedError,
+    ScheduleError,
+    ScheduleNotFoundError,
     SchemaVersionError,
     SerializationError,
     StepInDoubtError,
@@ -77,7 +87,15 @@ from .errors import (
     WorkflowStatusError,
     WorkflowTimeoutError,
 )
-from .records import Divergence, StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
+from .records import (
+    Divergence,
+    ScheduleInfo,
+    SlotOutcome,
+    StepInfo,
+    StepStatus,
+    WorkflowInfo,
+    WorkflowStatus,
+)
 
 __version__ = "0.1.0"
 
@@ -86,6 +104,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequest",
     "ApprovalTicket",
+    "BackfillReport",
     "BudgetExceededError",
     "CheckpointError",
     "CheckpointTooLargeError",
@@ -106,8 +125,12 @@ __all__ = [
     "RecordedError",
     "RetryPolicy",
     "Runtime",
+    "ScheduleError",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
     "SchemaVersionError",
     "SerializationError",
+    "SlotOutcome",
     "StepInDoubtError",
     "StepInfo",
     "StepStatus",
@@ -128,6 +151,7 @@ __all__ = [
     "approval_digest",
     "approve",
     "ask_approval",
+    "backfill_schedule",
     "cancel",
     "close_stream",
     "close_stream_async",
@@ -141,10 +165,12 @@ __all__ = [
     "get_event_async",
     "launch",
     "list_approvals",
+    "list_schedules",
     "list_steps",
     "list_workflows",
     "patched",
     "patched_async",
+    "pause_schedule",
     "read_stream",
     "read_stream_async",
     "recv",
@@ -154,7 +180,9 @@ __all__ = [
     "request_approval_async",
     "resolve_in_doubt",
     "resume",
+    "resume_schedule",
     "retrieve",
+    "scheduled",
     "send",
     "send_async",
     "set_event",

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .records import StepDigest, StepInfo, WorkflowInfo
+from .records import ScheduleInfo, StepDigest, StepInfo, WorkflowInfo
 
 __all__ = [
     "BUDGET_EVENT",
     "budget_json",
     "json_default",
+    "schedule_json",
     "step_json",
     "token_totals",
     "tokens_of",
@@ -102,6 +103,14 @@ def budget_json(event: str | None, usage: dict[str, Any] | None) -> dict[str, An
         "spent_tokens": tokens,
         "spent_cost_usd": spent.get("cost_usd"),
     }
+
+
+def schedule_json(info: ScheduleInfo) -> dict[str, Any]:
+    """A schedule: its fields as they are, times as ISO 8601 (UTC), the catch-up window in
+    seconds."""
+    document = dataclasses.asdict(info)
+    document["catch_up_window"] = info.catch_up_window.total_seconds()
+    return document
 
 
 def json_default(value: Any) -> Any:

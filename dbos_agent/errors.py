@@ -80,6 +80,27 @@ class InvalidIdentifierError(DbosAgentError, ValueError):
     """A workflow id, topic, key or name is empty, too long, or holds a NUL character."""
 
 
+class ScheduleError(DbosAgentError, ValueError):
+    """A schedule (``@da.scheduled``) is defined wrongly, or an action on one was refused.
+
+    Raised at decoration time for a bad cron expression, an unknown time zone, an unknown
+    ``catch_up`` or ``overlap`` policy, a function that is not a durable workflow taking
+    one ``datetime``, or a name another function's schedule has; and for a backfill whose
+    range holds too many slots. The message names the schedule and what was wrong.
+    """
+
+
+class ScheduleNotFoundError(DbosAgentError, LookupError):
+    """No schedule with the given name is recorded in the database."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no schedule named {name!r} (a schedule is recorded when a process that defines "
+            f"it launches; `dbos-agent schedules` lists them)"
+        )
+        self.name = name
+
+
 class WorkflowNotFoundError(DbosAgentError, LookupError):
     """No workflow with the given id exists."""
 

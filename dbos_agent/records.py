@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -140,6 +140,48 @@ class StepInfo:
         if self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds() * 1000.0
+
+
+class SlotOutcome(StrEnum):
+    """What became of one slot of a schedule (see engine/scheduler.py)."""
+
+    #: Its workflow was started (the workflow id is the schedule's name and the slot).
+    FIRED = "fired"
+    #: Not run: an earlier run was unfinished and the overlap policy said skip.
+    SKIPPED = "skipped"
+    #: Waits (``overlap="buffer_one"``) and starts when the unfinished run ends.
+    BUFFERED = "buffered"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """One schedule as recorded in the database (``da.list_schedules()``, ``dbos-agent
+    schedules``). Slots and times are UTC, on the database clock."""
+
+    name: str
+    #: The durable workflow each slot runs.
+    workflow_name: str
+    cron: str
+    timezone: str
+    catch_up: str
+    catch_up_window: timedelta
+    overlap: str
+    paused: bool
+    #: Every slot at or before this was dealt with (fired, skipped, buffered, or passed
+    #: over by the catch-up policy or a pause); later slots are still to come.
+    handled_through: datetime
+    #: The latest slot whose workflow was started, and that workflow.
+    last_slot: datetime | None
+    last_workflow_id: str | None
+    #: The status of ``last_workflow_id`` (None if there is none, or retention deleted it).
+    last_status: WorkflowStatus | None
+    #: The slot waiting for the unfinished run to end (``overlap="buffer_one"``).
+    buffered_slot: datetime | None
+    #: How many slots the overlap policy skipped, and the latest of them.
+    skipped_slots: int
+    last_skipped_slot: datetime | None
+    #: The next slot that will come due (None while paused).
+    next_slot: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """The recovery daemon: ``dbos-agent worker --app module[:object]``.
 
-It imports the application (so its workflows and queues are registered),
+It imports the application (so its workflows, queues and schedules are registered),
 launches an executor that recovers its own pending workflows, then keeps
-taking over orphaned workflows of dead executors and running queued ones
-(and, with ``--retention``, deleting old finished ones) until SIGTERM/SIGINT.
+taking over orphaned workflows of dead executors, running queued ones and firing
+the slots of its cron schedules (and, with ``--retention``, deleting old finished
+ones) until SIGTERM/SIGINT.
 On a signal it stops taking work, lets running steps finish within a grace
 period, and exits 0; whatever did not finish is taken over at once by the
 next executor (a clean exit gives up the session).
@@ -26,13 +27,14 @@ from .engine.launch import launch
 from .engine.queues import registered_queues
 from .engine.registry import workflow_names
 from .engine.retention import parse_duration
+from .engine.schedules import registered_schedules
 from .errors import DbosAgentError
 
 log = logging.getLogger(__name__)
 
 
 PROG = "dbos-agent worker"
-DESCRIPTION = "Run durable workflows: recover, take over orphans, run queues."
+DESCRIPTION = "Run durable workflows: recover, take over orphans, run queues, fire schedules."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -164,11 +166,12 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     log.info(
-        "worker %s started (session %s): %d workflow(s), queues: %s",
+        "worker %s started (session %s): %d workflow(s), queues: %s, schedules: %s",
         executor_id,
         runtime.session_key,
         len(workflow_names()),
         ", ".join(q.name for q in registered_queues()) or "none",
+        ", ".join(s.name for s in registered_schedules()) or "none",
     )
     while not stop.wait(1.0):  # the take-over and queue threads do the work
         pass

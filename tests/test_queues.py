@@ -77,6 +77,20 @@ def test_enqueueing_one_id_again_and_again_right_away_runs_it_once(
     assert RUNS["again"] == 1
 
 
+def test_an_id_enqueued_again_while_it_is_dequeued_still_runs_once(
+    queue_runtime: da.Runtime,
+) -> None:
+    # The second enqueue's look at the row races with the dispatcher taking it: whichever
+    # holds the run in this process, it runs (it was once left to nobody for 30 s).
+    q = da.Queue(new_id("q"))
+    for i in range(60):
+        wid = new_id()
+        first = q.enqueue(queued, f"race{i}", workflow_id=wid)
+        again = q.enqueue(queued, f"race{i}", workflow_id=wid)
+        assert first.result(20) == again.result(20) == f"race{i}"
+    assert set(RUNS.values()) == {1}
+
+
 def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
     q = da.Queue(new_id("q"), worker_concurrency=1)
     gate = q.enqueue(queued, "first", 0.3)

@@ -32,7 +32,8 @@ class _Parser(argparse.ArgumentParser):
 
 _DESCRIPTION = """\
 Operate dbos_agent durable workflows from the database: list and inspect them, cancel,
-resume or fork them, resolve in-doubt steps, send them messages, delete old finished ones.
+resume or fork them, resolve in-doubt steps, send them messages, delete old finished ones,
+list, pause, resume and backfill cron schedules.
 None of this needs your workflow code: resumed and forked workflows are run by a process
 that has it (`dbos-agent worker --app ...`, or your app's next launch()).
 
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_approvals(tree, common)
     _add_gc(tree, common)
     _add_deploys(tree, common)
+    _add_schedules(tree, common)
     _add_worker(tree)
     _add_serve(tree)
     return parser
@@ -415,6 +417,63 @@ def _add_deploys(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
     imported.add_argument("file", metavar="FILE", help="an export (- for stdin)")
 
 
+def _add_schedules(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    listing = "list cron schedules: cron, time zone, pause, last and next slots, last run"
+    command = _command(
+        tree,
+        common,
+        "schedules",
+        "list cron schedules (@scheduled); pause, resume or backfill one",
+        commands.schedules,
+        "Without an action: every schedule recorded in the database (a process that defines\n"
+        "one records it when it launches), with its latest slot's workflow and status and its\n"
+        "next slot. Slots are shown in UTC; the workflow of a slot has the id NAME@SLOT.",
+    )
+    actions = command.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    _command(actions, common, "list", listing, commands.schedules)
+    pause = _command(
+        actions,
+        common,
+        "pause",
+        "pause a schedule in every process: its slots pass without runs",
+        commands.pause_schedule,
+    )
+    pause.add_argument("name", metavar="NAME", help="schedule name")
+    resume = _command(
+        actions,
+        common,
+        "resume",
+        "resume a paused schedule from its next slot",
+        commands.resume_schedule,
+        "Resume a paused schedule: it runs again from its next slot. The slots that came due\n"
+        "while it was paused are not caught up; `backfill` runs them.",
+    )
+    resume.add_argument("name", metavar="NAME", help="schedule name")
+    backfill = _command(
+        actions,
+        common,
+        "backfill",
+        "run every slot in a range that has not run, once each",
+        commands.backfill,
+        "Record, for every slot of the schedule from --from to --to (up to now) that has no\n"
+        "workflow yet, its workflow (id NAME@SLOT): PENDING and owned by no process, so the\n"
+        "first process with the workflow's code that takes over orphans runs it (`dbos-agent\n"
+        "worker`, or a launch() with take_over_every), or the schedule's executor at its next\n"
+        "launch. A slot that ran (or was backfilled) is never run again; the overlap policy\n"
+        "and a pause do not apply. A range of more than 10,000 slots is refused.",
+    )
+    backfill.add_argument("name", metavar="NAME", help="schedule name")
+    for flag, dest, what in (("--from", "start", "first"), ("--to", "end", "last")):
+        backfill.add_argument(
+            flag,
+            dest=dest,
+            type=types.when,
+            required=True,
+            metavar="WHEN",
+            help=f"{what} slot time (inclusive): ISO time (UTC unless it says) or 30m, 2h, 7d ago",
+        )
+
+
 def _add_worker(tree: _Group[Any]) -> None:
     """``worker``: the daemon's own options (:func:`dbos_agent.worker.add_arguments`).
 
@@ -424,7 +483,8 @@ def _add_worker(tree: _Group[Any]) -> None:
     worker leaves it absent unless given."""
     command: argparse.ArgumentParser = tree.add_parser(
         "worker",
-        help="run the recovery daemon for your app: recover, take over orphans, run queues",
+        help="run the recovery daemon for your app: recover, take over orphans, run queues, "
+        "fire schedules",
         description=worker.DESCRIPTION,
     )
     worker.add_arguments(command)

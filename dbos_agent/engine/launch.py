@@ -3,8 +3,8 @@
 It connects to the system database, applies the schema, registers the executor
 session, and starts the engine's background work: the notification listener,
 recovery of this executor's pending workflows, taking back what this process owns
-but no longer runs, taking over what dead sessions left, the queue dispatcher and, if
-asked, retention. What it returns,
+but no longer runs, taking over what dead sessions left, the queue dispatcher, the
+scheduler of the cron schedules it defines and, if asked, retention. What it returns,
 :class:`Runtime`, is the narrow public handle on that engine: what it is, how its
 recovery went, and how to stop it. The plumbing (the database, the pool, the run
 table) stays inside the engine.
@@ -27,6 +27,8 @@ from .core import Engine
 from .queues import registered_queues, run_dispatcher
 from .recovery import RecoveryReport, keep_taking_back, keep_taking_over, recover_pending
 from .retention import check_older_than, run_retention
+from .scheduler import Scheduler
+from .schedules import registered_schedules
 from .waking import Waker
 
 
@@ -49,6 +51,7 @@ def launch(
     suspend_after: float = 1.0,
     wake_suspended: bool = True,
     async_runs: int = 1000,
+    run_schedules: bool = True,
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -76,6 +79,10 @@ def launch(
 
     With ``run_queues`` this process also runs the workflows of the queues it
     defines, as its free worker slots and the queues' limits allow.
+
+    With ``run_schedules`` this process also fires the slots of the cron schedules it
+    defines (``@scheduled``, defined before launch), each slot once across every process
+    that defines them (see engine/scheduler.py).
 
     With ``retention`` (e.g. ``timedelta(days=30)``) this process also deletes
     finished workflows (SUCCESS, ERROR, CANCELLED, dead letters) older than that,
@@ -154,6 +161,10 @@ def launch(
         engine.run_in_background(waker.run, "dbos-agent-waker")
     if run_queues:
         engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
+    if run_schedules and registered_schedules():
+        scheduler = Scheduler(engine)
+        engine.on_wake_all(scheduler.poke)  # a moved clock, shutdown: look again now
+        engine.run_in_background(scheduler.run, "dbos-agent-scheduler")
     if take_over:
         engine.passes.take_over = take_over_every
         engine.run_in_background(lambda: keep_taking_over(engine), "dbos-agent-take-over")

@@ -1,9 +1,9 @@
 """All the process-wide state of dbos_agent, in one place a test can see and reset.
 
-Three things are per process by nature: the launched engine (one executor session
+Four things are per process by nature: the launched engine (one executor session
 per process), the workflow functions the decorators registered (recovery finds the
-function of a row written by another process by its name), and the queues the
-application defined. Everything else is passed along: the engine to what it runs, a
+function of a row written by another process by its name), and the queues and cron
+schedules the application defined. Everything else is passed along: the engine to what it runs, a
 workflow context to its steps.
 """
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .core import Engine
     from .queues import Queue
     from .registry import WorkflowDefinition
+    from .schedules import Schedule
 
 _lock = threading.RLock()
 _engine: Engine | None = None
@@ -34,6 +35,8 @@ queues: dict[str, Queue] = {}
 #: The modules that define durable code (workflows, steps), each with a digest of its
 #: source as imported: the process's code version is made of them (registry.py).
 code_modules: dict[str, str] = {}
+#: ``@scheduled`` schedules by schedule name.
+schedules: dict[str, Schedule] = {}
 
 
 def lock() -> threading.RLock:
@@ -91,3 +94,13 @@ def forget_workflows() -> None:
     """Forget every registered workflow (for tests that define them on the fly)."""
     with _lock:
         workflows.clear()
+
+
+def forget_schedules(*names: str) -> None:
+    """Forget the named schedules, or every one (for tests that define them on the fly:
+    a later launch in the same process must not fire them)."""
+    with _lock:
+        if not names:
+            schedules.clear()
+        for name in names:
+            schedules.pop(name, None)

@@ -1402,3 +1402,138 @@ WHERE w.workflow_id = %(workflow_id)s
   AND coalesce((SELECT max(s.seq) FROM dbos_agent.steps AS s
                 WHERE s.workflow_id = w.workflow_id), -1) = %(last_seq)s
 RETURNING w.workflow_id;
+-- == schedules ==
+
+-- name: register_schedule
+-- A process that defines a schedule records it at launch, or brings the recorded
+-- description up to date (the last process to launch describes it). A new schedule's
+-- cursor starts at now: slots before its first registration run only by a backfill.
+-- Whether it is paused, its cursor and its runs stay as they are.
+INSERT INTO dbos_agent.schedules
+    (name, workflow_name, slot_param, max_recovery_attempts, cron, timezone, catch_up,
+     catch_up_window, overlap, executor_id, app_version, handled_through)
+VALUES (%(name)s, %(workflow_name)s, %(slot_param)s, %(max_recovery_attempts)s, %(cron)s,
+        %(timezone)s, %(catch_up)s, make_interval(secs => %(catch_up_window)s),
+        %(overlap)s, %(executor_id)s, %(app_version)s, dbos_agent.now())
+ON CONFLICT (name) DO UPDATE
+    SET workflow_name = EXCLUDED.workflow_name, slot_param = EXCLUDED.slot_param,
+        max_recovery_attempts = EXCLUDED.max_recovery_attempts, cron = EXCLUDED.cron,
+        timezone = EXCLUDED.timezone, catch_up = EXCLUDED.catch_up,
+        catch_up_window = EXCLUDED.catch_up_window, overlap = EXCLUDED.overlap,
+        executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
+        updated_at = now()
+    WHERE (schedules.workflow_name, schedules.slot_param, schedules.max_recovery_attempts,
+           schedules.cron, schedules.timezone, schedules.catch_up, schedules.catch_up_window,
+           schedules.overlap, schedules.executor_id, schedules.app_version)
+          IS DISTINCT FROM
+          (EXCLUDED.workflow_name, EXCLUDED.slot_param, EXCLUDED.max_recovery_attempts,
+           EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.catch_up, EXCLUDED.catch_up_window,
+           EXCLUDED.overlap, EXCLUDED.executor_id, EXCLUDED.app_version);
+
+-- name: list_schedule_cursors
+-- What the scheduler reads on each look at its schedules: the database clock, and per
+-- schedule whether it is paused, its cursor and its buffered slot (a row with a NULL
+-- name when none of them is recorded).
+SELECT dbos_agent.now() AS now, s.name, s.paused, s.handled_through, s.buffered_slot
+FROM (SELECT 1) AS one
+LEFT JOIN dbos_agent.schedules AS s ON s.name = ANY(%(names)s);
+
+-- name: lock_schedule
+-- The first statement of a slot's transaction: the schedule's row, locked, so that the
+-- next statement (decide_schedule_slot) sees everything other processes committed
+-- before it, their started workflows included.
+SELECT name FROM dbos_agent.schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: decide_schedule_slot
+-- Decide what becomes of one slot and record it, in lock_schedule's transaction:
+-- 'fired' (the caller then inserts the slot's workflow, in the same transaction),
+-- 'skipped' or 'buffered' (the overlap policy: an earlier run is unfinished, or a
+-- slot already waits for it). Every outcome moves the cursor past the slot. No row
+-- back: nothing to do (the schedule is paused, or the slot was handled already).
+-- With from_buffer the slot is the buffered one: it is fired once no run is
+-- unfinished, and until then nothing changes.
+WITH candidate AS (
+    SELECT sc.name, sc.overlap, sc.buffered_slot,
+           sc.overlap <> 'allow' AND EXISTS (
+               SELECT 1 FROM dbos_agent.workflows AS w
+               WHERE w.workflow_id = sc.last_workflow_id
+                 AND w.status IN ('PENDING', 'ENQUEUED', 'SUSPENDED')) AS busy
+    FROM dbos_agent.schedules AS sc
+    WHERE sc.name = %(name)s AND NOT sc.paused
+      AND CASE WHEN %(from_buffer)s THEN sc.buffered_slot = %(slot)s
+               ELSE sc.handled_through < %(slot)s END
+), decision AS (
+    SELECT name,
+           CASE WHEN %(from_buffer)s THEN CASE WHEN busy THEN NULL ELSE 'fired' END
+                WHEN overlap = 'allow' OR NOT (busy OR buffered_slot IS NOT NULL)
+                    THEN 'fired'
+                WHEN overlap = 'buffer_one' AND buffered_slot IS NULL THEN 'buffered'
+                ELSE 'skipped' END AS outcome
+    FROM candidate
+)
+UPDATE dbos_agent.schedules AS sc
+SET handled_through = greatest(sc.handled_through, %(slot)s),
+    last_slot = CASE WHEN d.outcome = 'fired' THEN %(slot)s ELSE sc.last_slot END,
+    last_workflow_id = CASE WHEN d.outcome = 'fired' THEN %(workflow_id)s
+                            ELSE sc.last_workflow_id END,
+    buffered_slot = CASE WHEN d.outcome = 'buffered' THEN %(slot)s
+                         WHEN %(from_buffer)s THEN NULL
+                         ELSE sc.buffered_slot END,
+    skipped_slots = sc.skipped_slots + CASE WHEN d.outcome = 'skipped' THEN 1 ELSE 0 END,
+    last_skipped_slot = CASE WHEN d.outcome = 'skipped' THEN %(slot)s
+                             ELSE sc.last_skipped_slot END,
+    updated_at = now()
+FROM decision AS d
+WHERE sc.name = d.name AND d.outcome IS NOT NULL
+RETURNING d.outcome;
+
+-- name: pass_schedule_slots
+-- The catch-up policy passes over the slots up to `slot` without running them (after
+-- downtime: older than the window, or every missed one with catch_up = 'none').
+UPDATE dbos_agent.schedules
+SET handled_through = %(slot)s, updated_at = now()
+WHERE name = %(name)s AND NOT paused AND handled_through < %(slot)s;
+
+-- name: set_schedule_paused
+-- Pause or resume a schedule; returns whether it was paused before (no row: unknown).
+-- Resuming moves the cursor to now: the slots that came due while it was paused are
+-- not caught up.
+WITH before AS (
+    SELECT name, paused FROM dbos_agent.schedules WHERE name = %(name)s FOR UPDATE
+)
+UPDATE dbos_agent.schedules AS sc
+SET paused = %(paused)s,
+    handled_through = CASE WHEN before.paused AND NOT %(paused)s
+                           THEN greatest(sc.handled_through, dbos_agent.now())
+                           ELSE sc.handled_through END,
+    updated_at = now()
+FROM before
+WHERE sc.name = before.name
+RETURNING before.paused AS was_paused;
+
+-- name: list_schedules
+-- Every schedule (or the one named), with the status of its latest run and the
+-- database clock (for the next slot).
+SELECT s.name, s.workflow_name, s.slot_param, s.max_recovery_attempts, s.cron, s.timezone,
+       s.catch_up, extract(epoch FROM s.catch_up_window)::float8 AS catch_up_window,
+       s.overlap, s.executor_id, s.app_version, s.paused, s.handled_through, s.last_slot,
+       s.last_workflow_id, w.status AS last_status, s.buffered_slot, s.skipped_slots,
+       s.last_skipped_slot, dbos_agent.now() AS now
+FROM dbos_agent.schedules AS s
+LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = s.last_workflow_id
+WHERE %(name)s::text IS NULL OR s.name = %(name)s::text
+ORDER BY s.name;
+
+-- name: insert_slot_workflows
+-- A backfill: the workflows of many slots of one schedule in one statement, PENDING and
+-- owned by the caller's session (which runs them) or by none (then any process that
+-- takes over orphans runs them). A slot whose workflow exists is left alone: each
+-- slot runs once. Returns the ids inserted.
+INSERT INTO dbos_agent.workflows
+    (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
+     owner_key)
+SELECT s.workflow_id, %(workflow_name)s, 'PENDING', s.inputs::jsonb, %(executor_id)s,
+       %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s
+FROM unnest(%(workflow_ids)s::text[], %(inputs)s::text[]) AS s(workflow_id, inputs)
+ON CONFLICT (workflow_id) DO NOTHING
+RETURNING workflow_id;

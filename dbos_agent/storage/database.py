@@ -4,10 +4,10 @@
 step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``,
 ``db.messages`` (messages, events, the database clock), ``db.suspension`` (suspended
 workflows and what wakes them), ``db.operations`` (cancel, resume, fork),
-``db.retention``, ``db.histories`` (deploy checks, export and import) and
-``db.inspection`` (read-only questions for tests and tools). Every
-statement is named in ``dbos_agent/sql/queries.sql``; how statements run (the pool,
-outages, values checked) is in ``connector.py``.
+``db.retention``, ``db.histories`` (deploy checks, export and import), ``db.schedules``
+(cron schedules: firing a slot) and ``db.inspection`` (read-only questions for tests and
+tools). Every statement is named in ``dbos_agent/sql/queries.sql``; how statements run
+(the pool, outages, values checked) is in ``connector.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .queues import QueueStore
 from .recovery import RecoveryStore
 from .retention import RetentionStore
+from .schedules import ScheduleStore
 from .steps import StepStore
 from .streams import StreamStore
 from .suspension import SuspensionStore
@@ -63,6 +64,7 @@ class SystemDatabase(Connector):
         self.suspension = SuspensionStore(self)
         self.streams = StreamStore(self)
         self.approvals = ApprovalStore(self)
+        self.schedules = ScheduleStore(self)
         self.inspection = InspectionStore(self)
         self.histories = HistoryStore(self)
 

@@ -1,0 +1,239 @@
+"""The scheduler: the thread of a launched process that fires its schedules' due slots.
+
+Time is the database clock (``dbos_agent.now()``), never this machine's: processes on
+different hosts agree on which slots are due, and a test moves time with
+``advance_clock``. Each *look* reads every schedule's cursor and the clock in one query,
+then, per schedule that is not paused:
+
+1. a buffered slot (``overlap="buffer_one"``) is fired once the run it waited for ended;
+2. the due slots (after the cursor, up to now) go through the catch-up policy
+   (:func:`plan_slots`): which to fire, and how far to pass over the others;
+3. each slot to fire is one transaction (``storage/schedules.py``): the overlap policy
+   decides, the cursor moves past the slot, and a fired slot's workflow is inserted
+   PENDING under this process's session, which then runs it on its worker pool.
+
+Any number of processes may look at once: the row lock serialises them and the later one
+finds the slot handled. A process killed -9 after a slot's transaction leaves the slot's
+workflow PENDING under a dead session; take-over continues it elsewhere, as any workflow.
+Killed before the commit, it recorded nothing and the next look (anywhere) fires the
+slot. The thread sleeps until the next slot (at most a few seconds, to see pauses and
+buffered slots), and wakes at once when the clock is moved or shutdown begins.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ..records import SlotOutcome
+from ..storage.schedules import SlotWorkflow
+from .core import Engine
+from .runs import Claim
+from .schedules import MAX_SLOTS, Schedule, registered_schedules, slot_inputs, slot_workflow_id
+from .state import current_engine
+
+log = logging.getLogger(__name__)
+
+#: With ``catch_up="none"``, a slot this late or less is on time (the look that sees it
+#: may come a little after it: a busy machine, an outage ridden out).
+ON_TIME = timedelta(minutes=1)
+#: The longest a scheduler sleeps between looks (it sees pauses, resumes and others'
+#: slots that late at most), and how often it looks while a slot is buffered.
+_MAX_SLEEP_S = 5.0
+_BUFFER_POLL_S = 0.5
+#: A look that could not fire (this session's fence lapsed, a failure) tries again after.
+_RETRY_S = 0.2
+_MIN_SLEEP_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    """What the catch-up policy does with a schedule's due slots."""
+
+    #: The slots to fire, in order (firing one passes over every earlier slot).
+    fire: list[datetime]
+    #: Move the cursor here without running anything (the due slots are all missed).
+    pass_through: datetime | None = None
+
+
+def plan_slots(schedule: Schedule, handled_through: datetime, now: datetime) -> SlotPlan:
+    """Which of the slots in ``(handled_through, now]`` to fire. ``latest``: the most
+    recent; ``all``: every one within the catch-up window (at most ``MAX_SLOTS``, the
+    latest); ``none``: the most recent if it is on time (see ``ON_TIME``)."""
+    times = schedule.times
+    latest = times.latest_until(now)
+    if latest is None or latest <= handled_through:
+        return SlotPlan([])
+    if schedule.catch_up == "all":
+        after = max(handled_through, now - schedule.catch_up_window)
+        fire = times.latest_between(after, now, MAX_SLOTS)
+        return SlotPlan(fire) if fire else SlotPlan([], latest)
+    if schedule.catch_up == "none" and now - latest > ON_TIME:
+        return SlotPlan([], latest)
+    return SlotPlan([latest])
+
+
+@dataclass(frozen=True, slots=True)
+class FiredSlot:
+    """What one look decided for one slot."""
+
+    schedule: str
+    slot: datetime
+    outcome: SlotOutcome
+    workflow_id: str
+    #: This process inserted the slot's workflow and runs it (False: a backfill had
+    #: recorded it, or the slot was skipped or buffered).
+    started: bool
+
+
+@dataclass
+class Look:
+    """What a look did, and how long to sleep before the next one."""
+
+    slots: list[FiredSlot] = field(default_factory=list)
+    sleep: float = _MAX_SLEEP_S
+
+
+class Scheduler:
+    """Fires the due slots of this process's schedules; :meth:`run` is its thread."""
+
+    def __init__(self, engine: Engine, schedules: list[Schedule] | None = None) -> None:
+        self.engine = engine
+        #: None: whatever is registered in this process at each look.
+        self._schedules = schedules
+        self._recorded: set[str] = set()
+        self._wake = threading.Event()
+
+    def poke(self) -> None:
+        """Look again now (the clock was moved, or shutdown begins)."""
+        self._wake.set()
+
+    def run(self) -> None:
+        """Look, sleep until the next slot or a poke, until shutdown."""
+        engine = self.engine
+        while not engine.stopping:
+            self._wake.clear()
+            try:
+                sleep = self.look().sleep
+            except Exception as exc:
+                if engine.stopping:
+                    return
+                log.error("firing the schedules failed (%s); trying again", exc)
+                sleep = 1.0
+            self._wake.wait(sleep)
+
+    def look(self) -> Look:
+        """Fire what is due now, once."""
+        schedules = registered_schedules() if self._schedules is None else self._schedules
+        look = Look()
+        if not schedules:
+            return look
+        db = self.engine.db
+        for schedule in schedules:
+            if schedule.name not in self._recorded:
+                self._record(schedule)
+        now, cursors = db.schedules.cursors([s.name for s in schedules])
+        started = time.monotonic()
+        for schedule in schedules:
+            cursor = cursors.get(schedule.name)
+            if cursor is None:  # not recorded (deleted meanwhile): record it next look
+                self._recorded.discard(schedule.name)
+                look.sleep = _RETRY_S
+                continue
+            if cursor.paused:
+                continue
+            try:
+                self._fire_due(schedule, cursor.buffered_slot, cursor.handled_through, now, look)
+            except _NotNow:
+                look.sleep = _RETRY_S
+                return look
+            following = schedule.times.next_after(now)
+            if following is not None:
+                look.sleep = min(look.sleep, (following - now).total_seconds())
+        look.sleep = max(_MIN_SLEEP_S, look.sleep - (time.monotonic() - started))
+        return look
+
+    def _record(self, schedule: Schedule) -> None:
+        engine = self.engine
+        engine.db.schedules.register(
+            name=schedule.name,
+            workflow_name=schedule.workflow.name,
+            slot_param=schedule.slot_param,
+            max_recovery_attempts=schedule.workflow.max_recovery_attempts,
+            cron=schedule.cron,
+            timezone=schedule.timezone,
+            catch_up=schedule.catch_up,
+            catch_up_window=schedule.catch_up_window,
+            overlap=schedule.overlap,
+            executor_id=engine.executor_id,
+            app_version=engine.app_version,
+        )
+        self._recorded.add(schedule.name)
+
+    def _fire_due(
+        self,
+        schedule: Schedule,
+        buffered: datetime | None,
+        handled_through: datetime,
+        now: datetime,
+        look: Look,
+    ) -> None:
+        """The buffered slot, then the due ones (raises _NotNow when this session cannot
+        fire now)."""
+        waiting = False
+        if buffered is not None:
+            waiting = self._fire(schedule, buffered, look, from_buffer=True) is None
+        plan = plan_slots(schedule, handled_through, now)
+        if plan.pass_through is not None:
+            self.engine.db.schedules.pass_slots(schedule.name, plan.pass_through)
+        for slot in plan.fire:
+            waiting |= self._fire(schedule, slot, look) is SlotOutcome.BUFFERED
+        if waiting:  # a slot waits for an unfinished run: look again soon
+            look.sleep = min(look.sleep, _BUFFER_POLL_S)
+
+    def _fire(
+        self, schedule: Schedule, slot: datetime, look: Look, *, from_buffer: bool = False
+    ) -> SlotOutcome | None:
+        """One slot's transaction, and its run here when it started; the outcome (None:
+        nothing to do, e.g. the buffered slot's run is still unfinished)."""
+        engine = self.engine
+        if engine.ownership_mark() < 0 or engine.stopping:
+            raise _NotNow
+        definition = schedule.workflow
+        workflow = SlotWorkflow(
+            workflow_id=slot_workflow_id(schedule.name, slot),
+            workflow_name=definition.name,
+            inputs=slot_inputs(schedule.slot_param, slot),
+            executor_id=engine.executor_id,
+            app_version=engine.app_version,
+            max_recovery_attempts=definition.max_recovery_attempts,
+            owner_key=engine.session_key,
+        )
+        outcome, started = engine.db.schedules.fire(
+            schedule.name, slot, workflow, from_buffer=from_buffer
+        )
+        if outcome is not None:
+            look.slots.append(
+                FiredSlot(schedule.name, slot, outcome, workflow.workflow_id, started)
+            )
+        if started:
+            engine.start_claimed([Claim(definition, workflow.workflow_id, workflow.inputs)])
+        return outcome
+
+
+class _NotNow(Exception):
+    """This session cannot fire now: its fence does not hold (others might think it dead
+    and take over what it starts), or shutdown began."""
+
+
+def fire_due(
+    engine: Engine | None = None, schedules: list[Schedule] | None = None
+) -> list[FiredSlot]:
+    """Look once at this process's schedules (or ``schedules``) and fire their due slots,
+    on ``engine`` (default: the launched one); returns what became of each slot decided.
+    The scheduler thread does this on its own; tests call it to drive schedules one step
+    at a time (``launch(run_schedules=False)``)."""
+    return Scheduler(engine or current_engine(), schedules).look().slots

@@ -1,0 +1,222 @@
+"""``@scheduled``: a durable workflow started on a cron schedule, once per slot.
+
+A *slot* is one time the cron expression names. Its workflow's id is the schedule's name
+and the slot in UTC (``"reports@2026-12-04T17:30:00Z"``), and its one argument is the slot
+(a timezone-aware ``datetime`` in UTC). However many processes define the schedule, a slot
+is fired by one transaction that moves the schedule's cursor past it and inserts that
+workflow (see ``storage/schedules.py``): it runs once, and a kill -9 at any moment loses
+none. The scheduler thread (``scheduler.py``) fires due slots; ``schedule_operations.py``
+lists, pauses, resumes and backfills schedules, from Python or from the CLI.
+
+Schedules are defined at import time, like the workflows and queues: a process fires the
+schedules it defines when it launches (``launch(run_schedules=True)``, the default).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar, get_args
+
+from ..errors import DbosAgentError, InvalidIdentifierError, ScheduleError
+from ..limits import MAX_IDENTIFIER_BYTES, check_identifier
+from ..serialization import codec_for
+from . import state
+from .cron import CronTimes
+from .registry import WorkflowDefinition
+from .workflow import definition_of
+
+F = TypeVar("F", bound=Callable[..., Any])
+CatchUp = Literal["latest", "all", "none"]
+Overlap = Literal["skip", "allow", "buffer_one"]
+
+#: How far back ``catch_up="all"`` fires missed slots, unless the schedule says otherwise.
+DEFAULT_CATCH_UP_WINDOW = timedelta(hours=1)
+#: The most slots one look at a schedule fires after downtime, and one backfill records:
+#: a long outage of a per-second schedule never starts millions of workflows.
+MAX_SLOTS = 10_000
+#: ``@2026-12-04T17:30:00Z``: what a slot adds to the schedule's name in a workflow id.
+_SLOT_ID_BYTES = len("@2026-12-04T17:30:00Z")
+_SLOT_CODEC = codec_for(datetime)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as its process defines it: when, what, and its two policies."""
+
+    name: str
+    times: CronTimes
+    catch_up: CatchUp
+    catch_up_window: timedelta
+    overlap: Overlap
+    workflow: WorkflowDefinition
+    #: The workflow's one parameter, which receives the slot.
+    slot_param: str
+
+    @property
+    def cron(self) -> str:
+        return self.times.expression
+
+    @property
+    def timezone(self) -> str:
+        return self.times.timezone
+
+
+def slot_workflow_id(name: str, slot: datetime) -> str:
+    """The id of the workflow of ``slot``: the schedule's name, ``@``, the slot in UTC."""
+    return f"{name}@{slot.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def slot_inputs(slot_param: str, slot: datetime) -> str:
+    """The recorded inputs of a slot's workflow, exactly as the workflow's own codec writes
+    them (``{"param": "2026-12-04T17:30:00Z"}``): built here, they need no code."""
+    value = _SLOT_CODEC.to_jsonable(slot.astimezone(UTC), f"slot {slot.isoformat()}")
+    return json.dumps({slot_param: value}, separators=(",", ":"))
+
+
+def scheduled(
+    cron: str,
+    *,
+    name: str | None = None,
+    timezone: str = "UTC",
+    catch_up: CatchUp = "latest",
+    catch_up_window: timedelta = DEFAULT_CATCH_UP_WINDOW,
+    overlap: Overlap = "skip",
+) -> Callable[[F], F]:
+    """Start the decorated durable workflow at every slot of ``cron``, once per slot.
+
+    Put it above ``@durable_workflow``; the workflow takes one argument, the slot (a
+    ``datetime`` in UTC; annotate it ``datetime``). ``cron`` has five fields (minute hour
+    day month weekday) or six with seconds first; it is read in ``timezone`` (an IANA
+    name). ``name`` (default: the workflow's name) identifies the schedule in the database,
+    the CLI and the slots' workflow ids.
+
+    After downtime (no process ran the schedule), ``catch_up`` says which missed slots
+    still run: ``"latest"`` the most recent one, ``"all"`` every one within
+    ``catch_up_window`` (at most 10,000), ``"none"`` none (only a slot less than a minute
+    late counts as on time). While a run of the schedule is unfinished, ``overlap`` says
+    what a new slot does: ``"skip"`` is not run (counted as skipped), ``"allow"`` starts
+    anyway, ``"buffer_one"`` waits and starts when the unfinished run ends (a slot coming
+    while one already waits is skipped).
+
+    A bad expression, time zone or policy, a function that is not a durable workflow of one
+    ``datetime`` argument, or a name another function's schedule has, raises
+    :class:`ScheduleError` here, at import time.
+    """
+
+    def decorate(fn: F) -> F:
+        schedule = define_schedule(
+            fn,
+            cron,
+            name=name,
+            timezone=timezone,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
+            overlap=overlap,
+        )
+        register_schedule(schedule)
+        return fn
+
+    return decorate
+
+
+def define_schedule(
+    fn: Callable[..., Any],
+    cron: str,
+    *,
+    name: str | None,
+    timezone: str,
+    catch_up: CatchUp,
+    catch_up_window: timedelta,
+    overlap: Overlap,
+) -> Schedule:
+    """Check everything about a schedule before anything is registered."""
+    label = f"schedule {name!r}" if name is not None else f"the schedule of {fn!r}"
+    try:
+        definition = definition_of(fn)
+    except DbosAgentError:
+        raise ScheduleError(
+            f"{label}: {fn!r} is not a durable workflow; put @scheduled above @durable_workflow"
+        ) from None
+    schedule_name = definition.name if name is None else name
+    label = f"schedule {schedule_name!r}"
+    try:
+        check_identifier(schedule_name, "schedule name")
+    except InvalidIdentifierError as exc:
+        raise ScheduleError(f"{label}: {exc}") from None
+    if len(schedule_name.encode("utf-8", "surrogatepass")) + _SLOT_ID_BYTES > MAX_IDENTIFIER_BYTES:
+        raise ScheduleError(
+            f"{label}: the name is too long to make workflow ids of (name@slot must fit "
+            f"in {MAX_IDENTIFIER_BYTES} bytes)"
+        )
+    try:
+        times = CronTimes(cron, timezone)
+    except ValueError as exc:
+        raise ScheduleError(f"{label}: {exc}") from None
+    policies: tuple[tuple[str, object, object], ...] = (
+        ("catch_up", catch_up, CatchUp),
+        ("overlap", overlap, Overlap),
+    )
+    for what, value, allowed in policies:  # the annotations do not bind at run time
+        if value not in get_args(allowed):
+            choices = ", ".join(repr(a) for a in get_args(allowed))
+            raise ScheduleError(f"{label}: {what} must be one of {choices}, got {value!r}")
+    if not isinstance(catch_up_window, timedelta) or catch_up_window <= timedelta(0):
+        raise ScheduleError(
+            f"{label}: catch_up_window must be a positive timedelta, got {catch_up_window!r}"
+        )
+    return Schedule(
+        name=schedule_name,
+        times=times,
+        catch_up=catch_up,
+        catch_up_window=catch_up_window,
+        overlap=overlap,
+        workflow=definition,
+        slot_param=_slot_param(definition, label),
+    )
+
+
+def _slot_param(definition: WorkflowDefinition, label: str) -> str:
+    """The workflow's one parameter: it must take the slot, as a ``datetime``."""
+    try:
+        signature = inspect.signature(definition.fn, eval_str=True)
+    except Exception as exc:  # an annotation that does not resolve
+        raise ScheduleError(
+            f"{label}: cannot read the signature of workflow {definition.name!r}: {exc}"
+        ) from None
+    params = list(signature.parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) != 1 or params[0].kind not in positional:
+        raise ScheduleError(
+            f"{label}: workflow {definition.name!r} must take exactly one argument, the "
+            f"scheduled time (a datetime); its signature is {signature}"
+        )
+    if params[0].annotation is not datetime:
+        raise ScheduleError(
+            f"{label}: annotate the parameter {params[0].name!r} of workflow "
+            f"{definition.name!r} as datetime, so that the slot comes back as one on replay"
+        )
+    return params[0].name
+
+
+def register_schedule(schedule: Schedule) -> None:
+    """Register ``schedule`` in this process; a name may not belong to two functions (the
+    same function defined again, a module reloaded, replaces itself)."""
+    with state.lock():
+        existing = state.schedules.get(schedule.name)
+        if existing is not None and existing.workflow.origin != schedule.workflow.origin:
+            raise ScheduleError(
+                f"two schedules are named {schedule.name!r}: one runs "
+                f"{existing.workflow.origin}, the other {schedule.workflow.origin}; give one "
+                f"of them another name with @scheduled(..., name=...)"
+            )
+        state.schedules[schedule.name] = schedule
+
+
+def registered_schedules() -> list[Schedule]:
+    """Every schedule defined in this process."""
+    with state.lock():
+        return list(state.schedules.values())
