@@ -457,9 +457,9 @@ def _add_schedules(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         commands.backfill,
         "Record, for every slot of the schedule from --from to --to (up to now) that has no\n"
         "workflow yet, its workflow (id NAME@SLOT): PENDING and owned by no process, so the\n"
-        "first process with the workflow's code that takes over orphans runs it (`dbos-agent\n"
-        "worker`, or a launch() with take_over_every), or the schedule's executor at its next\n"
-        "launch. A slot that ran (or was backfilled) is never run again; the overlap policy\n"
+        "first live process with the workflow's code takes it over and runs it (every\n"
+        "launched process does, at once). A slot that ran (or was backfilled) is never run\n"
+        "again; the overlap policy\n"
         "and a pause do not apply. A range of more than 10,000 slots is refused.",
     )
     backfill.add_argument("name", metavar="NAME", help="schedule name")
