@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.core import Engine
+from dbos_agent.engine.registry import code_version
 from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
+from tests.diverging import hold_diverged
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import ROOT
 
@@ -401,3 +404,69 @@ def test_send_to_a_finished_workflow_warns(
     assert document["sent"] is True and document["message"] == "again"
     assert "nothing will ever receive it" in document["warning"]
     assert document["warning"] in result.stderr
+
+
+def test_a_diverged_workflow_is_listed_and_shown_with_why_and_what_now(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    url, key = dbos_agent_database_url, new_id("diverged")
+    hold_diverged(key)
+    why = f"at step 0 the log recorded 'prepare' but the code (code version {code_version()}) "
+    why += "called 'audit'"
+
+    table = ok(cli(url, "workflows", "list", "--name", "diverging_order", "--status", "DIVERGED"))
+    header, *rows = table.splitlines()
+    assert header.split()[-1] == "DIVERGED" and "WAITING" not in header
+    (row,) = (line for line in rows if line.startswith(key + " "))
+    assert row.split()[2] == "DIVERGED" and row.endswith("step 0: log 'prepare', code 'audit'")
+    listed = json.loads(ok(cli(url, "workflows", "list", "--status", "diverged", "--json")))
+    (document,) = (w for w in listed if w["workflow_id"] == key)
+    diverged = document["diverged"]
+    assert document["status"] == "DIVERGED" and document["error"] is None
+    assert diverged == {
+        "position": 0,
+        "recorded": "prepare",
+        "called": "audit",
+        "app_version": None,
+        "code_version": code_version(),
+        "at": diverged["at"],
+        "summary": "step 0: log 'prepare', code 'audit'",
+        "why": why,
+    }
+    assert datetime.fromisoformat(diverged["at"]).tzinfo is not None
+
+    shown = ok(cli(url, "workflows", "show", key))
+    assert "Status      DIVERGED" in shown
+    assert f"Diverged    {why}, since " in shown and " UTC" in shown
+    assert "What now    deploy code that fits its log (the change made with da.patched)" in shown
+    assert f"dbos-agent workflows fork {key} --from-step 0" in shown
+    assert f"or cancel it: dbos-agent workflows cancel {key}" in shown
+    assert json.loads(ok(cli(url, "workflows", "show", key, "--json")))["diverged"] == diverged
+    refused(cli(url, "workflows", "resume", key), 1, "it is held because the code called")
+
+
+def test_a_diverged_workflow_is_forked_and_cancelled_from_the_cli(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """The operator's two choices: a fork from the step where it diverged runs on with
+    this code (this process takes it up at once); a cancel ends the held workflow,
+    whose divergence stays as history."""
+    url, key = dbos_agent_database_url, new_id("diverged")
+    hold_diverged(key)
+    fork_id = f"{key}-fork"
+    forked = json.loads(
+        ok(cli(url, "workflows", "fork", key, "--from-step", "0", "--id", fork_id, "--json"))
+    )
+    assert forked["workflow_id"] == fork_id and forked["copied_steps"] == 0
+    assert da.retrieve(fork_id).result(timeout=30) == [f"audited {key}", f"applied {key}"]
+    fork_document = json.loads(ok(cli(url, "workflows", "show", fork_id, "--json")))
+    assert fork_document["diverged"] is None and fork_document["status"] == "SUCCESS"
+    assert da.retrieve(key).status() == da.WorkflowStatus.DIVERGED, "the original stays held"
+
+    assert f"cancelled {key} (it was DIVERGED)" in ok(cli(url, "workflows", "cancel", key))
+    shown = ok(cli(url, "workflows", "show", key))
+    assert "CANCELLED" in shown and "What now" not in shown
+    assert "Diverged earlier  at step 0 the log recorded 'prepare'" in shown
+    listed = ok(cli(url, "workflows", "list", "--name", "diverging_order", "--limit", "1000"))
+    (row,) = (line for line in listed.splitlines() if line.startswith(key + " "))
+    assert row.split()[2] == "CANCELLED" and "log 'prepare'" not in row, "history, not why"

@@ -118,6 +118,11 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
         headers.append("WAITING FOR")
         for row, info in zip(rows, found, strict=True):
             row.append(info.waiting_for.describe() if info.waiting_for else "")
+    held = [info.diverged if info.status is WorkflowStatus.DIVERGED else None for info in found]
+    if any(held):  # why diverged ones are held
+        headers.append("DIVERGED")
+        for row, divergence in zip(rows, held, strict=True):
+            row.append(divergence.describe() if divergence else "")
     render.print_table(headers, rows, status_column=2)
 
 
@@ -149,6 +154,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Name", info.name),
         ("Status", render.status_text(info.status)),
         *([("Waiting for", info.waiting_for.describe())] if info.waiting_for is not None else []),
+        *render.diverged_fields(info),
         ("Executor", info.executor_id + version),
         ("Created", render.ts(info.created_at) + " UTC"),
         ("Updated", render.ts(info.updated_at) + " UTC"),

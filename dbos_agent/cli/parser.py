@@ -157,9 +157,10 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "cancel",
         "cancel a workflow (a running one stops at its next step boundary)",
         commands.cancel,
-        "Cancel a PENDING, ENQUEUED, IN_DOUBT or dead-lettered workflow: it becomes CANCELLED.\n"
-        "A run in progress stops at its next step boundary. Cancelling a CANCELLED workflow\n"
-        "does nothing; a finished one (SUCCESS, ERROR) is an error. `resume` undoes a cancel.",
+        "Cancel a PENDING, SUSPENDED, ENQUEUED, DIVERGED, IN_DOUBT or dead-lettered workflow:\n"
+        "it becomes CANCELLED. A run in progress stops at its next step boundary. Cancelling\n"
+        "a CANCELLED workflow does nothing; a finished one (SUCCESS, ERROR) is an error.\n"
+        "`resume` undoes a cancel.",
     )
     cancel.add_argument("workflow_id", metavar="ID", help="workflow id")
 
@@ -188,7 +189,9 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         commands.fork,
         "Start a new workflow with the same function and inputs whose log is a copy of the\n"
         "original's recorded steps 0..N-1: it replays those and runs live from step N (rerun\n"
-        "an agent from turn N with a fixed tool). The original is not changed.",
+        "an agent from turn N with a fixed tool). The original is not changed. A DIVERGED\n"
+        "workflow can be forked from the step where it diverged or an earlier one: the fork\n"
+        "runs on with the code now deployed.",
     )
     fork.add_argument("workflow_id", metavar="ID", help="the workflow to fork")
     fork.add_argument(
