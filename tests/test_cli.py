@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,11 +23,12 @@ import pytest
 import dbos_agent as da
 from dbos_agent.engine.core import Engine
 from dbos_agent.engine.registry import code_version
+from dbos_agent.engine.state import current_engine
 from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
 from tests.diverging import hold_diverged
 from tests.helpers import SimulatedCrash, new_id, wait_until
-from tests.processes import ROOT
+from tests.processes import ROOT, start_worker, stop_workers
 
 RUNS: Counter[str] = Counter()
 PAUSE: dict[str, threading.Event] = {}
@@ -129,15 +131,21 @@ def approval(key: str) -> str:
     return f"{key}: {da.recv('approval', timeout=20)}"
 
 
+@da.durable_workflow
+def waits_long(key: str) -> str:
+    return f"{key}: {da.recv('go', timeout=3600)}"
+
+
 def test_help_version_and_usage_errors(tmp_path: Path) -> None:
     out = ok(cli(None, "--help", cwd=tmp_path))
-    for command in ("migrate", "workflows", "steps", "send", "worker", "exit status"):
+    for command in ("migrate", "workflows", "steps", "send", "worker", "versions", "exit status"):
         assert command in out
     assert "--from-step N" in ok(cli(None, "workflows", "fork", "--help", cwd=tmp_path))
     assert ok(cli(None, "--version", cwd=tmp_path)).strip() == f"dbos-agent {da.__version__}"
     assert "--app" in ok(cli(None, "worker", "--help", cwd=tmp_path))
     refused(cli(None, cwd=tmp_path), 2, "the following arguments are required: COMMAND")
     refused(cli(None, "workflows", "list", "--status", "DONE", cwd=tmp_path), 2, "argument")
+    refused(cli(None, "versions", "--wider", cwd=tmp_path), 2, "unrecognized arguments")
     refused(cli(None, "workflows", "list", "--since", "yesterday", cwd=tmp_path), 2, "argument")
     refused(cli(None, "steps", "resolve", "wf", "0", cwd=tmp_path), 2, "one of the arguments")
     refused(
@@ -302,6 +310,8 @@ def test_database_errors_are_clear_and_name_no_password(dbos_agent_postgres_url:
         )
         assert "migrated from version 0 to" in ok(cli(empty, "migrate"))
         assert json.loads(ok(cli(empty, "workflows", "list", "--json"))) == []
+        assert json.loads(ok(cli(empty, "versions", "--json"))) == []
+        assert ok(cli(empty, "versions")) == "no unfinished workflows and no live sessions\n"
 
 
 def test_send_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
@@ -470,3 +480,90 @@ def test_a_diverged_workflow_is_forked_and_cancelled_from_the_cli(
     listed = ok(cli(url, "workflows", "list", "--name", "diverging_order", "--limit", "1000"))
     (row,) = (line for line in listed.splitlines() if line.startswith(key + " "))
     assert row.split()[2] == "CANCELLED" and "log 'prepare'" not in row, "history, not why"
+
+
+def test_versions_shows_each_versions_unfinished_workflows_and_live_sessions(
+    dbos_agent_postgres_url: str,
+) -> None:
+    """v1 (this process) and v2 (a worker) each have workflows in several statuses and a
+    live session; v0 and no version have only workflows, v3 (a worker) only a session."""
+    key, host = new_id("versions"), socket.gethostname()
+    with fresh_database(dbos_agent_postgres_url) as url:
+        runtime = da.launch(url, executor_id=f"{key}-v1", app_version="v1", workers=8)
+        db = current_engine().db
+        worker = ["tests.worker_app", "--grace", "0.1", "--executor-id"]
+        v2 = start_worker(url, *worker, f"{key}-v2", "--app-version", "v2",
+                          env={"WORKER_APP_STEP_SECONDS": "600"})  # fmt: skip
+        v3 = start_worker(url, *worker, f"{key}-v3", "--app-version", "v3")
+        PAUSE[f"{key}:0"], PAUSED[f"{key}:0"] = threading.Event(), threading.Event()
+        try:
+            hold_diverged(f"{key}-diverged")  # v1: one workflow in each unfinished status
+            da.start(chat, key, 1, workflow_id=key)
+            waiting = da.start(waits_long, key)
+            with da.Client(url) as client:
+                client.enqueue("nobody-serves", "chat", key, 1, app_version="v1")
+                # v2: one runs in its worker (a 10-minute step), two wait in a queue
+                running = client.enqueue("worker-tests", "job", 1, app_version="v2")
+                client.enqueue("nobody-serves", "job", 1, app_version="v2")
+                adopted = client.enqueue("nobody-serves", "job", 1, app_version="v2")
+                client.enqueue("nobody-serves", "job", 1, app_version="v0")
+                client.enqueue("nobody-serves", "job", 1)
+            with db.connection() as conn:  # what `check-deploy --adopt` is to record
+                conn.execute(
+                    "UPDATE dbos_agent.workflows SET accepted_versions = '{v3}' "
+                    "WHERE workflow_id = %s",
+                    (adopted.workflow_id,),
+                )
+            assert PAUSED[f"{key}:0"].wait(10)
+            wait_until(lambda: waiting.status() == da.WorkflowStatus.SUSPENDED, 30, "suspended")
+            wait_until(
+                lambda: da.retrieve(running.workflow_id).status() == da.WorkflowStatus.PENDING,
+                30,
+                "v2's worker runs its job",
+            )
+            wait_until(
+                lambda: [len(v.sessions) for v in db.versions.summary()] == [0, 0, 1, 1, 1],
+                30,
+                "both workers' sessions",
+            )
+
+            table = [line.split() for line in ok(cli(url, "versions")).splitlines()]
+            assert table == [
+                ["APP", "VERSION", "PENDING", "ENQUEUED", "SUSPENDED", "DIVERGED", "OTHERS",
+                 "MAY", "RUN", "LIVE", "SESSIONS"],
+                ["(none)", "0", "1", "0", "0", "0", "0"],
+                ["v0", "0", "1", "0", "0", "0", "0"],
+                ["v1", "1", "1", "1", "1", "0", "1"],
+                ["v2", "1", "2", "0", "0", "1", "(v3)", "1"],
+                ["v3", "0", "0", "0", "0", "0", "1"],
+            ]  # fmt: skip
+            wide = ok(cli(url, "versions", "--wide")).splitlines()
+            assert wide[0].split()[-1] == "EXECUTOR@HOST:PID" and len(wide[0].split()) == 12
+            assert wide[4].endswith(f"{key}-v2@{host}:{v2.pid}")
+            assert wide[3].endswith(f"{key}-v1@{host}:{os.getpid()}")
+
+            document = json.loads(ok(cli(url, "versions", "--json")))
+            assert [v["app_version"] for v in document] == [None, "v0", "v1", "v2", "v3"]
+            by_version = {v["app_version"]: v for v in document}
+            assert by_version["v2"]["unfinished"] == {
+                "PENDING": 1, "ENQUEUED": 2, "SUSPENDED": 0, "DIVERGED": 0
+            }  # fmt: skip
+            assert by_version["v2"]["accepted_elsewhere"] == 1
+            assert by_version["v2"]["accepted_by"] == ["v3"]
+            (session,) = by_version["v3"]["sessions"]
+            assert (session["executor_id"], session["hostname"], session["pid"]) == (
+                f"{key}-v3",
+                host,
+                v3.pid,
+            )
+            assert datetime.fromisoformat(session["heartbeat_at"]).tzinfo is not None
+            assert [v["live_sessions"] for v in document] == [0, 0, 1, 1, 1]
+
+            stop_workers([v3])  # a session that ended is no longer listed
+            assert [v["app_version"] for v in json.loads(ok(cli(url, "versions", "--json")))] == [
+                None, "v0", "v1", "v2"
+            ]  # fmt: skip
+        finally:
+            PAUSE[f"{key}:0"].set()
+            stop_workers([v2, v3])
+            runtime.shutdown(grace=5)

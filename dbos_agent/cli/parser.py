@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_send(tree, common)
     _add_stream(tree, common)
     _add_approvals(tree, common)
+    _add_versions(tree, common)
     _add_gc(tree, common)
     _add_worker(tree)
     _add_serve(tree)
@@ -299,6 +300,25 @@ def _add_stream(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         default=0,
         metavar="OFFSET",
         help="first offset to print (default 0)",
+    )
+
+
+def _add_versions(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    versions = _command(
+        tree,
+        common,
+        "versions",
+        "application versions: their unfinished workflows and the live sessions serving each",
+        commands.versions,
+        "One row per application version (launch(app_version=...), `worker --app-version`;\n"
+        "(none) for workflows and sessions without one) that has unfinished workflows or live\n"
+        "executor sessions: its PENDING, ENQUEUED, SUSPENDED and DIVERGED workflows, how many\n"
+        "of them processes of other versions may run too (accepted for those versions), and\n"
+        "its live sessions. A session without a version runs the workflows of every version.\n"
+        "--wide (or --json) names each session: executor id, host and pid.",
+    )
+    versions.add_argument(
+        "--wide", action="store_true", help="name each live session (executor@host:pid)"
     )
 
 

@@ -4,7 +4,8 @@
 step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``,
 ``db.messages`` (messages, events, the database clock), ``db.suspension`` (suspended
 workflows and what wakes them), ``db.operations`` (cancel, resume, fork),
-``db.retention`` and ``db.inspection`` (read-only questions for tests and tools). Every
+``db.retention``, ``db.versions`` (what each application version has unfinished, and
+its live sessions) and ``db.inspection`` (read-only questions for tests and tools). Every
 statement is named in ``dbos_agent/sql/queries.sql``; how statements run (the pool,
 outages, values checked) is in ``connector.py``.
 """
@@ -25,6 +26,7 @@ from .retention import RetentionStore
 from .steps import StepStore
 from .streams import StreamStore
 from .suspension import SuspensionStore
+from .versions import VersionStore
 from .workflows import WorkflowStore
 
 
@@ -59,6 +61,7 @@ class SystemDatabase(Connector):
         self.suspension = SuspensionStore(self)
         self.streams = StreamStore(self)
         self.approvals = ApprovalStore(self)
+        self.versions = VersionStore(self)
         self.inspection = InspectionStore(self)
 
     def migrate(self) -> int:
