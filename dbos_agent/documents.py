@@ -59,9 +59,14 @@ def token_totals(digests: Sequence[StepDigest | None]) -> dict[str, Any] | None:
 
 
 def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
-    """A workflow as in ``--json`` documents."""
+    """A workflow as in ``--json`` documents. ``diverged`` (None unless its log and its
+    code ever parted) also says it in words: ``summary`` (one short line) and ``why``
+    (the sentence ``workflows show`` and the dashboard print)."""
     data = dataclasses.asdict(info)
     data["duration_seconds"] = wall_seconds(info)
+    if info.diverged is not None:
+        data["diverged"]["summary"] = info.diverged.describe()
+        data["diverged"]["why"] = info.diverged.why()
     return data
 
 

@@ -93,6 +93,20 @@ class Divergence:
     code_version: str
     at: datetime | None = None
 
+    def describe(self) -> str:
+        """One short line, e.g. ``step 0: log 'prepare', code 'audit'``."""
+        return f"step {self.position}: log {self.recorded!r}, code {self.called!r}"
+
+    def why(self) -> str:
+        """The sentence operators read (``workflows show``, the dashboard), e.g. ``at step
+        0 the log recorded 'prepare' but the code (code version 3f2a..., app version v2)
+        called 'audit'``."""
+        app = "" if self.app_version is None else f", app version {self.app_version}"
+        return (
+            f"at step {self.position} the log recorded {self.recorded!r} but the code "
+            f"(code version {self.code_version}{app}) called {self.called!r}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class WaitInfo:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,13 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.core import Engine
+from dbos_agent.engine.registry import code_version
+from dbos_agent.engine.state import current_engine
 from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
+from tests.diverging import hold_diverged
 from tests.helpers import SimulatedCrash, cli, new_id, ok, refused, wait_until
-from tests.processes import ROOT
+from tests.processes import ROOT, start_worker, stop_workers
 
 RUNS: Counter[str] = Counter()
 PAUSE: dict[str, threading.Event] = {}
@@ -91,15 +96,21 @@ def approval(key: str) -> str:
     return f"{key}: {da.recv('approval', timeout=20)}"
 
 
+@da.durable_workflow
+def waits_long(key: str) -> str:
+    return f"{key}: {da.recv('go', timeout=3600)}"
+
+
 def test_help_version_and_usage_errors(tmp_path: Path) -> None:
     out = ok(cli(None, "--help", cwd=tmp_path))
-    for command in ("migrate", "workflows", "steps", "send", "worker", "exit status"):
+    for command in ("migrate", "workflows", "steps", "send", "worker", "versions", "exit status"):
         assert command in out
     assert "--from-step N" in ok(cli(None, "workflows", "fork", "--help", cwd=tmp_path))
     assert ok(cli(None, "--version", cwd=tmp_path)).strip() == f"dbos-agent {da.__version__}"
     assert "--app" in ok(cli(None, "worker", "--help", cwd=tmp_path))
     refused(cli(None, cwd=tmp_path), 2, "the following arguments are required: COMMAND")
     refused(cli(None, "workflows", "list", "--status", "DONE", cwd=tmp_path), 2, "argument")
+    refused(cli(None, "versions", "--wider", cwd=tmp_path), 2, "unrecognized arguments")
     refused(cli(None, "workflows", "list", "--since", "yesterday", cwd=tmp_path), 2, "argument")
     refused(cli(None, "steps", "resolve", "wf", "0", cwd=tmp_path), 2, "one of the arguments")
     refused(
@@ -264,6 +275,8 @@ def test_database_errors_are_clear_and_name_no_password(dbos_agent_postgres_url:
         )
         assert "migrated from version 0 to" in ok(cli(empty, "migrate"))
         assert json.loads(ok(cli(empty, "workflows", "list", "--json"))) == []
+        assert json.loads(ok(cli(empty, "versions", "--json"))) == []
+        assert ok(cli(empty, "versions")) == "no unfinished workflows and no live sessions\n"
 
 
 def test_send_from_the_cli(runtime: da.Runtime, dbos_agent_database_url: str) -> None:
@@ -366,3 +379,156 @@ def test_send_to_a_finished_workflow_warns(
     assert document["sent"] is True and document["message"] == "again"
     assert "nothing will ever receive it" in document["warning"]
     assert document["warning"] in result.stderr
+
+
+def test_a_diverged_workflow_is_listed_and_shown_with_why_and_what_now(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    url, key = dbos_agent_database_url, new_id("diverged")
+    hold_diverged(key)
+    why = f"at step 0 the log recorded 'prepare' but the code (code version {code_version()}) "
+    why += "called 'audit'"
+
+    table = ok(cli(url, "workflows", "list", "--name", "diverging_order", "--status", "DIVERGED"))
+    header, *rows = table.splitlines()
+    assert header.split()[-1] == "DIVERGED" and "WAITING" not in header
+    (row,) = (line for line in rows if line.startswith(key + " "))
+    assert row.split()[2] == "DIVERGED" and row.endswith("step 0: log 'prepare', code 'audit'")
+    listed = json.loads(ok(cli(url, "workflows", "list", "--status", "diverged", "--json")))
+    (document,) = (w for w in listed if w["workflow_id"] == key)
+    diverged = document["diverged"]
+    assert document["status"] == "DIVERGED" and document["error"] is None
+    assert diverged == {
+        "position": 0,
+        "recorded": "prepare",
+        "called": "audit",
+        "app_version": None,
+        "code_version": code_version(),
+        "at": diverged["at"],
+        "summary": "step 0: log 'prepare', code 'audit'",
+        "why": why,
+    }
+    assert datetime.fromisoformat(diverged["at"]).tzinfo is not None
+
+    shown = ok(cli(url, "workflows", "show", key))
+    assert "Status      DIVERGED" in shown
+    assert f"Diverged    {why}, since " in shown and " UTC" in shown
+    assert "What now    deploy code that fits its log (the change made with da.patched)" in shown
+    assert f"dbos-agent workflows fork {key} --from-step 0" in shown
+    assert f"or cancel it: dbos-agent workflows cancel {key}" in shown
+    assert json.loads(ok(cli(url, "workflows", "show", key, "--json")))["diverged"] == diverged
+    refused(cli(url, "workflows", "resume", key), 1, "it is held because the code called")
+
+
+def test_a_diverged_workflow_is_forked_and_cancelled_from_the_cli(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """The operator's two choices: a fork from the step where it diverged runs on with
+    this code (this process takes it up at once); a cancel ends the held workflow,
+    whose divergence stays as history."""
+    url, key = dbos_agent_database_url, new_id("diverged")
+    hold_diverged(key)
+    fork_id = f"{key}-fork"
+    forked = json.loads(
+        ok(cli(url, "workflows", "fork", key, "--from-step", "0", "--id", fork_id, "--json"))
+    )
+    assert forked["workflow_id"] == fork_id and forked["copied_steps"] == 0
+    assert da.retrieve(fork_id).result(timeout=30) == [f"audited {key}", f"applied {key}"]
+    fork_document = json.loads(ok(cli(url, "workflows", "show", fork_id, "--json")))
+    assert fork_document["diverged"] is None and fork_document["status"] == "SUCCESS"
+    assert da.retrieve(key).status() == da.WorkflowStatus.DIVERGED, "the original stays held"
+
+    assert f"cancelled {key} (it was DIVERGED)" in ok(cli(url, "workflows", "cancel", key))
+    shown = ok(cli(url, "workflows", "show", key))
+    assert "CANCELLED" in shown and "What now" not in shown
+    assert "Diverged earlier  at step 0 the log recorded 'prepare'" in shown
+    listed = ok(cli(url, "workflows", "list", "--name", "diverging_order", "--limit", "1000"))
+    (row,) = (line for line in listed.splitlines() if line.startswith(key + " "))
+    assert row.split()[2] == "CANCELLED" and "log 'prepare'" not in row, "history, not why"
+
+
+def test_versions_shows_each_versions_unfinished_workflows_and_live_sessions(
+    dbos_agent_postgres_url: str,
+) -> None:
+    """v1 (this process) and v2 (a worker) each have workflows in several statuses and a
+    live session; v0 and no version have only workflows, v3 (a worker) only a session."""
+    key, host = new_id("versions"), socket.gethostname()
+    with fresh_database(dbos_agent_postgres_url) as url:
+        runtime = da.launch(url, executor_id=f"{key}-v1", app_version="v1", workers=8)
+        db = current_engine().db
+        worker = ["tests.worker_app", "--grace", "0.1", "--executor-id"]
+        v2 = start_worker(url, *worker, f"{key}-v2", "--app-version", "v2",
+                          env={"WORKER_APP_STEP_SECONDS": "600"})  # fmt: skip
+        v3 = start_worker(url, *worker, f"{key}-v3", "--app-version", "v3")
+        PAUSE[f"{key}:0"], PAUSED[f"{key}:0"] = threading.Event(), threading.Event()
+        try:
+            hold_diverged(f"{key}-diverged")  # v1: one workflow in each unfinished status
+            da.start(chat, key, 1, workflow_id=key)
+            waiting = da.start(waits_long, key)
+            with da.Client(url) as client:
+                client.enqueue("nobody-serves", "chat", key, 1, app_version="v1")
+                # v2: one runs in its worker (a 10-minute step), two wait in a queue
+                running = client.enqueue("worker-tests", "job", 1, app_version="v2")
+                client.enqueue("nobody-serves", "job", 1, app_version="v2")
+                adopted = client.enqueue("nobody-serves", "job", 1, app_version="v2")
+                client.enqueue("nobody-serves", "job", 1, app_version="v0")
+                client.enqueue("nobody-serves", "job", 1)
+            with db.connection() as conn:  # what `check-deploy --adopt` is to record
+                conn.execute(
+                    "UPDATE dbos_agent.workflows SET accepted_versions = '{v3}' "
+                    "WHERE workflow_id = %s",
+                    (adopted.workflow_id,),
+                )
+            assert PAUSED[f"{key}:0"].wait(10)
+            wait_until(lambda: waiting.status() == da.WorkflowStatus.SUSPENDED, 30, "suspended")
+            wait_until(
+                lambda: da.retrieve(running.workflow_id).status() == da.WorkflowStatus.PENDING,
+                30,
+                "v2's worker runs its job",
+            )
+            wait_until(
+                lambda: [len(v.sessions) for v in db.versions.summary()] == [0, 0, 1, 1, 1],
+                30,
+                "both workers' sessions",
+            )
+
+            table = [line.split() for line in ok(cli(url, "versions")).splitlines()]
+            assert table == [
+                ["APP", "VERSION", "PENDING", "ENQUEUED", "SUSPENDED", "DIVERGED", "OTHERS",
+                 "MAY", "RUN", "LIVE", "SESSIONS"],
+                ["(none)", "0", "1", "0", "0", "0", "0"],
+                ["v0", "0", "1", "0", "0", "0", "0"],
+                ["v1", "1", "1", "1", "1", "0", "1"],
+                ["v2", "1", "2", "0", "0", "1", "(v3)", "1"],
+                ["v3", "0", "0", "0", "0", "0", "1"],
+            ]  # fmt: skip
+            wide = ok(cli(url, "versions", "--wide")).splitlines()
+            assert wide[0].split()[-1] == "EXECUTOR@HOST:PID" and len(wide[0].split()) == 12
+            assert wide[4].endswith(f"{key}-v2@{host}:{v2.pid}")
+            assert wide[3].endswith(f"{key}-v1@{host}:{os.getpid()}")
+
+            document = json.loads(ok(cli(url, "versions", "--json")))
+            assert [v["app_version"] for v in document] == [None, "v0", "v1", "v2", "v3"]
+            by_version = {v["app_version"]: v for v in document}
+            assert by_version["v2"]["unfinished"] == {
+                "PENDING": 1, "ENQUEUED": 2, "SUSPENDED": 0, "DIVERGED": 0
+            }  # fmt: skip
+            assert by_version["v2"]["accepted_elsewhere"] == 1
+            assert by_version["v2"]["accepted_by"] == ["v3"]
+            (session,) = by_version["v3"]["sessions"]
+            assert (session["executor_id"], session["hostname"], session["pid"]) == (
+                f"{key}-v3",
+                host,
+                v3.pid,
+            )
+            assert datetime.fromisoformat(session["heartbeat_at"]).tzinfo is not None
+            assert [v["live_sessions"] for v in document] == [0, 0, 1, 1, 1]
+
+            stop_workers([v3])  # a session that ended is no longer listed
+            assert [v["app_version"] for v in json.loads(ok(cli(url, "versions", "--json")))] == [
+                None, "v0", "v1", "v2"
+            ]  # fmt: skip
+        finally:
+            PAUSE[f"{key}:0"].set()
+            stop_workers([v2, v3])
+            runtime.shutdown(grace=5)

@@ -27,6 +27,7 @@ import dbos_agent as da
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from dbos_agent.web import create_app
+from tests.diverging import hold_diverged
 from tests.helpers import new_id, wait_until
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 
 TOKEN = "s3cret-token"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: The browser tests; DBOS_AGENT_REQUIRE_BROWSER=1 makes a missing chromium a failure.
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
+    reason="needs Debian's chromium (.ci/run installs it)",
+)
 
 
 def free_port() -> int:
@@ -244,10 +250,7 @@ def test_serve_refuses_a_public_address_without_a_token() -> None:
     assert refused.returncode == 2 and "without a token" in refused.stderr
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
-    reason="needs Debian's chromium (.ci/run installs it)",
-)
+@NEEDS_CHROMIUM
 def test_the_dashboard_shows_an_agents_stream_and_sends_its_approval(
     server: Server, tmp_path: Path
 ) -> None:
@@ -280,10 +283,7 @@ def guarded(branch: str) -> str:
     return "deleted" if decision.approved else f"kept: {decision.reason}"
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
-    reason="needs Debian's chromium (.ci/run installs it)",
-)
+@NEEDS_CHROMIUM
 def test_the_dashboard_approves_the_exact_tool_call_it_shows(
     server: Server, tmp_path: Path
 ) -> None:
@@ -349,10 +349,7 @@ def spender(calls: int) -> int:
 MODELS: dict[str, Model] = {}
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
-    reason="needs Debian's chromium (.ci/run installs it)",
-)
+@NEEDS_CHROMIUM
 def test_the_dashboard_charts_tokens_and_cost_over_time(
     server: Server, api: httpx.Client, tmp_path: Path
 ) -> None:
@@ -374,3 +371,98 @@ def test_the_dashboard_charts_tokens_and_cost_over_time(
         expect(page.get_by_test_id("usage")).to_contain_text("3000 in, 1500 out")
         chart.screenshot(path=str(tmp_path / "chart.png"))
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_diverged_workflow_over_http(api: httpx.Client) -> None:
+    """Listed and shown with why it is held; resume is not what its status allows
+    (409); fork and cancel, the operator's choices, work."""
+    wid = new_id("web-diverged")
+    hold_diverged(wid)
+    listed = api.get("/api/workflows", params={"status": "DIVERGED", "limit": 10_000}).json()
+    (found,) = (w for w in listed if w["workflow_id"] == wid)
+    assert found["status"] == "DIVERGED"
+    assert found["diverged"]["summary"] == "step 0: log 'prepare', code 'audit'"
+    shown = api.get(f"/api/workflows/{wid}").json()
+    assert shown["diverged"] == found["diverged"]
+    assert (shown["diverged"]["position"], shown["diverged"]["called"]) == (0, "audit")
+    assert shown["diverged"]["why"].startswith("at step 0 the log recorded 'prepare' but the code")
+    assert [s["name"] for s in shown["steps"]] == ["prepare"]
+
+    resumed = api.post(f"/api/workflows/{wid}/resume")
+    assert resumed.status_code == 409 and "it is held because" in resumed.json()["error"]
+    forked = api.post(f"/api/workflows/{wid}/fork", json={"from_step": 0})
+    assert forked.status_code == 200
+    fork_id = forked.json()["workflow_id"]
+    assert da.retrieve(fork_id).result(timeout=30) == [f"audited {wid}", f"applied {wid}"]
+    assert api.get(f"/api/workflows/{fork_id}").json()["diverged"] is None
+
+    cancelled = api.post(f"/api/workflows/{wid}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["previous_status"] == "DIVERGED"
+    after = api.get(f"/api/workflows/{wid}").json()
+    assert after["status"] == "CANCELLED" and after["diverged"] == found["diverged"]
+
+
+def _background(page: Page, selector: str) -> str:
+    return str(page.locator(selector).first.evaluate("e => getComputedStyle(e).backgroundColor"))
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_says_why_a_workflow_is_held_and_offers_fork_and_cancel(
+    server: Server, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    long = "order-for-a-customer-with-a-rather-long-name-and-a-longer-reference-number"
+    held, finished = new_id(f"{long}-held"), new_id(f"{long}-done")
+    why = hold_diverged(held).diverged
+    assert why is not None
+    with da.workflow_id(finished):
+        assert quick(1) == 2
+    waiting = da.start(waiter, 0)  # suspended: its line says what it waits for
+    with sync_playwright() as pw, dashboard(pw, server) as page:
+        row = page.locator(f'tr[data-id="{held}"]')
+        expect(row.get_by_test_id("row-status")).to_have_text("DIVERGED", timeout=15_000)
+        expect(page.locator(f'tr[data-for="{held}"]')).to_have_text(
+            "held until code that fits its log runs it: step 0: log 'prepare', code 'audit'"
+        )
+        expect(page.locator(f'tr[data-id="{finished}"]')).to_contain_text("SUCCESS")
+        expect(page.locator(f'tr[data-for="{waiting.workflow_id}"]')).to_contain_text(
+            "waiting for recv 'approval'", timeout=15_000
+        )
+        diverged_colour = _background(page, f'tr[data-id="{held}"] .badge')
+        assert diverged_colour == "rgb(255, 220, 194)"
+        assert diverged_colour != _background(page, f'tr[data-id="{finished}"] .badge')
+        page.screenshot(path=str(tmp_path / "list.png"))
+
+        row.click()
+        expect(page.get_by_test_id("diverged-why")).to_have_text(
+            why.why().replace("at", "At", 1), timeout=15_000
+        )
+        expect(page.get_by_test_id("step-diverged")).to_have_text("code calls 'audit'")
+        expect(page.get_by_test_id("detail-status")).to_have_text("DIVERGED")
+        expect(page.get_by_test_id("diverged")).to_contain_text("What now: deploy code that fits")
+        expect(page.locator("#fork-step")).to_have_value("0")
+        page.screenshot(path=str(tmp_path / "held.png"))
+
+        page.locator(f'tr[data-id="{finished}"]').click()
+        expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=15_000)
+        expect(page.get_by_test_id("diverged")).to_have_count(0)
+        page.screenshot(path=str(tmp_path / "finished.png"))
+
+        row.click()
+        page.get_by_test_id("diverged-fork").click()  # shows the fork, which runs here
+        expect(page.locator("#detail h2.id")).not_to_have_text(held, timeout=15_000)
+        expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=30_000)
+        page.screenshot(path=str(tmp_path / "forked.png"))
+
+        row.click()
+        expect(page.get_by_test_id("diverged-why")).to_be_visible(timeout=15_000)
+        page.get_by_test_id("diverged-cancel").click()
+        expect(page.get_by_test_id("detail-status")).to_have_text("CANCELLED", timeout=15_000)
+        expect(page.get_by_test_id("diverged-earlier")).to_contain_text(why.why())
+        page.screenshot(path=str(tmp_path / "cancelled.png"))
+    assert da.retrieve(held).status() == da.WorkflowStatus.CANCELLED
+    da.send(waiting.workflow_id, "yes", topic="approval")
+    assert waiting.result(timeout=30) == "done after yes"
+    for shot in ("list.png", "held.png", "finished.png", "forked.png", "cancelled.png"):
+        assert (tmp_path / shot).read_bytes().startswith(b"\x89PNG"), shot

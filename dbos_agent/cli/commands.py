@@ -40,6 +40,7 @@ from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.sql_files import migrations
+from ..storage.versions import UNFINISHED
 from . import render
 from .arguments import PROG
 
@@ -119,6 +120,11 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
         headers.append("WAITING FOR")
         for row, info in zip(rows, found, strict=True):
             row.append(info.waiting_for.describe() if info.waiting_for else "")
+    held = [info.diverged if info.status is WorkflowStatus.DIVERGED else None for info in found]
+    if any(held):  # why diverged ones are held
+        headers.append("DIVERGED")
+        for row, divergence in zip(rows, held, strict=True):
+            row.append(divergence.describe() if divergence else "")
     render.print_table(headers, rows, status_column=2)
 
 
@@ -150,6 +156,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Name", info.name),
         ("Status", render.status_text(info.status)),
         *([("Waiting for", info.waiting_for.describe())] if info.waiting_for is not None else []),
+        *render.diverged_fields(info),
         ("Executor", info.executor_id + version),
         ("Created", render.ts(info.created_at) + " UTC"),
         ("Updated", render.ts(info.updated_at) + " UTC"),
@@ -409,6 +416,32 @@ def approvals(args: argparse.Namespace, db: SystemDatabase) -> None:
         for a in found
     ]
     render.print_table(["WORKFLOW ID", "STEP", "TOOL", "ARGUMENTS", "STATUS", "DIGEST"], rows)
+
+
+def versions(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Application versions: unfinished workflows by status and the live sessions of each."""
+    found = db.versions.summary()
+    if args.json:
+        render.print_json(
+            [{**dataclasses.asdict(v), "live_sessions": len(v.sessions)} for v in found]
+        )
+        return
+    if not found:
+        print("no unfinished workflows and no live sessions")
+        return
+    headers = ["APP VERSION", *UNFINISHED, "OTHERS MAY RUN", "LIVE SESSIONS"]
+    rows = []
+    for v in found:
+        others = str(v.accepted_elsewhere)
+        if v.accepted_by:
+            others += f" ({', '.join(v.accepted_by)})"
+        version = "(none)" if v.app_version is None else v.app_version
+        row = [version, *(str(v.unfinished[s]) for s in UNFINISHED)]
+        row += [others, str(len(v.sessions))]
+        if args.wide:
+            row.append(", ".join(f"{s.executor_id}@{s.hostname}:{s.pid}" for s in v.sessions))
+        rows.append(row)
+    render.print_table([*headers, *(["EXECUTOR@HOST:PID"] if args.wide else [])], rows)
 
 
 def _decide(args: argparse.Namespace, db: SystemDatabase, approved: bool) -> None:

@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_send(tree, common)
     _add_stream(tree, common)
     _add_approvals(tree, common)
+    _add_versions(tree, common)
     _add_gc(tree, common)
     _add_deploys(tree, common)
     _add_schedules(tree, common)
@@ -161,9 +162,10 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "cancel",
         "cancel a workflow (a running one stops at its next step boundary)",
         commands.cancel,
-        "Cancel a PENDING, ENQUEUED, IN_DOUBT or dead-lettered workflow: it becomes CANCELLED.\n"
-        "A run in progress stops at its next step boundary. Cancelling a CANCELLED workflow\n"
-        "does nothing; a finished one (SUCCESS, ERROR) is an error. `resume` undoes a cancel.",
+        "Cancel a PENDING, SUSPENDED, ENQUEUED, DIVERGED, IN_DOUBT or dead-lettered workflow:\n"
+        "it becomes CANCELLED. A run in progress stops at its next step boundary. Cancelling\n"
+        "a CANCELLED workflow does nothing; a finished one (SUCCESS, ERROR) is an error.\n"
+        "`resume` undoes a cancel.",
     )
     cancel.add_argument("workflow_id", metavar="ID", help="workflow id")
 
@@ -192,7 +194,9 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         commands.fork,
         "Start a new workflow with the same function and inputs whose log is a copy of the\n"
         "original's recorded steps 0..N-1: it replays those and runs live from step N (rerun\n"
-        "an agent from turn N with a fixed tool). The original is not changed.",
+        "an agent from turn N with a fixed tool). The original is not changed. A DIVERGED\n"
+        "workflow can be forked from the step where it diverged or an earlier one: the fork\n"
+        "runs on with the code now deployed.",
     )
     fork.add_argument("workflow_id", metavar="ID", help="the workflow to fork")
     fork.add_argument(
@@ -300,6 +304,25 @@ def _add_stream(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         default=0,
         metavar="OFFSET",
         help="first offset to print (default 0)",
+    )
+
+
+def _add_versions(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    versions = _command(
+        tree,
+        common,
+        "versions",
+        "application versions: their unfinished workflows and the live sessions serving each",
+        commands.versions,
+        "One row per application version (launch(app_version=...), `worker --app-version`;\n"
+        "(none) for workflows and sessions without one) that has unfinished workflows or live\n"
+        "executor sessions: its PENDING, ENQUEUED, SUSPENDED and DIVERGED workflows, how many\n"
+        "of them processes of other versions may run too (accepted for those versions), and\n"
+        "its live sessions. A session without a version runs the workflows of every version.\n"
+        "--wide (or --json) names each session: executor id, host and pid.",
+    )
+    versions.add_argument(
+        "--wide", action="store_true", help="name each live session (executor@host:pid)"
     )
 
 

@@ -9,6 +9,7 @@ never cut, wrapped or coloured, one record a line, so ``head``, ``grep`` and
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,7 @@ from rich.text import Text
 
 from ..documents import json_default, tokens_of
 from ..engine.retention import GcReport
-from ..records import StepDigest, StepInfo, StepStatus
+from ..records import StepDigest, StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 from .arguments import PROG
 
 SUMMARY_CHARS = 60
@@ -40,6 +41,7 @@ _STATUS_STYLES = {
     "CANCELLED": "magenta",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "bold red",
     "IN_DOUBT": "bold yellow",
+    "DIVERGED": "bold dark_orange",
 }
 #: A ``Label  value`` line of :func:`print_fields`; a Text value keeps its colour.
 Field = tuple[str, str | Text]
@@ -150,6 +152,36 @@ def print_fields(fields: Sequence[Field], *, file: TextIO | None = None) -> None
     width = max(len(label) for label, _ in fields)
     lines = [Text.assemble(label.ljust(width), "  ", value) for label, value in fields]
     _emit(Text("\n").join(lines), file)
+
+
+def diverged_fields(info: WorkflowInfo) -> list[Field]:
+    """What ``workflows show`` says of a divergence: while the workflow is held, where its
+    log and its code parted and what the operator may do; once it was continued (or
+    cancelled), where they parted, as history. Nothing for a workflow that never diverged."""
+    found = info.diverged
+    if found is None:
+        return []
+    if info.status is not WorkflowStatus.DIVERGED:
+        held = "" if found.at is None else f" (held from {ts(found.at)} UTC)"
+        return [("Diverged earlier", found.why() + held)]
+    since = "" if found.at is None else f", since {ts(found.at)} UTC"
+    command = f"{PROG} workflows"
+    wid, step = shlex.quote(info.workflow_id), found.position
+    return [
+        ("Diverged", found.why() + since),
+        (
+            "What now",
+            "deploy code that fits its log (the change made with da.patched), or leave it to "
+            "an older version still running: either continues it;",
+        ),
+        (
+            "",
+            f"or fork it from step {step}{' or earlier' if step else ''} (a new workflow "
+            f"that reuses the steps before it and runs on with the code now deployed): "
+            f"{command} fork {wid} --from-step {step}",
+        ),
+        ("", f"or cancel it: {command} cancel {wid}"),
+    ]
 
 
 def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None]) -> None:

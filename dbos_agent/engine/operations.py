@@ -103,6 +103,12 @@ def resume_workflow(
             f"its step {result.open_intent} is still in doubt; resolve it with "
             f"{_resolve_hint(workflow_id, result.open_intent)}, which also resumes it"
         )
+    elif status is WorkflowStatus.DIVERGED:
+        detail = (
+            "it is held because the code called another step than its log recorded; code "
+            "that fits its log continues it, or fork it from the step where it diverged or "
+            "earlier, or cancel it"
+        )
     elif not status.finished:
         detail = "it has not stopped: it runs, or its executor recovers it"
     else:

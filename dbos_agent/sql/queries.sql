@@ -1537,3 +1537,57 @@ SELECT s.workflow_id, %(workflow_name)s, 'PENDING', s.inputs::jsonb, %(executor_
 FROM unnest(%(workflow_ids)s::text[], %(inputs)s::text[]) AS s(workflow_id, inputs)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING workflow_id;
+
+-- == application versions ==
+
+-- name: summarize_app_versions
+-- Every application version (NULL: none) that has unfinished workflows or live
+-- executor sessions: its unfinished workflows by status, how many of them other
+-- versions may run too (accepted_versions, see may_run) and which versions those
+-- are, and its live sessions (those not among dead_sessions()). One statement,
+-- so workflows and sessions are read in one snapshot.
+WITH unfinished AS (
+    SELECT app_version, status, accepted_versions
+    FROM dbos_agent.workflows
+    WHERE status IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
+), counts AS (
+    SELECT u.app_version,
+           count(*) FILTER (WHERE u.status = 'PENDING') AS pending,
+           count(*) FILTER (WHERE u.status = 'ENQUEUED') AS enqueued,
+           count(*) FILTER (WHERE u.status = 'SUSPENDED') AS suspended,
+           count(*) FILTER (WHERE u.status = 'DIVERGED') AS diverged,
+           count(*) FILTER (WHERE cardinality(u.accepted_versions) > 0) AS accepted_elsewhere,
+           (SELECT coalesce(array_agg(DISTINCT a.version ORDER BY a.version), '{}')
+            FROM unfinished AS o, unnest(o.accepted_versions) AS a(version)
+            WHERE o.app_version IS NOT DISTINCT FROM u.app_version) AS accepted_by
+    FROM unfinished AS u
+    GROUP BY u.app_version
+), live AS (
+    SELECT e.app_version,
+           json_agg(json_build_object('session_key', e.session_key,
+                                      'executor_id', e.executor_id,
+                                      'hostname', e.hostname,
+                                      'pid', e.pid,
+                                      'started_at', e.started_at,
+                                      'heartbeat_at', e.heartbeat_at)
+                    ORDER BY e.executor_id, e.session_key) AS sessions
+    FROM dbos_agent.executors AS e
+    WHERE e.session_key NOT IN (SELECT dbos_agent.dead_sessions())
+    GROUP BY e.app_version
+), versions AS (
+    SELECT app_version FROM counts
+    UNION
+    SELECT app_version FROM live
+)
+SELECT v.app_version,
+       coalesce(c.pending, 0) AS pending,
+       coalesce(c.enqueued, 0) AS enqueued,
+       coalesce(c.suspended, 0) AS suspended,
+       coalesce(c.diverged, 0) AS diverged,
+       coalesce(c.accepted_elsewhere, 0) AS accepted_elsewhere,
+       coalesce(c.accepted_by, '{}') AS accepted_by,
+       coalesce(l.sessions, '[]'::json)::text AS sessions
+FROM versions AS v
+LEFT JOIN counts AS c ON c.app_version IS NOT DISTINCT FROM v.app_version
+LEFT JOIN live AS l ON l.app_version IS NOT DISTINCT FROM v.app_version
+ORDER BY v.app_version NULLS FIRST;

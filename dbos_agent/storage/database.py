@@ -5,7 +5,8 @@ step is checkpointed), ``db.recovery`` (claims and dead sessions), ``db.queues``
 ``db.messages`` (messages, events, the database clock), ``db.suspension`` (suspended
 workflows and what wakes them), ``db.operations`` (cancel, resume, fork),
 ``db.retention``, ``db.histories`` (deploy checks, export and import), ``db.schedules``
-(cron schedules: firing a slot) and ``db.inspection`` (read-only questions for tests and
+(cron schedules: firing a slot), ``db.versions`` (what each application version has
+unfinished, and its live sessions) and ``db.inspection`` (read-only questions for tests and
 tools). Every statement is named in ``dbos_agent/sql/queries.sql``; how statements run
 (the pool, outages, values checked) is in ``connector.py``.
 """
@@ -28,6 +29,7 @@ from .schedules import ScheduleStore
 from .steps import StepStore
 from .streams import StreamStore
 from .suspension import SuspensionStore
+from .versions import VersionStore
 from .workflows import WorkflowStore
 
 
@@ -65,6 +67,7 @@ class SystemDatabase(Connector):
         self.streams = StreamStore(self)
         self.approvals = ApprovalStore(self)
         self.schedules = ScheduleStore(self)
+        self.versions = VersionStore(self)
         self.inspection = InspectionStore(self)
         self.histories = HistoryStore(self)
 

@@ -12,7 +12,15 @@ import pytest
 from dbos_agent import documents, records
 from dbos_agent.agent.describe import describe_model_step
 from dbos_agent.cli import render
-from dbos_agent.records import StepDigest, StepInfo, StepStatus, describe_step
+from dbos_agent.records import (
+    Divergence,
+    StepDigest,
+    StepInfo,
+    StepStatus,
+    WorkflowInfo,
+    WorkflowStatus,
+    describe_step,
+)
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -115,3 +123,51 @@ def test_fields_off_a_terminal() -> None:
     out = io.StringIO()
     render.print_fields([("Workflow", "wf-1"), ("Status", render.status_text("SUCCESS"))], file=out)
     assert out.getvalue() == "Workflow  wf-1\nStatus    SUCCESS\n"
+
+
+def _info(status: WorkflowStatus, diverged: Divergence | None) -> WorkflowInfo:
+    return WorkflowInfo(
+        "order 42", "ship", status, {}, None, None, "local", "v2", 0, 50, NOW, NOW, None,
+        diverged=diverged,
+    )  # fmt: skip
+
+
+HELD = Divergence(0, "prepare", "audit", "v2", "3f2a9c0d1e2b4a5c", NOW)
+
+
+def test_a_divergence_in_words() -> None:
+    assert HELD.describe() == "step 0: log 'prepare', code 'audit'"
+    assert HELD.why() == (
+        "at step 0 the log recorded 'prepare' but the code (code version 3f2a9c0d1e2b4a5c, "
+        "app version v2) called 'audit'"
+    )
+    unversioned = Divergence(3, "a", "b", None, "c0de")
+    assert unversioned.why() == (
+        "at step 3 the log recorded 'a' but the code (code version c0de) called 'b'"
+    )
+    document = documents.workflow_json(_info(WorkflowStatus.DIVERGED, HELD))
+    assert document["diverged"] == {
+        "position": 0, "recorded": "prepare", "called": "audit", "app_version": "v2",
+        "code_version": "3f2a9c0d1e2b4a5c", "at": NOW, "summary": HELD.describe(),
+        "why": HELD.why(),
+    }  # fmt: skip
+    assert documents.json_default(document["diverged"]["at"]) == "2026-12-03T12:00:00+00:00"
+    assert documents.workflow_json(_info(WorkflowStatus.SUCCESS, None))["diverged"] is None
+
+
+def test_workflows_show_says_why_a_workflow_is_held_and_what_now() -> None:
+    fields = render.diverged_fields(_info(WorkflowStatus.DIVERGED, HELD))
+    assert fields[0] == ("Diverged", HELD.why() + ", since 2026-12-03 12:00:00 UTC")
+    assert fields[1][0] == "What now" and "da.patched" in fields[1][1]
+    assert str(fields[2][1]).endswith("dbos-agent workflows fork 'order 42' --from-step 0")
+    assert " step 0 (" in fields[2][1], "no 'or earlier' than step 0"
+    assert fields[3] == ("", "or cancel it: dbos-agent workflows cancel 'order 42'")
+    later = Divergence(4, "prepare", "audit", None, "c0de")
+    assert (
+        "from step 4 or earlier ("
+        in render.diverged_fields(_info(WorkflowStatus.DIVERGED, later))[2][1]
+    )
+    assert render.diverged_fields(_info(WorkflowStatus.SUCCESS, HELD)) == [
+        ("Diverged earlier", HELD.why() + " (held from 2026-12-03 12:00:00 UTC)")
+    ]
+    assert render.diverged_fields(_info(WorkflowStatus.SUCCESS, None)) == []
