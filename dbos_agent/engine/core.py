@@ -2,13 +2,17 @@
 
 It owns the system database, the executor session, the worker pool and the
 table of workflows this process is running, and it is where a workflow call is
-admitted (idempotent start), executed and finished. Recovery lives in
-``recovery.py``, the ownership check before a live step in ``ownership.py``.
+admitted (idempotent start), a claimed workflow started (``start_claimed``: the one way
+a wake, a recovery claim, a dequeue, a take-back or an operator action starts a run),
+executed and finished, or held when its code no longer fits its log (DIVERGED).
+Recovery lives in ``recovery.py``, the ownership check before a live step in
+``ownership.py``.
 
-It is a little over 500 lines on purpose: a run's whole life in this process (admitted,
-executed, finished or stopped for one of the reasons of ``StopReason``, released) reads
-in one place, next to the shutdown that ends every run; what can live apart already does
-(recovery, ownership, the run table, suspension, waking, timers, messaging).
+A run's whole life in this process (admitted or claimed, executed, finished or stopped
+for one of the reasons of ``StopReason``, released) reads in one place, next to the
+shutdown that ends every run; what can live apart already does (recovery, ownership, the
+run table, suspension, waking, timers, messaging). Splitting the engine into its public
+surface and its machinery is issue 21's.
 """
 
 from __future__ import annotations
