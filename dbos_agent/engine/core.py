@@ -11,8 +11,7 @@ Recovery lives in ``recovery.py``, the ownership check before a live step in
 A run's whole life in this process (admitted or claimed, executed, finished or stopped
 for one of the reasons of ``StopReason``, released) reads in one place, next to the
 shutdown that ends every run; what can live apart already does (recovery, ownership, the
-run table, suspension, waking, timers, messaging). Splitting the engine into its public
-surface and its machinery is issue 21's.
+run table, suspension, waking, timers, messaging).
 """
 
 from __future__ import annotations
