@@ -9,13 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
 import dbos_agent as da
-from dbos_agent.testing import Inspector
+from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.helpers import new_id, wait_until
 from tests.processes import assert_never_two_at_once
 from tests.processes import executions as _executions
@@ -94,3 +94,45 @@ def test_two_app_processes_one_killed_the_survivor_continues_its_workflows(
         runs[(wid, seq)] += 1
     assert all(count == 1 for (wid, _), count in runs.items() if wid not in victims)
     assert all(count <= 2 for count in runs.values())
+
+
+def test_an_app_process_killed_while_postgres_restarts_is_still_taken_over(
+    dbos_agent_restartable_postgres: RestartablePostgres, tmp_path: Path
+) -> None:
+    """The survivor's take-over rides out the restart (its look fails, it looks again) and
+    continues the dead process's workflows, none in two processes at once."""
+    server, log = dbos_agent_restartable_postgres, tmp_path / "steps.log"
+    log.touch()
+    with server.database() as url:
+        victim_prefix, survivor_prefix = new_id("victim"), new_id("survivor")
+        victim = _app(url, log, victim_prefix, "app-a")
+        survivor = _app(url, log, survivor_prefix, "app-b")
+        ids = [f"{p}-{i}" for p in (victim_prefix, survivor_prefix) for i in range(6)]
+        try:
+            for proc in (victim, survivor):
+                assert proc.stdout is not None
+                assert proc.stdout.readline().strip() == "started"
+            wait_until(
+                lambda: (
+                    {wid for pid, wid, *_ in _executions(log) if pid == victim.pid} >= set(ids[:6])
+                ),
+                30,
+                "every victim workflow under way",
+                every=0.02,
+            )
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            killed_at = time.time()
+            server.restart()
+            with Inspector(url) as db:
+                wait_until(lambda: db.all_finished(ids), 90, "every workflow to finish")
+                assert set(db.statuses(ids).values()) == {da.WorkflowStatus.SUCCESS}
+        finally:
+            for proc in (victim, survivor):
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                proc.communicate(timeout=30)
+    rows = _executions(log)
+    assert assert_never_two_at_once(rows, victim.pid, killed_at) == 6
+    runs = Counter((wid, seq) for _, wid, seq, *_ in rows)
+    assert max(runs.values()) <= 2, "only a step in flight at the kill ran again"
