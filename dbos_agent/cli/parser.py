@@ -175,11 +175,13 @@ def _add_workflows(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "resume",
         "continue a cancelled or dead-lettered workflow from its log",
         commands.resume,
-        "Make a CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow (or an IN_DOUBT one whose\n"
-        "steps are all resolved) PENDING again; a dead letter gets its recovery attempts back.\n"
-        "It continues from its log, without re-running recorded steps, in the first process\n"
-        "that has its function and claims it: `dbos-agent worker`, or a launch() of its\n"
-        "executor. An in-doubt step is resolved with `dbos-agent steps resolve` instead.",
+        "Make a CANCELLED, MAX_RECOVERY_ATTEMPTS_EXCEEDED or DIVERGED workflow (or an IN_DOUBT\n"
+        "one whose steps are all resolved) PENDING again; a dead letter gets its recovery\n"
+        "attempts back, a diverged one forgets which code versions diverged on it (every\n"
+        "process may try it again; it is held again if the code still does not fit). It\n"
+        "continues from its log, without re-running recorded steps, in the first live process\n"
+        "that has its function (every launched process takes such workflows over at once).\n"
+        "An in-doubt step is resolved with `dbos-agent steps resolve` instead.",
     )
     resume.add_argument("workflow_id", metavar="ID", help="workflow id")
     resume.add_argument(

@@ -46,7 +46,11 @@ CANCELLABLE = (
     WorkflowStatus.IN_DOUBT,
     WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
 )
-RESUMABLE = (WorkflowStatus.CANCELLED, WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED)
+RESUMABLE = (
+    WorkflowStatus.CANCELLED,
+    WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
+    WorkflowStatus.DIVERGED,
+)
 
 
 def _resolve_hint(workflow_id: str, seq: int) -> str:
@@ -102,12 +106,6 @@ def resume_workflow(
         detail = (
             f"its step {result.open_intent} is still in doubt; resolve it with "
             f"{_resolve_hint(workflow_id, result.open_intent)}, which also resumes it"
-        )
-    elif status is WorkflowStatus.DIVERGED:
-        detail = (
-            "it is held because the code called another step than its log recorded; code "
-            "that fits its log continues it, or fork it from the step where it diverged or "
-            "earlier, or cancel it"
         )
     elif not status.finished:
         detail = "it has not stopped: it runs, or its executor recovers it"
@@ -254,13 +252,16 @@ def cancel(workflow_id: str) -> WorkflowStatus:
 
 
 def resume(workflow_id: str) -> WorkflowHandle[Any]:
-    """Continue a cancelled or dead-lettered workflow from its log; return its handle.
+    """Continue a cancelled, dead-lettered or diverged workflow from its log; return its
+    handle.
 
-    Recorded steps are not run again. A dead letter gets its recovery attempts
-    back. If this process has the workflow's function it runs here now (and
-    this executor owns it); otherwise it stays PENDING for the next recovery
-    of its executor or any worker. An IN_DOUBT workflow is resolved (and so
-    resumed) with :func:`resolve_in_doubt` instead.
+    Recorded steps are not run again. A dead letter gets its recovery attempts back; a
+    DIVERGED one forgets which code versions diverged on it, so that every process may
+    try it again (it is held again if the code still does not fit). If this process has
+    the workflow's function it runs here now (and this executor owns it); otherwise it
+    is PENDING without an owner, and a live process with the function takes it over at
+    once. An IN_DOUBT workflow is resolved (and so resumed) with
+    :func:`resolve_in_doubt` instead.
     """
     engine = current_engine()
     definition = _definition_of(engine, workflow_id)

@@ -839,8 +839,10 @@ RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id);
 
 -- name: resume_workflow
 -- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents
--- are all resolved) PENDING again, so that it continues from its log. A dead
--- letter gets its recovery attempts back. A NULL executor_id keeps its
+-- are all resolved, or a DIVERGED one) PENDING again, so that it continues from
+-- its log. A dead letter gets its recovery attempts back; a diverged one forgets
+-- which code versions diverged on it, so that every process may try it again (a
+-- fix whose code version the digest did not change, see registry.code_version). A NULL executor_id keeps its
 -- executor. A queued workflow that never left its queue goes back to it
 -- (ENQUEUED, owned by nobody), so that the queue's limits still hold.
 -- Returns whether it was resumed, the status before and after, the first
@@ -859,13 +861,15 @@ WITH target AS (
         output = NULL, error = NULL, finished_at = NULL, updated_at = now(),
         recovery_attempts = CASE WHEN target.status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'
                                  THEN 0 ELSE w.recovery_attempts END,
+        diverged_versions = CASE WHEN target.status = 'DIVERGED'
+                                 THEN '{}' ELSE w.diverged_versions END,
         executor_id = COALESCE(%(executor_id)s::text, w.executor_id),
         run_started_at = now(),
         owner_key = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
                          THEN NULL ELSE %(owner_key)s::integer END
     FROM target
     WHERE w.workflow_id = target.workflow_id
-      AND (target.status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+      AND (target.status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'DIVERGED')
            OR (target.status = 'IN_DOUBT' AND target.open_intent IS NULL))
     RETURNING w.workflow_id, w.status
 )
