@@ -30,6 +30,18 @@ class DatabaseUnavailableError(DbosAgentError):
         self.retryable = retryable
 
 
+class DatabaseClosedError(DatabaseUnavailableError):
+    """The runtime or client was shut down: its connections are closed, and no call
+    through it can succeed again (launch a new runtime, or open a new client)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+class QueueConflictError(DbosAgentError, ValueError):
+    """A second ``da.Queue`` was created under a name already used, with other settings."""
+
+
 class CheckpointError(DatabaseUnavailableError):
     """The step log could not be written (the database failed, not the step).
 

@@ -24,15 +24,14 @@ MAX_IDENTIFIER_BYTES = 1000
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 
-def check_identifier(value: object, what: str, *, allow_empty: bool = False) -> str:
+def check_identifier(value: object, what: str) -> str:
     """Return ``value`` if it is a usable identifier, else raise InvalidIdentifierError.
 
     ``what`` names it in the message, e.g. ``"workflow id"`` or ``"recv topic"``.
-    ``allow_empty`` is for names where "" has a meaning (the default message topic).
     """
     if not isinstance(value, str):
         raise InvalidIdentifierError(f"a {what} must be a string, got {type(value).__name__}")
-    if not value and not allow_empty:
+    if not value:
         raise InvalidIdentifierError(f"a {what} must not be empty")
     if "\x00" in value:
         raise InvalidIdentifierError(
@@ -47,9 +46,28 @@ def check_identifier(value: object, what: str, *, allow_empty: bool = False) -> 
     return value
 
 
+#: Queue priorities are Postgres ``integer``s; lower runs first, 0 is the default.
+MAX_PRIORITY = 2**31 - 1
+
+
+def check_priority(priority: int | None, queue: str) -> int:
+    """A queue priority: an int from 0 (the default, first) to :data:`MAX_PRIORITY`."""
+    if priority is None:
+        return 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"queue {queue!r}: priority must be an int, got {priority!r}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"queue {queue!r}: priority must be between 0 and {MAX_PRIORITY} "
+            f"(lower runs first), got {priority}"
+        )
+    return priority
+
+
 def check_topic(topic: str | None, what: str = "message topic") -> str | None:
-    """A message topic: None and "" both name the default topic."""
-    return None if topic is None else check_identifier(topic, what, allow_empty=True)
+    """A message topic: None names the default topic; an empty one is refused, as every
+    empty identifier is (it is not silently the default)."""
+    return None if topic is None else check_identifier(topic, what)
 
 
 def derived_identifier(base: str, suffix: str) -> str:

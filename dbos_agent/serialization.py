@@ -20,7 +20,7 @@ import sys
 import traceback
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -141,6 +141,7 @@ class Codec:
 
     def to_jsonable(self, value: Any, where: str) -> Any:
         """``value`` as plain JSON data (dicts, lists, str, numbers, bool, None)."""
+        _refuse_one_shot(value, where)
         try:
             data = self._adapter.dump_python(value, mode="json", warnings=False)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -150,6 +151,7 @@ class Codec:
 
     def dumps(self, value: Any, where: str) -> str:
         """``value`` as JSON text; raises :class:`SerializationError` naming ``where``."""
+        _refuse_one_shot(value, where)
         try:
             out = self._adapter.dump_json(value, warnings=False)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -177,6 +179,17 @@ class Codec:
             raise SerializationError(
                 f"{where}: the recorded value no longer fits {self.annotation!r}: {exc}"
             ) from exc
+
+
+def _refuse_one_shot(value: Any, where: str) -> None:
+    """A generator (any iterator, sync or async) is refused: storing it would consume
+    it, so the live caller would get it empty while the log holds a list."""
+    if isinstance(value, (Iterator, AsyncIterator)):
+        raise SerializationError(
+            f"{where}: a {type(value).__name__} cannot be checkpointed: it can be read "
+            "only once, so recording it would leave the caller an exhausted one; return "
+            "a list (list(...)) instead"
+        )
 
 
 @lru_cache(maxsize=4096)

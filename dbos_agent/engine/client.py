@@ -8,19 +8,19 @@ signature by the worker that runs them.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
 
 from ..errors import WorkflowNotFoundError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier, check_priority
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .approvals import ApprovalRequest, decide
+from .context import current_workflow_timeout, take_workflow_id
 from .messaging import send_plain
 from .plans import run_plan, run_plan_async
 from .streams import StreamItem, follow, follow_async
@@ -102,11 +102,8 @@ class Client:
         """
         check_identifier(queue, "queue name")
         check_identifier(workflow_name, "workflow name")
-        wid = (
-            str(uuid.uuid4())
-            if workflow_id is None
-            else check_identifier(workflow_id, "workflow id")
-        )
+        check_priority(priority, queue)
+        wid = take_workflow_id(workflow_id)
         codec = codec_for(Any)
         inputs = json.dumps(
             {
@@ -124,6 +121,7 @@ class Client:
             owner_key=None,
             queue_name=queue,
             priority=priority,
+            timeout=current_workflow_timeout(),
         )
         return ClientHandle(self.db, wid)
 

@@ -22,7 +22,7 @@ from ..errors import (
     PatchError,
     WorkflowDivergedError,
 )
-from ..limits import check_identifier, derived_identifier
+from ..limits import check_identifier
 from ..records import StepStatus
 from ..storage.rows import StepRow
 
@@ -276,10 +276,6 @@ class WorkflowContext:
         with self._lock:
             self._patches.setdefault(name, (site, took))
 
-    def child_workflow_id(self) -> str:
-        """A deterministic id for a workflow started from this one (same on replay)."""
-        return derived_identifier(self.workflow_id, f"-{self.next_position()}")
-
 
 class _NotingDatabaseFailures:
     """:meth:`WorkflowContext.noting_database_failures` (a class: these blocks are on every
@@ -399,9 +395,11 @@ def entered_workflow(ctx: WorkflowContext) -> Iterator[WorkflowContext]:
     step_token = _current_step.set(None)
     pin_token = _pinned_position.set(None)
     timeout_token = _workflow_timeout.set(None)  # its own children end with it anyway
+    id_token = _assigned_workflow_id.set(None)  # the caller's block named this workflow
     try:
         yield ctx
     finally:
+        _assigned_workflow_id.reset(id_token)
         _workflow_timeout.reset(timeout_token)
         _pinned_position.reset(pin_token)
         _current_step.reset(step_token)
@@ -503,6 +501,11 @@ def workflow_timeout(seconds: float | None) -> Iterator[None]:
 def current_workflow_timeout() -> float | None:
     """The timeout a workflow started here gets (see :func:`workflow_timeout`)."""
     return _workflow_timeout.get()
+
+
+def assigned_workflow_id() -> str | None:
+    """The id set by the innermost ``with workflow_id(...)`` block, if any."""
+    return _assigned_workflow_id.get()
 
 
 def take_workflow_id(explicit: str | None = None) -> str:

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import DbosAgentError
-from ..limits import check_identifier
+from ..errors import DbosAgentError, QueueConflictError
+from ..limits import check_identifier, check_priority
 from . import state
 from .core import Engine
 from .handle import WorkflowHandle
@@ -67,6 +67,12 @@ class Queue:
         #: one worker does not take all of it while others have room.
         self.fair_share = fair_share
         with state.lock():
+            known = state.queues.get(name)
+            if known is not None and repr(known) != repr(self):
+                raise QueueConflictError(
+                    f"queue {name!r} is already defined with other settings: {known!r}; "
+                    f"a queue's settings are one per name (this one: {self!r})"
+                )
             state.queues[name] = self
 
     def __repr__(self) -> str:
@@ -90,12 +96,13 @@ class Queue:
         An id that exists already is not enqueued again: the existing
         workflow's handle comes back (deduplication). Lower ``priority`` runs first.
         """
-        from .context import take_workflow_id
+        from .children import workflow_id_for_start
         from .workflow import definition_of
 
         definition = definition_of(workflow)
+        check_priority(priority, self.name)
         engine = current_engine()
-        wid = take_workflow_id(workflow_id)
+        wid = workflow_id_for_start(workflow_id, enqueue=True)
         admission = engine.admit(
             definition, wid, args, kwargs, queue_name=self.name, priority=priority or 0
         )

@@ -319,10 +319,16 @@ async def _attempt_async(
     recorded and retried like any error)."""
     if step.timeout is None:
         return await step.fn(*args, **kwargs)
-    try:
-        return await asyncio.wait_for(step.fn(*args, **kwargs), step.timeout)
-    except TimeoutError:
-        raise TimeoutError(f"step {step.name!r} did not finish within {step.timeout}s") from None
+    attempt = asyncio.ensure_future(step.fn(*args, **kwargs))
+    done, _ = await asyncio.wait({attempt}, timeout=step.timeout)
+    if attempt in done:
+        return attempt.result()
+    # The timeout wins even over a body that swallows its cancellation and returns
+    # later: what it returns then is dropped, never recorded. It is awaited, so that a
+    # retry never runs beside it.
+    attempt.cancel()
+    await asyncio.gather(attempt, return_exceptions=True)
+    raise TimeoutError(f"step {step.name!r} did not finish within {step.timeout}s")
 
 
 def make_step(fn: Callable[P, R], definition: StepDefinition) -> Callable[P, R]:

@@ -10,7 +10,8 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from ..errors import DbosAgentError, WorkflowInterruptedError
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
-from .context import OwnershipLost, current_context, in_step, take_workflow_id
+from .children import workflow_id_for_start, workflow_id_for_start_async
+from .context import OwnershipLost
 from .core import Engine
 from .handle import WorkflowHandle
 from .registry import WorkflowDefinition, register_workflow
@@ -18,16 +19,6 @@ from .state import current_engine
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _workflow_id_for_call(explicit: str | None = None) -> str:
-    """Explicit, or derived from the parent workflow (same on replay), or assigned/fresh."""
-    if explicit is not None:
-        return take_workflow_id(explicit)
-    ctx = current_context()
-    if ctx is not None and not in_step():
-        return ctx.child_workflow_id()
-    return take_workflow_id()
 
 
 def definition_of(fn: Callable[..., Any]) -> WorkflowDefinition:
@@ -71,7 +62,7 @@ def durable_workflow(
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 engine = current_engine()
-                wid = _workflow_id_for_call()
+                wid = await workflow_id_for_start_async()
                 return await call_here_async(engine, definition, wid, args, kwargs)
 
             wrapper = async_wrapper
@@ -80,7 +71,7 @@ def durable_workflow(
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 engine = current_engine()
-                return call_here(engine, definition, _workflow_id_for_call(), args, kwargs)
+                return call_here(engine, definition, workflow_id_for_start(), args, kwargs)
 
             wrapper = sync_wrapper
         wrapper.__dbos_agent_workflow__ = definition
@@ -174,7 +165,7 @@ def start(
     """
     definition = definition_of(fn)
     engine = current_engine()
-    wid = _workflow_id_for_call(workflow_id)
+    wid = workflow_id_for_start(workflow_id)
     admission = engine.admit(definition, wid, args, kwargs)
     future = engine.submit(admission.run) if admission.run is not None else admission.future()
     return WorkflowHandle(engine, wid, future)

@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ..errors import DatabaseClosedError
+
 Connection = psycopg.Connection[Any]
 
 
@@ -60,7 +62,10 @@ class ConnectionPool:
             ):
                 raise PoolExhausted(f"no database connection became free within {timeout:g}s")
             if self._closed:
-                raise psycopg.InterfaceError("the connection pool is closed")
+                raise DatabaseClosedError(
+                    "the dbos_agent runtime (or client) was shut down: its database "
+                    "connections are closed"
+                )
             self._out += 1
             conn = self._idle.pop() if self._idle else None
         if conn is None:

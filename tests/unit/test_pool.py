@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
+from dbos_agent.errors import DatabaseClosedError
 from dbos_agent.storage.pool import ConnectionPool, PoolExhausted
 
 
@@ -103,7 +104,7 @@ def test_close_wakes_waiters_and_refuses_new_takers() -> None:
     def wait() -> None:
         try:
             pool.take(5)
-        except psycopg.Error as exc:
+        except DatabaseClosedError as exc:
             errors.append(exc)
 
     waiter = threading.Thread(target=wait)
@@ -111,8 +112,8 @@ def test_close_wakes_waiters_and_refuses_new_takers() -> None:
     time.sleep(0.1)
     pool.close()
     waiter.join(5)
-    assert [type(e) for e in errors] == [psycopg.InterfaceError]
+    assert [type(e) for e in errors] == [DatabaseClosedError]
     pool.give_back(held)
     assert held.closed  # a busy connection closes when given back to a closed pool
-    with pytest.raises(psycopg.InterfaceError, match="closed"):
+    with pytest.raises(DatabaseClosedError, match="shut down"):
         pool.take(1)

@@ -134,8 +134,10 @@ def test_bad_identifiers_are_named(value: Any, message: str) -> None:
     assert "workflow id" in str(err.value) and isinstance(err.value, ValueError)
 
 
-def test_topics_may_be_empty_and_child_ids_stay_within_the_limit() -> None:
-    assert check_topic("") == "" and check_topic(None) is None
+def test_an_empty_topic_is_refused_and_child_ids_stay_within_the_limit() -> None:
+    assert check_topic(None) is None and check_topic("go") == "go"
+    with pytest.raises(InvalidIdentifierError, match="empty"):
+        check_topic("")
     assert derived_identifier("parent", "-3") == "parent-3"
     long = "p" * MAX_IDENTIFIER_BYTES
     child = derived_identifier(long, "-3")
