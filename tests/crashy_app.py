@@ -1,11 +1,13 @@
 """A small durable app that the crash tests run as a subprocess and kill with SIGKILL.
 
     python tests/crashy_app.py run WORKFLOW_ID N     # run counter_flow(N) under that id
+    python tests/crashy_app.py run WORKFLOW_ID -1    # run family_flow (a parent and child)
     python tests/crashy_app.py recover WORKFLOW_ID   # launch (recovering), wait, print result
 
 Environment: DBOS_AGENT_DATABASE_URL, CRASHY_EXECUTOR (executor id), CRASHY_DIR (where
 side effects are appended), CRASHY_KILL ("in-step-I", "after-step-I", "in-charge",
-"before-finish" or empty): the point at which the process SIGKILLs itself.
+"before-finish", "after-start", "after-child" or empty): the point at which the process
+SIGKILLs itself.
 Side effects are appended to files and fsynced, so the test counts them from outside.
 """
 
@@ -16,6 +18,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import dbos_agent as da
@@ -79,6 +82,21 @@ def counter_flow(n: int, guarded: bool = True) -> dict[str, object]:
     return {"total": total, "receipt": receipt}
 
 
+@da.durable_workflow
+def child_flow() -> int:
+    return effect(100)
+
+
+@da.durable_workflow
+def family_flow() -> int:
+    """A parent that starts its child under an id it makes up on every run."""
+    child = da.start(child_flow, workflow_id=f"{da.current_workflow_id()}-{uuid.uuid4()}")
+    _die_if("after-start")
+    result = child.result()
+    _die_if("after-child")
+    return result + effect(0)
+
+
 def main() -> None:
     mode, wid = sys.argv[1], sys.argv[2]
     executor = os.environ.get("CRASHY_EXECUTOR", "local")
@@ -88,7 +106,7 @@ def main() -> None:
             n = int(sys.argv[3])
             guarded = sys.argv[4] != "unguarded" if len(sys.argv) > 4 else True
             with da.workflow_id(wid):
-                result = counter_flow(n, guarded)
+                result = family_flow() if n < 0 else counter_flow(n, guarded)
         else:
             try:
                 result = da.retrieve(wid).result(timeout=60)

@@ -94,6 +94,27 @@ def test_killed_at_each_point_then_recovered(
     assert all(status == "SUCCESS" for _, _, status in steps)
 
 
+@pytest.mark.parametrize("kill", ["after-start", "in-step-100", "after-child", "in-step-0"])
+def test_a_parent_killed_around_its_childs_start_finds_the_same_child(
+    kill: str, dbos_agent_database_url: str, tmp_path: Path
+) -> None:
+    """The child's id is made up (uuid4) on every run of the parent's body: recorded as
+    the parent's step before the child starts, the recovered parent finds the same child."""
+    url, wid, executor = dbos_agent_database_url, new_id("family"), new_id("executor")
+    crashed = _run(["run", wid, "-1"], _env(url, tmp_path, executor, kill))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+
+    recovered = _run(["recover", wid], _env(url, tmp_path, executor))
+    assert recovered.returncode == 0, recovered.stderr
+    assert json.loads(recovered.stdout) == 100 * 100
+    with Inspector(url) as db:
+        children = [w.workflow_id for w in db.workflows() if w.workflow_id.startswith(f"{wid}-")]
+    assert len(children) == 1, children
+    effects = _lines(tmp_path / "effects.log")
+    assert effects.count("100") == (2 if kill == "in-step-100" else 1), effects
+    assert effects.count("0") == (2 if kill == "in-step-0" else 1), effects
+
+
 def test_unguarded_non_idempotent_step_killed_mid_call_stops_in_doubt(
     dbos_agent_database_url: str, tmp_path: Path
 ) -> None:
