@@ -46,8 +46,9 @@ STREAM_STEP = "dbos_agent.write_stream"
 CLOSE_STEP = "dbos_agent.close_stream"
 #: NOTIFY channel of stream writes; the payload is the workflow id.
 STREAMS_CHANNEL = "dbos_agent_streams"
-_WRITE = builtin_step(STREAM_STEP, codec_for(int))
-_CLOSE = builtin_step(CLOSE_STEP, codec_for(int))
+# the output: {"key": ..., "offset": ...}, or the offset alone in logs of older versions
+_WRITE = builtin_step(STREAM_STEP, codec_for(Any))
+_CLOSE = builtin_step(CLOSE_STEP, codec_for(Any))
 #: How often a reader without LISTEN looks again (a Client; a lost NOTIFY).
 _POLL_S = 0.1
 _PAGE = 500
