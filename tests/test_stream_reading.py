@@ -3,12 +3,21 @@ same items whatever the stream holds then; a cancel ends its wait for the next i
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import psycopg
 import pytest
 
 import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+
+ROOT = Path(__file__).parent.parent
 
 
 @da.durable_workflow(name="stream_reading_source")
@@ -69,3 +78,61 @@ def test_a_replay_reads_what_the_run_read_not_the_stream(
         )
     assert da.fork(rid, 3).result(timeout=30) == [1, 2]  # every read replayed
     assert da.fork(rid, 1).result(timeout=30) == [1, 99]  # the first replayed, then live
+
+
+def test_a_reader_killed_and_recovered_replays_what_it_read_before(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """The stream changes under the killed reader; its recovery still has what it read."""
+    url, rid, sid = dbos_agent_database_url, new_id("reader"), new_id("source")
+    da.start(source, [1, 2], workflow_id=sid)  # open: it waits for "close"
+    env = {**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+
+    def run_reader() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.stream_reader_app", rid, sid],
+            env=env,
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    first = run_reader()
+    try:
+        wait_until(lambda: read_steps(rid) == 2, 30, "the reader read two items")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE dbos_agent.streams SET value = '99' WHERE workflow_id = %s AND kind = 'value'",
+            (sid,),
+        )
+    da.send(sid, "close", topic="close")
+    assert da.retrieve(sid).result(timeout=30) is None
+    second = run_reader()
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    assert json.loads(out) == [1, 2]
+    assert read_steps(rid) == 3
+
+
+@da.durable_workflow(name="stream_reading_impatient")
+def impatient(source_id: str) -> str:
+    try:
+        return str([item.value for item in da.read_stream(source_id, "s", timeout=0.1)])
+    except TimeoutError:
+        return "timed out"
+
+
+def test_a_timeout_is_recorded_and_replayed(runtime: da.Runtime) -> None:
+    sid = new_id("source")
+    da.start(source, [], workflow_id=sid)  # nothing written: the read times out
+    rid = new_id("impatient")
+    with da.workflow_id(rid):
+        assert impatient(sid) == "timed out"
+    da.send(sid, "close", topic="close")
+    assert da.retrieve(sid).result(timeout=30) is None
+    assert da.fork(rid, 1).result(timeout=30) == "timed out"  # replayed, not read again
+    assert da.fork(rid, 0).result(timeout=30) == "[]"  # read live: the stream is closed
