@@ -136,3 +136,36 @@ def test_a_timeout_is_recorded_and_replayed(runtime: da.Runtime) -> None:
     assert da.retrieve(sid).result(timeout=30) is None
     assert da.fork(rid, 1).result(timeout=30) == "timed out"  # replayed, not read again
     assert da.fork(rid, 0).result(timeout=30) == "[]"  # read live: the stream is closed
+
+
+@da.step
+def count(values: list[object]) -> int:
+    return len(values)
+
+
+@da.durable_workflow(name="stream_reading_then_counted")
+def read_then_counted(source_id: str) -> tuple[list[object], int]:
+    values = [item.value for item in da.read_stream(source_id, "s")]
+    return values, count(values)
+
+
+def test_a_log_of_a_version_that_did_not_record_reads_still_replays(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """Before, a read was no step: the step after it has the read's position."""
+    sid = new_id("source")
+    da.start(source, [1, 2], workflow_id=sid)
+    da.send(sid, "close", topic="close")
+    assert da.retrieve(sid).result(timeout=30) is None
+    rid = new_id("reader")
+    with da.workflow_id(rid):
+        assert read_then_counted(sid) == ([1, 2], 2)
+    with psycopg.connect(dbos_agent_database_url, autocommit=True) as conn:
+        conn.execute(
+            "DELETE FROM dbos_agent.steps WHERE workflow_id = %s AND name = %s",
+            (rid, "dbos_agent.read_stream"),
+        )
+        conn.execute("UPDATE dbos_agent.steps SET seq = seq - 3 WHERE workflow_id = %s", (rid,))
+    fork = da.fork(rid, 1)  # replays the count at position 0, after reading unrecorded
+    assert fork.result(timeout=30) == ([1, 2], 2)
+    assert [s.name for s in fork.steps()] == [da.list_steps(rid)[0].name]

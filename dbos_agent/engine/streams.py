@@ -375,9 +375,22 @@ def _reading(ctx: WorkflowContext, workflow_id: str, key: str) -> AbstractContex
     return notifications.waiter((STREAMS_CHANNEL, workflow_id), cancel_key(ctx))
 
 
+def _read_unrecorded(ctx: WorkflowContext) -> bool:
+    """Whether this read replays a log of a version that did not record reads: the log
+    holds another step where the first read would be recorded. It then reads the stream
+    as that version did (a deploy must not make a waiting workflow diverge)."""
+    row = ctx.next_recorded()
+    return row is not None and row.name != READ_STEP
+
+
 def _read_in_workflow(
     ctx: WorkflowContext, workflow_id: str, key: str, offset: int, timeout: float | None
 ) -> Iterator[StreamItem]:
+    if _read_unrecorded(ctx):
+        yield from follow(
+            ctx.engine.db, ctx.engine.notifications, workflow_id, key, offset, timeout
+        )
+        return
     with _reading(ctx, workflow_id, key) as waiter:
         reading = _Reading(ctx, workflow_id, key, offset, timeout, waiter)
         while (item := run_plan(_read_plan(reading))) is not None:
@@ -387,6 +400,13 @@ def _read_in_workflow(
 async def _read_in_workflow_async(
     ctx: WorkflowContext, workflow_id: str, key: str, offset: int, timeout: float | None
 ) -> AsyncIterator[StreamItem]:
+    if _read_unrecorded(ctx):
+        engine = ctx.engine
+        async for unrecorded in follow_async(
+            engine.db, engine.notifications, workflow_id, key, offset, timeout
+        ):
+            yield unrecorded
+        return
     with _reading(ctx, workflow_id, key) as waiter:
         reading = _Reading(ctx, workflow_id, key, offset, timeout, waiter)
         while (item := await run_plan_async(_read_plan(reading))) is not None:
