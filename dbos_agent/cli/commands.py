@@ -249,14 +249,20 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
                 "workflow_id": new_id,
                 "status": WorkflowStatus.PENDING,
                 "forked_from": args.workflow_id,
-                "forked_from_step": args.from_step,
+                "forked_from_step": result.from_step,
+                "requested_from_step": args.from_step,
                 "copied_steps": result.copied_steps,
                 "executor_id": result.executor_id,
             }
         )
     else:
+        moved = (
+            f" (moved back from step {args.from_step}: the approval asked there is asked again)"
+            if result.from_step != args.from_step
+            else ""
+        )
         print(
-            f"forked {args.workflow_id} from step {args.from_step} as {new_id} "
+            f"forked {args.workflow_id} from step {result.from_step}{moved} as {new_id} "
             f"({result.copied_steps} recorded step(s) reused); it is PENDING on executor "
             f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
         )

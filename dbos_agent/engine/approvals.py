@@ -9,7 +9,9 @@ the digest: one statement checks that the request is PENDING, the digest is the 
 about and the workflow still waits, records the decision and sends it to the workflow.
 So an approval for other arguments, a second decision, or one for a workflow that no
 longer waits is refused with :class:`ApprovalError`, and a decision is consumed once: on
-replay the recorded decision is returned, never asked for again.
+replay the recorded decision is returned, never asked for again. A fork is not a replay:
+it asks again for an approval at or just below its fork point (fork_workflow in
+queries.sql), so that a decision is acted on once.
 """
 
 from __future__ import annotations

@@ -130,7 +130,11 @@ def fork_workflow(
 ) -> tuple[str, ForkResult]:
     """Start a new workflow that reuses ``workflow_id``'s recorded steps below ``from_step``.
 
-    Returns the new id and what was copied. Refused, writing nothing, when
+    Returns the new id and what was copied. What the original published below the fork
+    point (events, stream items) is the fork's too. The fork point (``result.from_step``)
+    is ``from_step`` moved back over the approval steps just below it, so that the fork
+    asks for those approvals again rather than waiting for a decision nobody can give, or
+    running the approved tool again on the original's decision. Refused, writing nothing, when
     ``from_step`` is past the end of the log or an earlier step is in doubt
     (the fork would silently repeat an effect that may have happened).
     """
@@ -280,14 +284,31 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
     return WorkflowHandle(engine, workflow_id, future)
 
 
-def fork(
-    workflow_id: str, from_step: int, *, new_workflow_id: str | None = None
-) -> WorkflowHandle[Any]:
+class ForkHandle(WorkflowHandle[Any]):
+    """The handle of a forked workflow, with the step it was forked from."""
+
+    def __init__(
+        self, engine: Engine, workflow_id: str, future: Future[Outcome] | None, from_step: int
+    ) -> None:
+        super().__init__(engine, workflow_id, future)
+        self._from_step = from_step
+
+    @property
+    def from_step(self) -> int:
+        """The fork point: the ``from_step`` asked for, or the approval request below it
+        that the fork asks again."""
+        return self._from_step
+
+
+def fork(workflow_id: str, from_step: int, *, new_workflow_id: str | None = None) -> ForkHandle:
     """Start a new workflow (same function and inputs) that reuses the steps below ``from_step``.
 
     The new workflow replays the original's recorded results of steps
     ``0..from_step-1`` without running them, and runs live from ``from_step``:
-    rerun an agent from turn N with a fixed tool. It gets ``new_workflow_id``
+    rerun an agent from turn N with a fixed tool. What the original published there
+    (events, stream items) is the fork's too. An approval whose request or decision is
+    just below ``from_step`` is asked again: the fork starts at that request (the
+    handle's ``from_step`` says where it started). It gets ``new_workflow_id``
     (default: a fresh uuid) and records where it came from. It runs here now
     if this process has the function, else on the original's executor.
     """
@@ -307,7 +328,7 @@ def fork(
     future = None
     if definition is not None:
         future = _run_here(engine, definition, new_id, result.inputs)
-    return WorkflowHandle(engine, new_id, future)
+    return ForkHandle(engine, new_id, future, result.from_step)
 
 
 def resolve_in_doubt(

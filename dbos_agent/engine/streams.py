@@ -13,6 +13,9 @@ The contract, for a reader following ``(workflow, key)`` from an offset:
   the first item of the next attempt). A UI drops what it shows of that step and goes on.
 * ``da.close_stream`` (from the body, checkpointed) ends the stream; nothing may follow
   it. A reader also stops once the workflow has finished and it has read everything.
+* A workflow body that reads a stream (``da.read_stream``) records each item it reads,
+  and the end, as a step: its replay reads the same items, whatever the stream holds
+  then. A cancel of the reading workflow ends its wait.
 
 Readers in a launched process are woken by ``LISTEN/NOTIFY`` (channel
 ``dbos_agent_streams``, payload the workflow id) and poll as a fallback; a
@@ -22,9 +25,10 @@ Readers in a launched process are woken by ``LISTEN/NOTIFY`` (channel
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -37,17 +41,23 @@ from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from .context import WorkflowContext, current_attempt, current_context, in_step
 from .notifications import Notifications, Waiter
+from .outcome import Outcome
 from .plans import Io, Plan, Wait, run_plan, run_plan_async
 from .state import current_engine
-from .step import adopt_recorded
-from .timers import builtin_step, recorded
+from .step import adopt_recorded, checkpoint
+from .timers import builtin_step, cancel_key, recorded, stop_if_interrupted
 
 STREAM_STEP = "dbos_agent.write_stream"
 CLOSE_STEP = "dbos_agent.close_stream"
+READ_STEP = "dbos_agent.read_stream"
 #: NOTIFY channel of stream writes; the payload is the workflow id.
 STREAMS_CHANNEL = "dbos_agent_streams"
-_WRITE = builtin_step(STREAM_STEP, codec_for(int))
-_CLOSE = builtin_step(CLOSE_STEP, codec_for(int))
+# the output: {"key": ..., "offset": ...}, or the offset alone in logs of older versions
+_WRITE = builtin_step(STREAM_STEP, codec_for(Any))
+_CLOSE = builtin_step(CLOSE_STEP, codec_for(Any))
+# the output: an item ({"offset", "value", "reset", "step", "attempt"}), {"end": true},
+# or {"timeout": message}
+_READ = builtin_step(READ_STEP, codec_for(dict[str, Any]))
 #: How often a reader without LISTEN looks again (a Client; a lost NOTIFY).
 _POLL_S = 0.1
 _PAGE = 500
@@ -187,8 +197,10 @@ def _next_page(
     deadline: float | None,
     waiter: Waiter | None,
     timeout: float | None,
+    ctx: WorkflowContext | None = None,
 ) -> Plan[tuple[list[StreamItem], bool]]:
-    """The next items from ``offset`` (waiting for some), and whether the stream ended."""
+    """The next items from ``offset`` (waiting for some), and whether the stream ended.
+    Waiting in workflow ``ctx``, a cancel (or shutdown) ends the wait by raising."""
     while True:
         rows, status = yield Io(partial(db.streams.read, workflow_id, key, offset, _PAGE))
         if status is None:
@@ -212,6 +224,8 @@ def _next_page(
             )
         pause = _POLL_S if waiter is None else 1.0
         yield Wait(waiter, pause if left is None else min(pause, left))
+        if ctx is not None:
+            stop_if_interrupted(ctx)
 
 
 def _listening(
@@ -272,12 +286,146 @@ async def follow_async(
                 return
 
 
+# -- reading from a workflow body: every item read is a step ------------------------------
+
+
+@dataclass(slots=True)
+class _Reading:
+    """A read_stream in a workflow body: where it is, and the items of the last page read
+    that it has not returned yet."""
+
+    ctx: WorkflowContext
+    workflow_id: str
+    key: str
+    offset: int
+    timeout: float | None
+    waiter: Waiter
+    page: deque[StreamItem] = field(default_factory=deque)
+    ended: bool = False
+
+
+def _record_of(item: StreamItem) -> dict[str, Any]:
+    return {
+        "offset": item.offset,
+        "value": item.value,
+        "reset": item.reset,
+        "step": item.step,
+        "attempt": item.attempt,
+    }
+
+
+def _read_plan(reading: _Reading) -> Plan[StreamItem | None]:
+    """The next item (None: the stream ended) as a step: recorded when read live, taken
+    from the log on replay, so a replay reads what the run read, whatever the stream holds
+    now. A wait for an item ends with the workflow's cancel."""
+    ctx = reading.ctx
+    seq, row = ctx.begin_step(READ_STEP)
+    if row is None:
+        started_at = datetime.now(UTC)
+        record = yield from _read_live(reading)
+        done: Outcome = yield Io(
+            partial(checkpoint, ctx, _READ, seq, Outcome(record), 1, started_at)
+        )
+        record = done.unwrap()
+    else:
+        record = recorded(ctx, _READ, seq, row).unwrap()
+    if "timeout" in record:
+        raise TimeoutError(record["timeout"])
+    if record.get("end"):
+        return None
+    item = StreamItem(
+        record["offset"], record["value"], record["reset"], record["step"], record["attempt"]
+    )
+    reading.offset = item.offset + 1
+    while reading.page and reading.page[0].offset < reading.offset:
+        reading.page.popleft()
+    return item
+
+
+def _read_live(reading: _Reading) -> Plan[dict[str, Any]]:
+    """What the next read step records: an item, the end, or a timeout."""
+    if not reading.page and not reading.ended:
+        deadline = None if reading.timeout is None else time.monotonic() + reading.timeout
+        try:
+            with reading.ctx.waiting():
+                items, reading.ended = yield from _next_page(
+                    reading.ctx.engine.db,
+                    reading.workflow_id,
+                    reading.key,
+                    reading.offset,
+                    deadline,
+                    reading.waiter,
+                    reading.timeout,
+                    reading.ctx,
+                )
+        except TimeoutError as exc:
+            return {"timeout": str(exc)}
+        reading.page.extend(items)
+    if reading.page:
+        return _record_of(reading.page[0])
+    return {"end": True}
+
+
+def _reading(ctx: WorkflowContext, workflow_id: str, key: str) -> AbstractContextManager[Waiter]:
+    """The waiter of a read in a workflow: woken by a write to the stream, or a cancel."""
+    check_identifier(workflow_id, "workflow id")
+    check_identifier(key, "stream key")
+    notifications = ctx.engine.notifications
+    notifications.listen(STREAMS_CHANNEL)
+    return notifications.waiter((STREAMS_CHANNEL, workflow_id), cancel_key(ctx))
+
+
+def _read_unrecorded(ctx: WorkflowContext) -> bool:
+    """Whether this read replays a log of a version that did not record reads: the log
+    holds another step where the first read would be recorded. It then reads the stream
+    as that version did (a deploy must not make a waiting workflow diverge)."""
+    row = ctx.next_recorded()
+    return row is not None and row.name != READ_STEP
+
+
+def _read_in_workflow(
+    ctx: WorkflowContext, workflow_id: str, key: str, offset: int, timeout: float | None
+) -> Iterator[StreamItem]:
+    if _read_unrecorded(ctx):
+        yield from follow(
+            ctx.engine.db, ctx.engine.notifications, workflow_id, key, offset, timeout
+        )
+        return
+    with _reading(ctx, workflow_id, key) as waiter:
+        reading = _Reading(ctx, workflow_id, key, offset, timeout, waiter)
+        while (item := run_plan(_read_plan(reading))) is not None:
+            yield item
+
+
+async def _read_in_workflow_async(
+    ctx: WorkflowContext, workflow_id: str, key: str, offset: int, timeout: float | None
+) -> AsyncIterator[StreamItem]:
+    if _read_unrecorded(ctx):
+        engine = ctx.engine
+        async for unrecorded in follow_async(
+            engine.db, engine.notifications, workflow_id, key, offset, timeout
+        ):
+            yield unrecorded
+        return
+    with _reading(ctx, workflow_id, key) as waiter:
+        reading = _Reading(ctx, workflow_id, key, offset, timeout, waiter)
+        while (item := await run_plan_async(_read_plan(reading))) is not None:
+            yield item
+
+
 def read_stream(
     workflow_id: str, key: str, offset: int = 0, *, timeout: float | None = None
 ) -> Iterator[StreamItem]:
     """Follow stream ``key`` of a workflow from ``offset``: items as they are written,
     until the stream is closed or the workflow has finished. ``timeout`` bounds the wait
-    for each next item (TimeoutError)."""
+    for each next item (TimeoutError).
+
+    From a workflow body each item read, the end and a timeout are steps
+    (``dbos_agent.read_stream``): a replay returns what the run read without reading the
+    stream, and a cancel of the reading workflow ends its wait."""
+    ctx = current_context()
+    if ctx is not None and not in_step():
+        return _read_in_workflow(ctx, workflow_id, key, offset, timeout)
     engine = current_engine()
     return follow(engine.db, engine.notifications, workflow_id, key, offset, timeout)
 
@@ -286,6 +434,9 @@ def read_stream_async(
     workflow_id: str, key: str, offset: int = 0, *, timeout: float | None = None
 ) -> AsyncIterator[StreamItem]:
     """:func:`read_stream` as an async iterator (``async for item in ...``)."""
+    ctx = current_context()
+    if ctx is not None and not in_step():
+        return _read_in_workflow_async(ctx, workflow_id, key, offset, timeout)
     engine = current_engine()
     return follow_async(engine.db, engine.notifications, workflow_id, key, offset, timeout)
 

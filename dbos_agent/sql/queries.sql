@@ -881,50 +881,153 @@ JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;
 
 -- name: fork_workflow
 -- A new PENDING workflow with the original's name and inputs whose log is a
--- copy of the original's recorded results below from_step: it replays those
--- and runs live from from_step. One statement, so the checks, the insert and
--- the copy see one snapshot and commit together. Writes nothing when
--- from_step is past the end of the log, when an intent below it is still in
--- doubt (the fork would repeat an effect that may have happened), or when
--- the new id is taken; the returned row says which.
+-- copy of the original's recorded results below its fork point: it replays those
+-- and runs live from there. One statement, so the checks, the insert and the
+-- copies see one snapshot and commit together. Writes nothing when from_step is
+-- past the end of the log, when an intent below the fork point is still in doubt
+-- (the fork would repeat an effect that may have happened), or when the new id is
+-- taken; the returned row says which.
+--
+-- The fork point is from_step moved back over the approval steps just below it
+-- (requests, and recvs of a decision): a fork asks again for an approval whose
+-- decision it would otherwise wait for in vain, or whose tool it would run again on
+-- the original's decision. The fork gets the original's approval requests below
+-- its fork point: decided as in the original when the decision is below it too,
+-- else PENDING (asked again). And what the original published below its fork
+-- point: per event key the value of its last set_event there (logs of older
+-- versions, without the value in the step's inputs: the original's current value),
+-- and the stream items its body wrote there (named by the step's output
+-- {key, offset}; an older log's output is the offset alone, matched on any key)
+-- with the items written from its copied steps, renumbered densely from 0.
 WITH original AS (
     SELECT w.workflow_id, w.name, w.inputs, w.executor_id, w.app_version,
            w.max_recovery_attempts,
            (SELECT max(s.seq) FROM dbos_agent.steps AS s
-            WHERE s.workflow_id = w.workflow_id) AS last_seq,
-           (SELECT min(s.seq) FROM dbos_agent.steps AS s
-            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING'
-              AND s.seq < %(from_step)s) AS open_intent
+            WHERE s.workflow_id = w.workflow_id) AS last_seq
     FROM dbos_agent.workflows AS w
     WHERE w.workflow_id = %(workflow_id)s
+), approval_steps AS (
+    SELECT s.seq,
+           s.name = 'dbos_agent.request_approval'
+           OR (s.name = 'dbos_agent.recv'
+               AND s.inputs ->> 'topic' LIKE 'dbos_agent.approval:%%') AS approval
+    FROM dbos_agent.steps AS s
+    WHERE s.workflow_id = %(workflow_id)s AND s.seq < %(from_step)s
+), point AS (
+    SELECT CASE
+               WHEN (SELECT approval FROM approval_steps WHERE seq = %(from_step)s - 1)
+               THEN coalesce((SELECT max(seq) + 1 FROM approval_steps WHERE NOT approval), 0)
+               ELSE %(from_step)s
+           END AS from_step
+), checked AS (
+    SELECT o.*, p.from_step,
+           (SELECT min(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = o.workflow_id AND s.status = 'PENDING'
+              AND s.seq < p.from_step) AS open_intent
+    FROM original AS o, point AS p
 ), inserted AS (
     INSERT INTO dbos_agent.workflows
         (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
          owner_key, forked_from, forked_from_step)
-    SELECT %(new_workflow_id)s, o.name, 'PENDING', o.inputs,
-           COALESCE(%(executor_id)s::text, o.executor_id), o.app_version,
-           o.max_recovery_attempts, %(owner_key)s::integer, o.workflow_id, %(from_step)s
-    FROM original AS o
-    WHERE %(from_step)s <= coalesce(o.last_seq + 1, 0) AND o.open_intent IS NULL
+    SELECT %(new_workflow_id)s, c.name, 'PENDING', c.inputs,
+           COALESCE(%(executor_id)s::text, c.executor_id), c.app_version,
+           c.max_recovery_attempts, %(owner_key)s::integer, c.workflow_id, c.from_step
+    FROM checked AS c
+    WHERE %(from_step)s <= coalesce(c.last_seq + 1, 0) AND c.open_intent IS NULL
     ON CONFLICT (workflow_id) DO NOTHING
     RETURNING workflow_id
+), kept AS (  -- the original's recorded results below the fork point
+    SELECT s.*
+    FROM dbos_agent.steps AS s, point AS p
+    WHERE s.workflow_id = %(workflow_id)s AND s.seq < p.from_step
+      AND s.status IN ('SUCCESS', 'ERROR')
+      AND EXISTS (SELECT 1 FROM inserted)
+), body_writes AS (  -- the stream item each kept write_stream/close_stream step wrote
+    SELECT k.seq, i.key, i."offset"
+    FROM kept AS k
+    JOIN dbos_agent.streams AS i
+      ON i.workflow_id = %(workflow_id)s AND i.step_seq IS NULL
+     AND CASE WHEN k.name NOT IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
+                   OR k.status <> 'SUCCESS' THEN false
+              WHEN jsonb_typeof(k.output) = 'object'
+              THEN i.key = k.output ->> 'key' AND i."offset" = (k.output ->> 'offset')::integer
+              WHEN jsonb_typeof(k.output) = 'number'
+              THEN i."offset" = (k.output #>> '{}')::integer
+                   AND i.kind = CASE k.name WHEN 'dbos_agent.close_stream' THEN 'close'
+                                            ELSE 'value' END
+              ELSE false
+         END
+    WHERE k.name IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
+      AND k.status = 'SUCCESS'
+), published AS (
+    SELECT i.*,
+           row_number() OVER (PARTITION BY i.key ORDER BY i."offset") - 1 AS new_offset
+    FROM dbos_agent.streams AS i
+    WHERE i.workflow_id = %(workflow_id)s
+      AND (i.step_seq IN (SELECT seq FROM kept)
+           OR (i.step_seq IS NULL
+               AND EXISTS (SELECT 1 FROM body_writes AS b
+                           WHERE b.key = i.key AND b."offset" = i."offset")))
+), streamed AS (
+    INSERT INTO dbos_agent.streams
+        (workflow_id, key, "offset", kind, value, step_seq, attempt, attempt_id, created_at)
+    SELECT %(new_workflow_id)s, i.key, i.new_offset, i.kind, i.value, i.step_seq, i.attempt,
+           i.attempt_id, i.created_at
+    FROM published AS i
+    RETURNING "offset"
 ), copied AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, output, error, attempts, started_at,
          finished_at)
-    SELECT %(new_workflow_id)s, s.seq, s.name, s.status, s.inputs, s.output, s.error,
-           s.attempts, s.started_at, s.finished_at
-    FROM dbos_agent.steps AS s
-    WHERE s.workflow_id = %(workflow_id)s AND s.seq < %(from_step)s
-      AND s.status IN ('SUCCESS', 'ERROR')
-      AND EXISTS (SELECT 1 FROM inserted)
+    SELECT %(new_workflow_id)s, k.seq, k.name, k.status, k.inputs,
+           coalesce((SELECT jsonb_build_object('key', b.key, 'offset', p.new_offset)
+                     FROM body_writes AS b
+                     JOIN published AS p ON p.key = b.key AND p."offset" = b."offset"
+                     WHERE b.seq = k.seq
+                     ORDER BY b.key LIMIT 1), k.output),
+           k.error, k.attempts, k.started_at, k.finished_at
+    FROM kept AS k
+    RETURNING seq
+), evented AS (
+    INSERT INTO dbos_agent.events (workflow_id, key, value)
+    SELECT %(new_workflow_id)s, last.key, last.value
+    FROM (
+        SELECT DISTINCT ON (k.inputs ->> 'key') k.inputs ->> 'key' AS key,
+               CASE WHEN k.inputs ? 'value' THEN k.inputs -> 'value' ELSE e.value END AS value
+        FROM kept AS k
+        LEFT JOIN dbos_agent.events AS e
+               ON e.workflow_id = %(workflow_id)s AND e.key = k.inputs ->> 'key'
+        WHERE k.name = 'dbos_agent.set_event' AND k.status = 'SUCCESS'
+        ORDER BY k.inputs ->> 'key', k.seq DESC
+    ) AS last
+    WHERE last.key IS NOT NULL AND last.value IS NOT NULL
+    RETURNING key
+), asked AS (
+    INSERT INTO dbos_agent.approvals
+        (workflow_id, seq, tool, arguments, digest, status, reason, requested_at, decided_at)
+    SELECT %(new_workflow_id)s, a.seq, a.tool, a.arguments, a.digest,
+           CASE WHEN d.decided THEN a.status ELSE 'PENDING' END,
+           CASE WHEN d.decided THEN a.reason END,
+           CASE WHEN d.decided THEN a.requested_at ELSE now() END,
+           CASE WHEN d.decided THEN a.decided_at END
+    FROM dbos_agent.approvals AS a
+    CROSS JOIN LATERAL (
+        SELECT EXISTS (SELECT 1 FROM kept AS k
+                       WHERE k.name = 'dbos_agent.recv' AND k.status = 'SUCCESS'
+                         AND k.inputs ->> 'topic' = 'dbos_agent.approval:' || a.seq)
+               AS decided
+    ) AS d
+    WHERE a.workflow_id = %(workflow_id)s AND a.seq IN (SELECT seq FROM kept)
     RETURNING seq
 )
 SELECT (SELECT count(*) FROM inserted) = 1 AS forked,
        (SELECT count(*) FROM copied) AS copied,
-       o.name, o.inputs::text, COALESCE(%(executor_id)s::text, o.executor_id) AS executor_id,
-       o.last_seq, o.open_intent
-FROM original AS o;
+       c.name, c.inputs::text, COALESCE(%(executor_id)s::text, c.executor_id) AS executor_id,
+       c.last_seq, c.open_intent, c.from_step,
+       (SELECT count(*) FROM streamed) AS stream_items,
+       (SELECT count(*) FROM evented) AS events,
+       (SELECT count(*) FROM asked) AS approvals
+FROM checked AS c;
 
 -- name: get_fork_origin
 -- Where a forked workflow came from (NULLs for one that was not forked).
@@ -1013,13 +1116,15 @@ LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %
 -- set_event: record step `seq` and upsert the event in one statement; the
 -- event is written only if the step was (a run that lost the position never
 -- overwrites a newer value). Same guard as record_step. The events_notify
--- trigger NOTIFYs waiters.
+-- trigger NOTIFYs waiters. The step's inputs keep the value too: a fork takes
+-- the value each key had at its fork point from there (fork_workflow).
 WITH workflow AS (
     SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, output, attempts, started_at)
-    SELECT %(workflow_id)s, %(seq)s, %(name)s, 'SUCCESS', %(inputs)s::jsonb, 'null'::jsonb, 1,
+    SELECT %(workflow_id)s, %(seq)s, %(name)s, 'SUCCESS',
+           %(inputs)s::jsonb || jsonb_build_object('value', %(value)s::jsonb), 'null'::jsonb, 1,
            %(started_at)s
     WHERE (SELECT status FROM workflow) = 'PENDING'
     ON CONFLICT (workflow_id, seq) DO NOTHING

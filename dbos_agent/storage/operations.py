@@ -66,7 +66,9 @@ class OperationStore:
         executor_id: str | None,
         owner_key: int | None,
     ) -> ForkResult | None:
-        """Copy a workflow and its recorded steps below ``from_step`` under a new id, PENDING.
+        """Copy a workflow and its recorded steps below the fork point under a new id,
+        PENDING, with what it published there and its approval requests (see
+        fork_workflow in queries.sql: the fork point may be below ``from_step``).
 
         One statement: nothing is written unless everything is. None if the original is unknown.
         """
@@ -92,6 +94,10 @@ class OperationStore:
             row["executor_id"],
             row["last_seq"],
             row["open_intent"],
+            row["from_step"],
+            row["stream_items"],
+            row["events"],
+            row["approvals"],
         )
 
     def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:

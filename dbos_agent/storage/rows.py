@@ -102,8 +102,16 @@ class ForkResult:
     inputs: str
     executor_id: str
     last_seq: int | None
-    #: The first in-doubt step below ``from_step`` (why a fork was refused).
+    #: The first in-doubt step below the fork point (why a fork was refused).
     open_intent: int | None
+    #: The fork point: the ``from_step`` asked for, moved back over the approval steps
+    #: just below it (the fork asks for those approvals again).
+    from_step: int
+    #: What the original had published below the fork point, copied into the fork.
+    stream_items: int = 0
+    events: int = 0
+    #: Approval requests copied (decided, or PENDING: asked again).
+    approvals: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -83,8 +84,10 @@ class StreamStore:
         started_at: datetime,
     ) -> tuple[StepWrite, int | None]:
         """Append an item and checkpoint step ``seq`` with its offset, in one transaction
-        (written from the workflow body: exactly once). When the step cannot be recorded
-        (not the owner, the position taken) nothing is appended: ``(write, None)``.
+        (written from the workflow body: exactly once); the step's output is
+        ``{"key": key, "offset": offset}`` (before: the offset alone). When the step
+        cannot be recorded (not the owner, the position taken) nothing is appended:
+        ``(write, None)``.
         Raises StreamClosedError when the stream is closed."""
         where = f"stream {key!r} of workflow {workflow_id!r}"
         stored = self._db.json_in_optional(value, where)
@@ -108,11 +111,15 @@ class StreamStore:
                 raise StreamClosedError(f"{where} is closed")
             return int(row["offset"])
 
+        def output(offset: int) -> str:
+            # the key and offset name the item, so that a fork copies exactly it
+            return json.dumps({"key": key, "offset": offset})
+
         done = write_with_checkpoint(
             self._db,
             f"write to {where}",
             append,
-            str,
+            output,
             workflow_id=workflow_id,
             seq=seq,
             name=step_name,
