@@ -20,7 +20,13 @@ from .engine.approvals import (
     wait_for_approval,
 )
 from .engine.client import Client, ClientHandle
-from .engine.context import current_workflow_id, step_key, workflow_id, workflow_timeout
+from .engine.context import (
+    RunningStep,
+    current_workflow_id,
+    step_key,
+    workflow_id,
+    workflow_timeout,
+)
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
 from .engine.messaging import (
@@ -46,7 +52,7 @@ from .engine.schedule_operations import (
     resume_schedule,
 )
 from .engine.schedules import scheduled
-from .engine.step import step
+from .engine.step import step, step_info
 from .engine.streams import (
     StreamItem,
     close_stream,
@@ -68,6 +74,7 @@ from .errors import (
     DbosAgentError,
     InvalidIdentifierError,
     MaxRecoveryAttemptsExceededError,
+    NotInStepError,
     NotInWorkflowError,
     NotLaunchedError,
     PatchError,
@@ -118,12 +125,14 @@ __all__ = [
     "InvalidIdentifierError",
     "MaxRecoveryAttemptsExceededError",
     "NotDone",
+    "NotInStepError",
     "NotInWorkflowError",
     "NotLaunchedError",
     "PatchError",
     "Queue",
     "RecordedError",
     "RetryPolicy",
+    "RunningStep",
     "Runtime",
     "ScheduleError",
     "ScheduleInfo",
@@ -191,6 +200,7 @@ __all__ = [
     "sleep_async",
     "start",
     "step",
+    "step_info",
     "step_key",
     "wait_for_approval",
     "workflow_id",

@@ -153,6 +153,11 @@ class NotInWorkflowError(DbosAgentError):
     ``set_event``, ``patched``...) was made outside one, or inside a step."""
 
 
+class NotInStepError(DbosAgentError):
+    """A call that only makes sense inside a step running in a durable workflow
+    (``da.step_info()``) was made elsewhere."""
+
+
 class MaxRecoveryAttemptsExceededError(DbosAgentError):
     """A workflow was recovered more times than its ``max_recovery_attempts`` allows."""
 
