@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import WorkflowNotFoundError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
@@ -93,12 +93,17 @@ class Client:
         priority: int = 0,
         app_version: str | None = None,
         max_recovery_attempts: int = 50,
+        dedup_id: str | None = None,
+        delay: float | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept.
 
         The id, queue and name are checked (an empty id is refused, not replaced);
-        arguments over the checkpoint limit raise CheckpointTooLargeError.
+        arguments over the checkpoint limit raise CheckpointTooLargeError. ``dedup_id``
+        and ``delay`` are those of ``Queue.enqueue`` (DuplicateEnqueueError while an
+        unfinished workflow of the queue holds the id; not dequeued before ``delay``
+        seconds from now).
         """
         check_identifier(queue, "queue name")
         check_identifier(workflow_name, "workflow name")
@@ -124,6 +129,8 @@ class Client:
             owner_key=None,
             queue_name=queue,
             priority=priority,
+            dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
+            delay=check_delay(delay),
         )
         return ClientHandle(self.db, wid)
 

@@ -162,6 +162,11 @@ def workflow_info(row: Row) -> WorkflowInfo:
         ),
         run_started_at=row.get("run_started_at"),
         diverged=divergence(row.get("diverged")),
+        delayed_until=(
+            row.get("wake_at")
+            if row["status"] == WorkflowStatus.ENQUEUED and row.get("wait_kind") is None
+            else None
+        ),
     )
 
 
