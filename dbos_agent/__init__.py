@@ -27,6 +27,7 @@ from .engine.context import (
     workflow_id,
     workflow_timeout,
 )
+from .engine.first import wait_first, wait_first_async
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
 from .engine.messaging import (
@@ -204,6 +205,8 @@ __all__ = [
     "step",
     "step_info",
     "step_key",
+    "wait_first",
+    "wait_first_async",
     "wait_for_approval",
     "workflow_id",
     "workflow_timeout",

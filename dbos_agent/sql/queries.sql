@@ -209,6 +209,16 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY created_at DESC, workflow_id DESC
 LIMIT %(limit)s;
 
+-- name: first_finished_workflow
+-- Of the given workflows, the one that finished first (earliest finished_at, then
+-- the earliest in the given order), or no row while none has (da.wait_first).
+SELECT w.workflow_id
+FROM unnest(%(workflow_ids)s::text[]) WITH ORDINALITY AS given(workflow_id, n)
+JOIN dbos_agent.workflows AS w USING (workflow_id)
+WHERE w.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
+ORDER BY w.finished_at NULLS LAST, given.n
+LIMIT 1;
+
 -- name: list_steps
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts, started_at,
        finished_at, inputs::text

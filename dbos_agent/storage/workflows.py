@@ -197,6 +197,15 @@ class WorkflowStore:
         )
         return None if row is None else workflow_info(row)
 
+    def first_finished(self, workflow_ids: list[str]) -> str | None:
+        """Of ``workflow_ids``, the one that finished first, or None while none has."""
+        row = self._db.one(
+            "first_finished_workflow",
+            f"look for the first finished of {len(workflow_ids)} workflows",
+            workflow_ids=workflow_ids,
+        )
+        return None if row is None else str(row["workflow_id"])
+
     def list(
         self,
         *,
