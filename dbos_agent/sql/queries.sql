@@ -204,6 +204,7 @@ FROM dbos_agent.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(executor_id)s::text IS NULL OR executor_id = %(executor_id)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
   AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
   AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
 ORDER BY created_at DESC, workflow_id DESC

@@ -215,6 +215,7 @@ class WorkflowStore:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        queue_name: str | None = None,
     ) -> list[WorkflowInfo]:
         """Workflows matching every given filter, newest first."""
         rows = self._db.all(
@@ -223,6 +224,7 @@ class WorkflowStore:
             status=status,
             name=name,
             executor_id=executor_id,
+            queue_name=queue_name,
             created_after=created_after,
             created_before=created_before,
             limit=limit,
