@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.operations import cancel_workflow
 from dbos_agent.engine.state import forget_queues
 from tests.helpers import new_id
 
@@ -100,7 +99,7 @@ def test_concurrent_enqueues_with_one_id_let_exactly_one_in(dbos_agent_database_
         assert client.retrieve(won[0]).status() == da.WorkflowStatus.ENQUEUED
 
         # a cancelled one has finished: the id is free again
-        cancel_workflow(client.db, won[0])
+        client.cancel(won[0])
         client.enqueue(queue, "some_workflow", 2, dedup_id="once")
 
 
@@ -110,3 +109,16 @@ def test_an_empty_dedup_id_is_refused(dbos_agent_database_url: str) -> None:
         pytest.raises(da.InvalidIdentifierError, match="dedup id"),
     ):
         client.enqueue(new_id("q"), "some_workflow", dedup_id="")
+
+
+def test_a_resume_that_would_hold_the_id_twice_is_refused(dbos_agent_database_url: str) -> None:
+    queue = new_id("unserved")
+    with da.Client(dbos_agent_database_url) as client:
+        first = client.enqueue(queue, "some_workflow", dedup_id="again")
+        client.cancel(first.workflow_id)
+        second = client.enqueue(queue, "some_workflow", dedup_id="again")
+        with pytest.raises(da.DuplicateEnqueueError) as refused:
+            client.resume(first.workflow_id)
+        assert (refused.value.queue_name, refused.value.dedup_id) == (queue, "again")
+        assert first.status() == da.WorkflowStatus.CANCELLED
+        assert second.status() == da.WorkflowStatus.ENQUEUED

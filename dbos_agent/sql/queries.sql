@@ -897,6 +897,10 @@ SELECT (SELECT count(*) FROM resumed) = 1 AS resumed, target.status,
 FROM target
 JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;
 
+-- name: get_workflow_dedup
+-- The queue and deduplication id of a workflow whose resume the dedup index refused.
+SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s;
+
 -- name: fork_workflow
 -- A new PENDING workflow with the original's name and inputs whose log is a
 -- copy of the original's recorded results below from_step: it replays those

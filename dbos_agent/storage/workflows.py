@@ -11,10 +11,7 @@ from ..errors import DuplicateEnqueueError
 from ..records import WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
-from .rows import Runner, WorkflowRow, text_of, workflow_info
-
-#: The partial unique index that refuses a second unfinished enqueue with one dedup id.
-DEDUP_INDEX = "workflows_queue_dedup"
+from .rows import Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
 
 
 class WorkflowStore:
@@ -98,7 +95,7 @@ class WorkflowStore:
         try:
             return self._db.one("insert_workflow", what, where=where, **params) is not None
         except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != DEDUP_INDEX:
+            if not is_duplicate_enqueue(exc):
                 raise
             raise DuplicateEnqueueError(
                 str(params["queue_name"]), str(params["dedup_id"]), str(params["workflow_id"])
