@@ -98,6 +98,25 @@ def test_a_delayed_start_can_be_cancelled_before_it_starts(clocked: Engine) -> N
     assert RUNS["never"] == 0
 
 
+@da.durable_workflow
+def starts_later(tag: str) -> str:
+    child = da.start(later, tag, delay=3600)
+    return child.workflow_id
+
+
+def test_a_workflow_may_start_a_child_later(clocked: Engine) -> None:
+    parent = new_id()
+    with da.workflow_id(parent):
+        child_id = starts_later("child")
+    with da.workflow_id(parent):
+        assert starts_later("child") == child_id  # recorded: the same child, started once
+    child = da.retrieve(child_id)
+    assert child.status() == da.WorkflowStatus.SUSPENDED and RUNS["child"] == 0
+    advance_clock(3601)
+    assert child.result(30) == "child"
+    assert RUNS["child"] == 1
+
+
 @pytest.mark.parametrize("delay", [-1, float("nan"), float("inf"), "5"])
 def test_a_bad_delay_is_refused(clocked: Engine, delay: Any) -> None:
     with pytest.raises(ValueError, match="delay"):
