@@ -21,7 +21,7 @@ def wait_for_gate(key: str) -> str:
 
 
 @da.durable_workflow
-def gated(key: str) -> str:
+def dedup_gated(key: str) -> str:
     return wait_for_gate(key)
 
 
@@ -40,20 +40,20 @@ def test_a_second_enqueue_with_the_id_is_refused_until_the_first_finishes(
     q = da.Queue(new_id("q"))
     key = new_id("gate")
     GATE[key] = threading.Event()
-    first = q.enqueue(gated, key, dedup_id="order-1")
+    first = q.enqueue(dedup_gated, key, dedup_id="order-1")
     with pytest.raises(da.DuplicateEnqueueError) as refused:
-        q.enqueue(gated, key, dedup_id="order-1")
+        q.enqueue(dedup_gated, key, dedup_id="order-1")
     assert refused.value.queue_name == q.name and refused.value.dedup_id == "order-1"
     assert "order-1" in str(refused.value) and q.name in str(refused.value)
 
     # another queue, or another id, is not a duplicate
     other = da.Queue(new_id("q"))
     GATE[key].set()
-    other.enqueue(gated, key, dedup_id="order-1").result(30)
-    q.enqueue(gated, key, dedup_id="order-2").result(30)
+    other.enqueue(dedup_gated, key, dedup_id="order-1").result(30)
+    q.enqueue(dedup_gated, key, dedup_id="order-2").result(30)
 
     assert first.result(30) == key
-    again = q.enqueue(gated, key, dedup_id="order-1")  # the first has finished
+    again = q.enqueue(dedup_gated, key, dedup_id="order-1")  # the first has finished
     assert again.result(30) == key
 
 
@@ -63,8 +63,8 @@ def test_the_same_workflow_id_enqueued_again_is_not_a_duplicate(
     q = da.Queue(new_id("q"))
     key, wid = new_id("gate"), new_id()
     GATE[key] = threading.Event()
-    first = q.enqueue(gated, key, workflow_id=wid, dedup_id="same")
-    again = q.enqueue(gated, key, workflow_id=wid, dedup_id="same")
+    first = q.enqueue(dedup_gated, key, workflow_id=wid, dedup_id="same")
+    again = q.enqueue(dedup_gated, key, workflow_id=wid, dedup_id="same")
     GATE[key].set()
     assert first.workflow_id == again.workflow_id == wid
     assert again.result(30) == key

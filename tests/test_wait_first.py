@@ -22,7 +22,7 @@ def pass_gate(key: str) -> str:
 
 
 @da.durable_workflow
-def gated(key: str) -> str:
+def first_gated(key: str) -> str:
     return pass_gate(key)
 
 
@@ -46,8 +46,8 @@ def _gated(n: int) -> list[str]:
 
 def test_outside_a_workflow_the_first_to_finish_comes_back(runtime: da.Runtime) -> None:
     slow_key, fast_key = _gated(2)
-    slow = da.start(gated, slow_key)
-    fast = da.start(gated, fast_key)
+    slow = da.start(first_gated, slow_key)
+    fast = da.start(first_gated, fast_key)
     GATES[fast_key].set()
     assert da.wait_first([slow, fast]) is fast
     assert fast.result(0) == fast_key
@@ -58,10 +58,10 @@ def test_outside_a_workflow_the_first_to_finish_comes_back(runtime: da.Runtime) 
 
 def test_when_several_have_finished_the_earliest_wins(runtime: da.Runtime) -> None:
     a_key, b_key = _gated(2)
-    b = da.start(gated, b_key)
+    b = da.start(first_gated, b_key)
     GATES[b_key].set()
     b.result(30)
-    a = da.start(gated, a_key)
+    a = da.start(first_gated, a_key)
     GATES[a_key].set()
     a.result(30)
     assert da.wait_first([a, b]) is b
@@ -76,8 +76,8 @@ def test_an_empty_list_is_refused(runtime: da.Runtime) -> None:
 
 def test_the_async_twin_waits_without_blocking_the_loop(runtime: da.Runtime) -> None:
     slow_key, fast_key = _gated(2)
-    slow = da.start(gated, slow_key)
-    fast = da.start(gated, fast_key)
+    slow = da.start(first_gated, slow_key)
+    fast = da.start(first_gated, fast_key)
 
     async def main() -> da.WorkflowHandle[str]:
         waiting = asyncio.ensure_future(da.wait_first_async([slow, fast]))
@@ -94,8 +94,8 @@ def test_in_a_workflow_the_choice_is_recorded_and_replayed(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow_key, fast_key = _gated(2)
-    slow = da.start(gated, slow_key)
-    fast = da.start(gated, fast_key)
+    slow = da.start(first_gated, slow_key)
+    fast = da.start(first_gated, fast_key)
     parent = da.start(pick, [slow.workflow_id, fast.workflow_id])
     GATES[fast_key].set()
     assert parent.result(30) == fast.workflow_id

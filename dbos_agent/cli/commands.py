@@ -5,8 +5,9 @@ Nothing here imports or runs workflow code: cancel, resume, fork and resolve cha
 status and log in guarded statements (``engine/operations.py``) and leave the run to a
 process that has the function. Listing, reading and the operator's actions go through
 :class:`~dbos_agent.Client` (over the command's open database), the one path that the
-HTTP API and users' own code take too. How a step reads (a model reply's text, tokens and cost)
-comes from the layer that wrote it, through :func:`dbos_agent.records.describe_step`.
+HTTP API and users' own code take too. How a step reads (a model reply's text, tokens
+and cost) comes from the layer that wrote it, through
+:func:`dbos_agent.records.describe_step`.
 """
 
 from __future__ import annotations

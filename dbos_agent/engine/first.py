@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
+from ..errors import DbosAgentError
 from ..serialization import codec_for
 from .context import WorkflowContext, current_context, in_step
 from .handle import WorkflowHandle
@@ -45,6 +46,11 @@ def _plan(handles: Sequence[H]) -> Plan[H]:
     seq, row = ctx.begin_step(FIRST_STEP)
     if row is not None:
         known: str = recorded(ctx, _FIRST, seq, row).unwrap()
+        if known not in by_id:  # the code now waits on other workflows than it did
+            raise DbosAgentError(
+                f"workflow {ctx.workflow_id!r} step {seq} ({FIRST_STEP}) recorded that "
+                f"{known!r} finished first, but this wait_first() is given {ids!r}"
+            )
         return by_id[known]
     started_at = datetime.now(UTC)
     with ctx.waiting(), engine.notifications.waiter(cancel_key(ctx)) as waiter:
