@@ -20,7 +20,14 @@ from .engine.approvals import (
     wait_for_approval,
 )
 from .engine.client import Client, ClientHandle
-from .engine.context import current_workflow_id, step_key, workflow_id, workflow_timeout
+from .engine.context import (
+    RunningStep,
+    current_workflow_id,
+    step_key,
+    workflow_id,
+    workflow_timeout,
+)
+from .engine.first import wait_first, wait_first_async
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
 from .engine.messaging import (
@@ -46,7 +53,7 @@ from .engine.schedule_operations import (
     resume_schedule,
 )
 from .engine.schedules import scheduled
-from .engine.step import step
+from .engine.step import step, step_info
 from .engine.streams import (
     StreamItem,
     close_stream,
@@ -67,8 +74,10 @@ from .errors import (
     DatabaseClosedError,
     DatabaseUnavailableError,
     DbosAgentError,
+    DuplicateEnqueueError,
     InvalidIdentifierError,
     MaxRecoveryAttemptsExceededError,
+    NotInStepError,
     NotInWorkflowError,
     NotLaunchedError,
     PatchError,
@@ -117,10 +126,12 @@ __all__ = [
     "DatabaseUnavailableError",
     "DbosAgentError",
     "Divergence",
+    "DuplicateEnqueueError",
     "GcReport",
     "InvalidIdentifierError",
     "MaxRecoveryAttemptsExceededError",
     "NotDone",
+    "NotInStepError",
     "NotInWorkflowError",
     "NotLaunchedError",
     "PatchError",
@@ -128,6 +139,7 @@ __all__ = [
     "QueueConflictError",
     "RecordedError",
     "RetryPolicy",
+    "RunningStep",
     "Runtime",
     "ScheduleError",
     "ScheduleInfo",
@@ -195,7 +207,10 @@ __all__ = [
     "sleep_async",
     "start",
     "step",
+    "step_info",
     "step_key",
+    "wait_first",
+    "wait_first_async",
     "wait_for_approval",
     "workflow_id",
     "workflow_timeout",

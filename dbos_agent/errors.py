@@ -121,6 +121,21 @@ class WorkflowNotFoundError(DbosAgentError, LookupError):
         self.workflow_id = workflow_id
 
 
+class DuplicateEnqueueError(DbosAgentError):
+    """An enqueue with a deduplication id that an unfinished workflow of the same queue
+    already holds (``Queue.enqueue(..., dedup_id=)``): nothing was enqueued."""
+
+    def __init__(self, queue_name: str, dedup_id: str, workflow_id: str) -> None:
+        super().__init__(
+            f"refused to enqueue workflow {workflow_id!r} on queue {queue_name!r}: "
+            f"deduplication id {dedup_id!r} is held by an unfinished workflow of that queue "
+            f"(it may be used again once that one finishes)"
+        )
+        self.queue_name = queue_name
+        self.dedup_id = dedup_id
+        self.workflow_id = workflow_id
+
+
 class WorkflowIdConflictError(DbosAgentError):
     """A workflow id was reused for a different workflow or different inputs."""
 
@@ -163,6 +178,11 @@ class PatchError(DbosAgentError):
 class NotInWorkflowError(DbosAgentError):
     """A call that only makes sense in a durable workflow's function (``recv``,
     ``set_event``, ``patched``...) was made outside one, or inside a step."""
+
+
+class NotInStepError(DbosAgentError):
+    """A call that only makes sense inside a step running in a durable workflow
+    (``da.step_info()``) was made elsewhere."""
 
 
 class MaxRecoveryAttemptsExceededError(DbosAgentError):

@@ -9,6 +9,7 @@ checked before anything is sent, makes the rule plain and the error clear.
 from __future__ import annotations
 
 import hashlib
+import math
 
 from .errors import InvalidIdentifierError
 
@@ -78,3 +79,14 @@ def derived_identifier(base: str, suffix: str) -> str:
         return joined
     digest = hashlib.sha256(base.encode("utf-8", "surrogatepass")).hexdigest()
     return f"sha256:{digest}{suffix}"
+
+
+def check_delay(delay: float | None) -> float | None:
+    """A start's ``delay`` (seconds): None, or a finite number >= 0."""
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
+        raise ValueError(f"delay must be a finite number of seconds, got {delay!r}")
+    if delay < 0:
+        raise ValueError(f"delay must be >= 0 seconds, got {delay}")
+    return float(delay)

@@ -70,6 +70,9 @@ class WorkflowInfo:
     #: Where its log and the code parted, the last time they did (a DIVERGED workflow
     #: says why it is held; one continued since keeps it as history).
     diverged: Divergence | None = None
+    #: A delayed ENQUEUED workflow is not dequeued before this (database clock); a
+    #: delayed start waits SUSPENDED in ``waiting_for`` (``sleep`` until its time).
+    delayed_until: datetime | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""

@@ -3,8 +3,11 @@ the outcome as text or, with ``--json``, as one JSON document.
 
 Nothing here imports or runs workflow code: cancel, resume, fork and resolve change
 status and log in guarded statements (``engine/operations.py``) and leave the run to a
-process that has the function. How a step reads (a model reply's text, tokens and cost)
-comes from the layer that wrote it, through :func:`dbos_agent.records.describe_step`.
+process that has the function. Listing, reading and the operator's actions go through
+:class:`~dbos_agent.Client` (over the command's open database), the one path that the
+HTTP API and users' own code take too. How a step reads (a model reply's text, tokens
+and cost) comes from the layer that wrote it, through
+:func:`dbos_agent.records.describe_step`.
 """
 
 from __future__ import annotations
@@ -20,25 +23,20 @@ from .. import (
     documents,
 )
 from ..engine.approvals import decide
+from ..engine.client import Client
 from ..engine.messaging import send_plain
-from ..engine.operations import (
-    cancel_workflow,
-    fork_workflow,
-    resolve_in_doubt_step,
-    resume_workflow,
-)
+from ..engine.operations import resolve_in_doubt_step
 from ..engine.retention import (
     DEFAULT_STATUSES,
     check_statuses,
     format_duration,
-    garbage_collect_db,
 )
 from ..engine.schedule_operations import backfill_db, list_schedules_db, set_paused_db
 from ..engine.streams import follow
-from ..errors import WorkflowNotFoundError
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
+from ..storage.rows import ForkResult, ResumeResult
 from ..storage.sql_files import migrations
 from ..storage.versions import UNFINISHED
 from . import render
@@ -49,10 +47,7 @@ _ENDED = (WorkflowStatus.SUCCESS, WorkflowStatus.ERROR)
 
 
 def _get(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
-    info = db.workflows.get(workflow_id)
-    if info is None:
-        raise WorkflowNotFoundError(workflow_id)
-    return info
+    return Client.over(db).get_workflow(workflow_id)
 
 
 def _who_runs_it(executor_id: str) -> str:
@@ -87,7 +82,7 @@ def migrate(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Workflows matching the filters, newest first."""
-    found = db.workflows.list(
+    found = Client.over(db).list_workflows(
         status=args.status,
         name=args.name,
         executor_id=args.executor,
@@ -186,8 +181,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
     """The recorded steps of a workflow."""
-    _get(db, args.workflow_id)
-    found = db.steps.list(args.workflow_id)
+    found = Client.over(db).list_steps(args.workflow_id)
     digests = [describe_step(step) for step in found]
     if args.json:
         render.print_json([documents.step_json(s, d) for s, d in zip(found, digests, strict=True)])
@@ -199,7 +193,7 @@ def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def cancel(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Cancel a workflow; cancelling a cancelled one changes nothing (scripts may retry)."""
-    previous = cancel_workflow(db, args.workflow_id)
+    previous = Client.over(db).cancel(args.workflow_id)
     changed = previous is not WorkflowStatus.CANCELLED
     if args.json:
         render.print_json(
@@ -221,7 +215,9 @@ def cancel(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Make a cancelled or dead-lettered workflow PENDING again."""
-    result = resume_workflow(db, args.workflow_id, executor_id=args.executor)
+    report = Client.over(db).resume(args.workflow_id, executor_id=args.executor).report
+    assert isinstance(report, ResumeResult)
+    result = report
     if args.json:
         render.print_json(
             {
@@ -240,9 +236,11 @@ def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Start a new workflow that reuses the recorded steps below ``--from-step``."""
-    new_id, result = fork_workflow(
-        db, args.workflow_id, args.from_step, new_workflow_id=args.new_id, executor_id=args.executor
+    handle = Client.over(db).fork(
+        args.workflow_id, args.from_step, new_workflow_id=args.new_id, executor_id=args.executor
     )
+    new_id, result = handle.workflow_id, handle.report
+    assert isinstance(result, ForkResult)
     if args.json:
         render.print_json(
             {
@@ -332,8 +330,7 @@ def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Delete finished workflows older than ``--older-than``, oldest first, in batches."""
     statuses = check_statuses(args.statuses or DEFAULT_STATUSES)
     with render.gc_progress(shown=not args.json) as progress:
-        report = garbage_collect_db(
-            db,
+        report = Client.over(db).garbage_collect(
             args.older_than,
             statuses=statuses,
             batch_size=args.batch_size,

@@ -1,38 +1,58 @@
-"""A client: enqueue and inspect workflows from a process that only holds a database URL.
+"""A client: enqueue, inspect and operate workflows from a process that only holds a
+database URL.
 
 A web handler or a script can enqueue work for the workers without importing
 the workflow functions; arguments are stored unbound and bound to the
-signature by the worker that runs them.
+signature by the worker that runs them. The operator's actions (cancel, resume,
+fork, list, retrieve, garbage-collect) are here too, so that the CLI, the HTTP API
+and a web handler of the user's own reach the database one way: each action is
+one guarded statement (``operations.py``) and leaves the run to a process that
+has the workflow's function.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 from ..errors import WorkflowNotFoundError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier, check_priority
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
+from ..storage.rows import ForkResult, ResumeResult
 from .approvals import ApprovalRequest, decide
 from .context import current_workflow_timeout, take_workflow_id
 from .messaging import send_plain
+from .operations import cancel_workflow, fork_workflow, resume_workflow
 from .plans import run_plan, run_plan_async
+from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, garbage_collect_db
 from .streams import StreamItem, follow, follow_async
 from .waiting import finished_outcome
 
 
 class ClientHandle:
-    """A workflow seen from a client: its result comes back as plain JSON data."""
+    """A workflow seen from a client: its result comes back as plain JSON data.
 
-    def __init__(self, db: SystemDatabase, workflow_id: str) -> None:
+    A handle returned by :meth:`Client.resume` or :meth:`Client.fork` keeps in
+    ``report`` what that action found and did (the status before, the executor, the
+    steps a fork reused).
+    """
+
+    def __init__(
+        self,
+        db: SystemDatabase,
+        workflow_id: str,
+        report: ResumeResult | ForkResult | None = None,
+    ) -> None:
         self._db = db
         self.workflow_id = workflow_id
+        self.report = report
 
     def __repr__(self) -> str:
         return f"ClientHandle({self.workflow_id!r})"
@@ -76,12 +96,23 @@ class Client:
             outage_timeout=outage_timeout,
             max_checkpoint_bytes=max_checkpoint_bytes,
         )
+        self._owns_db = True
         self.db.open()
         try:
             self.db.migrate()
         except BaseException:
             self.db.close()
             raise
+
+    @classmethod
+    def over(cls, db: SystemDatabase) -> Client:
+        """A client on a database that is open already and stays the caller's (the CLI's,
+        which checks the schema itself and migrates only when told): it is not migrated
+        here, and :meth:`close` leaves it open."""
+        client = cls.__new__(cls)
+        client.db = db
+        client._owns_db = False
+        return client
 
     def enqueue(
         self,
@@ -93,12 +124,17 @@ class Client:
         priority: int = 0,
         app_version: str | None = None,
         max_recovery_attempts: int = 50,
+        dedup_id: str | None = None,
+        delay: float | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept.
 
         The id, queue and name are checked (an empty id is refused, not replaced);
-        arguments over the checkpoint limit raise CheckpointTooLargeError.
+        arguments over the checkpoint limit raise CheckpointTooLargeError. ``dedup_id``
+        and ``delay`` are those of ``Queue.enqueue`` (DuplicateEnqueueError while an
+        unfinished workflow of the queue holds the id; not dequeued before ``delay``
+        seconds from now).
         """
         check_identifier(queue, "queue name")
         check_identifier(workflow_name, "workflow name")
@@ -122,6 +158,8 @@ class Client:
             queue_name=queue,
             priority=priority,
             timeout=current_workflow_timeout(),
+            dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
+            delay=check_delay(delay),
         )
         return ClientHandle(self.db, wid)
 
@@ -165,15 +203,108 @@ class Client:
         decide(self.db, workflow_id, seq, digest, approved=False, reason=reason)
 
     def retrieve(self, workflow_id: str) -> ClientHandle:
+        """A handle on a stored workflow; WorkflowNotFoundError for an unknown id."""
         handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))
         handle.get_info()
         return handle
 
-    def list_workflows(self, **filters: Any) -> list[WorkflowInfo]:
-        return self.db.workflows.list(**filters)
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo:
+        """The stored workflow; WorkflowNotFoundError for an unknown id."""
+        info = self.db.workflows.get(check_identifier(workflow_id, "workflow id"))
+        if info is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return info
+
+    def list_workflows(
+        self,
+        *,
+        status: WorkflowStatus | str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        executor_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Stored workflows matching every given filter, newest first (at most ``limit``):
+        a status, a workflow name, a queue, an executor, created at or after
+        ``created_after`` and before ``created_before``. An unknown status is a ValueError."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        return self.db.workflows.list(
+            status=None if status is None else WorkflowStatus(status),
+            name=name,
+            queue_name=queue,
+            executor_id=executor_id,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+        )
+
+    def list_steps(self, workflow_id: str) -> list[StepInfo]:
+        """A workflow's recorded steps, in order; WorkflowNotFoundError for an unknown id."""
+        self.get_workflow(workflow_id)
+        return self.db.steps.list(workflow_id)
+
+    def cancel(self, workflow_id: str) -> WorkflowStatus:
+        """Cancel a workflow, and the unfinished workflows it started; return the status it
+        had (cancelling a CANCELLED one changes nothing). A run of it stops at its next
+        step boundary; a finished one raises WorkflowStatusError (see ``da.cancel``)."""
+        return cancel_workflow(self.db, workflow_id)
+
+    def resume(self, workflow_id: str, *, executor_id: str | None = None) -> ClientHandle:
+        """Make a cancelled, dead-lettered or diverged workflow PENDING (or ENQUEUED,
+        back in its queue) without an owner: a live process with its function continues
+        it from its log at once. ``executor_id`` moves it to another executor. Its
+        handle's ``report`` says what it was (see ``da.resume``)."""
+        result = resume_workflow(self.db, workflow_id, executor_id=executor_id)
+        return ClientHandle(self.db, workflow_id, result)
+
+    def fork(
+        self,
+        workflow_id: str,
+        from_step: int,
+        *,
+        new_workflow_id: str | None = None,
+        executor_id: str | None = None,
+    ) -> ClientHandle:
+        """Start a new workflow (same function and inputs) that reuses ``workflow_id``'s
+        recorded steps below ``from_step`` and runs live from there, in whichever process
+        with the function takes it; the new workflow's handle (``report`` says how many
+        steps it reused). See ``da.fork``."""
+        new_id, result = fork_workflow(
+            self.db,
+            workflow_id,
+            from_step,
+            new_workflow_id=new_workflow_id,
+            executor_id=executor_id,
+        )
+        return ClientHandle(self.db, new_id, result)
+
+    def garbage_collect(
+        self,
+        older_than: timedelta,
+        *,
+        statuses: Iterable[WorkflowStatus | str] = DEFAULT_STATUSES,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        progress: Callable[[GcReport], None] | None = None,
+    ) -> GcReport:
+        """Delete workflows that finished more than ``older_than`` ago, with their steps,
+        messages and events, in batches (see ``da.garbage_collect``)."""
+        return garbage_collect_db(
+            self.db,
+            older_than,
+            statuses=statuses,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            progress=progress,
+        )
 
     def close(self) -> None:
-        self.db.close()
+        """Close the database pool, if this client opened it."""
+        if self._owns_db:
+            self.db.close()
 
     def __enter__(self) -> Client:
         return self

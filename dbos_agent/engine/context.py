@@ -333,6 +333,9 @@ class Attempt:
 
     seq: int
     number: int
+    #: The step's name and how many attempts it gets (for :func:`step_info`).
+    name: str = ""
+    max_attempts: int = 1
     _id: str | None = None
     _voids: dict[str, Callable[[], object]] = field(default_factory=dict)
 
@@ -428,9 +431,26 @@ def at_position(seq: int | None) -> Iterator[None]:
         _pinned_position.reset(token)
 
 
-def entered_attempt(seq: int, number: int) -> AbstractContextManager[Attempt]:
-    """Mark attempt ``number`` of step ``seq`` as running for the block."""
-    return _Bound(_current_attempt, Attempt(seq, number))
+def entered_attempt(
+    seq: int, number: int, name: str = "", max_attempts: int = 1
+) -> AbstractContextManager[Attempt]:
+    """Mark attempt ``number`` (of ``max_attempts``) of step ``seq`` as running for the
+    block."""
+    return _Bound(_current_attempt, Attempt(seq, number, name, max_attempts))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningStep:
+    """What ``da.step_info()`` says about the step running here."""
+
+    workflow_id: str
+    #: The step's position in its workflow's log (its ``seq``, as ``list_steps`` shows).
+    position: int
+    name: str
+    #: 1 for the first attempt, 2 for the first retry...
+    attempt: int
+    #: 1 + the step's ``retries``.
+    max_attempts: int
 
 
 def current_attempt() -> Attempt | None:

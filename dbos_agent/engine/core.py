@@ -215,11 +215,14 @@ class Engine:
         *,
         queue_name: str | None = None,
         priority: int = 0,
+        dedup_id: str | None = None,
+        delay: float | None = None,
     ) -> Admission:
         """Record the call (or find it recorded) and decide who runs it.
 
         A new id is inserted PENDING and run by the caller (or ENQUEUED when
-        ``queue_name`` is given, for a worker to run). A finished one returns
+        ``queue_name`` is given, for a worker to run; or, with ``delay``, recorded to
+        start that many seconds from now, holding no thread). A finished one returns
         its recorded outcome. A pending one running here is attached to; one
         whose session is alive elsewhere is waited for; one whose session is
         gone is taken over and continued from its log by the caller. Another
@@ -231,8 +234,10 @@ class Engine:
         inputs = definition.inputs.dumps(args, kwargs)
         if self.replay_only:
             return self._admit_replayed(definition, workflow_id)
-        if queue_name is not None:
-            return self._enqueue(definition, workflow_id, inputs, queue_name, priority)
+        if queue_name is not None or delay is not None:
+            return self._enqueue(
+                definition, workflow_id, inputs, queue_name, priority, dedup_id, delay
+            )
         run = WorkflowRun(definition, workflow_id, args, kwargs, {})
         active = self.runs.claim(run, inputs)
         if active is not None:
@@ -315,8 +320,11 @@ class Engine:
         inputs: str,
         queue_name: str | None,
         priority: int,
+        dedup_id: str | None = None,
+        delay: float | None = None,
     ) -> tuple[bool, WorkflowRow]:
-        """The guarded insert of a call (PENDING and this session's, or ENQUEUED)."""
+        """The guarded insert of a call (PENDING and this session's, or ENQUEUED, or
+        delayed)."""
         return self.db.workflows.insert(
             workflow_id=workflow_id,
             name=definition.name,
@@ -329,6 +337,8 @@ class Engine:
             priority=priority,
             parent_id=current_workflow_id(),
             timeout=current_workflow_timeout(),
+            dedup_id=dedup_id,
+            delay=delay,
         )
 
     def _enqueue(
@@ -336,14 +346,21 @@ class Engine:
         definition: WorkflowDefinition,
         workflow_id: str,
         inputs: str,
-        queue_name: str,
+        queue_name: str | None,
         priority: int,
+        dedup_id: str | None = None,
+        delay: float | None = None,
     ) -> Admission:
-        """Record a call ENQUEUED (or find it recorded): a dispatcher runs it, never the
-        caller, so the call takes no place in this process's run table (where it would
-        hide the workflow from the dispatcher that dequeues it meanwhile)."""
-        inserted, row = self._insert(definition, workflow_id, inputs, queue_name, priority)
+        """Record a call ENQUEUED, or delayed (or find it recorded): a dispatcher or the
+        waker runs it, never the caller, so the call takes no place in this process's run
+        table (where it would hide the workflow from the dispatcher that dequeues it
+        meanwhile)."""
+        inserted, row = self._insert(
+            definition, workflow_id, inputs, queue_name, priority, dedup_id, delay
+        )
         if inserted:
+            if queue_name is None:  # a timer: the waker sleeps until the earliest one
+                self.note_suspended(delay)
             return Admission(remote=True)
         check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
         if row.status.finished:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DbosAgentError, QueueConflictError
-from ..limits import check_identifier, check_priority
+from ..limits import check_delay, check_identifier, check_priority
 from . import state
 from .core import Engine
 from .handle import WorkflowHandle
@@ -89,12 +89,17 @@ class Queue:
         *args: Any,
         workflow_id: str | None = None,
         priority: int | None = None,
+        dedup_id: str | None = None,
+        delay: float | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle[Any]:
         """Record ``workflow(*args, **kwargs)`` as ENQUEUED and return its handle.
 
         An id that exists already is not enqueued again: the existing
         workflow's handle comes back (deduplication). Lower ``priority`` runs first.
+        With ``dedup_id``, the enqueue is refused with DuplicateEnqueueError while
+        another unfinished workflow of this queue holds that id. With ``delay``
+        (seconds) it is not dequeued before that long from now (database clock).
         """
         from .children import workflow_id_for_start
         from .workflow import definition_of
@@ -104,7 +109,14 @@ class Queue:
         engine = current_engine()
         wid = workflow_id_for_start(workflow_id, enqueue=True)
         admission = engine.admit(
-            definition, wid, args, kwargs, queue_name=self.name, priority=priority or 0
+            definition,
+            wid,
+            args,
+            kwargs,
+            queue_name=self.name,
+            priority=priority or 0,
+            dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
+            delay=check_delay(delay),
         )
         engine.wake_dispatcher()
         return WorkflowHandle(engine, wid, admission.future())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import math
 import random
 import sys
@@ -21,6 +22,8 @@ from ..limits import check_identifier
 from ..serialization import Codec, InputsCodec, result_codec
 from . import state
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -32,6 +35,10 @@ class RetryPolicy:
     max_interval: float = 60.0
     jitter: float = 0.1
     retry_on: tuple[type[BaseException], ...] = (Exception,)
+    #: A predicate beside ``retry_on``: an error is retried only if it is one of
+    #: ``retry_on`` *and* ``retry_if(error)`` is true (a 429 but not a 400 of one
+    #: exception class). An exception raised by the predicate itself ends the retries.
+    retry_if: Callable[[BaseException], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -47,8 +54,25 @@ class RetryPolicy:
             return None
         if isinstance(error, DbosAgentError):  # engine signals are never retried
             return None
+        if self.retry_if is not None and not self._predicate_allows(error):
+            return None
         delay = min(self.interval * self.backoff ** (attempt - 1), self.max_interval)
         return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+    def _predicate_allows(self, error: BaseException) -> bool:
+        """``retry_if(error)``; a predicate that fails says no (the step's own error is
+        what gets recorded, not the predicate's)."""
+        assert self.retry_if is not None
+        try:
+            return bool(self.retry_if(error))
+        except Exception as exc:
+            log.warning("retry_if of a step raised %r on %r: not retrying", exc, error)
+            return False
+
+    @property
+    def max_attempts(self) -> int:
+        """How many attempts a step gets at most (1 + retries)."""
+        return self.retries + 1
 
 
 class _NotDone:

@@ -20,6 +20,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from ..errors import (
     ConfigurationError,
     DatabaseUnavailableError,
+    NotInStepError,
     StepInDoubtError,
     WorkflowDivergedError,
 )
@@ -29,8 +30,10 @@ from ..storage.rows import StepWrite
 from . import tracing
 from .context import (
     OwnershipLost,
+    RunningStep,
     StopReason,
     WorkflowContext,
+    current_attempt,
     current_context,
     entered_attempt,
     entered_step,
@@ -242,7 +245,7 @@ def _attempts_sync(
         while True:
             ensure_owned(ctx)
             attempt += 1
-            with entered_attempt(seq, attempt) as current:
+            with entered_attempt(seq, attempt, step.name, step.retry.max_attempts) as current:
                 outcome = capture(step.fn, *args, **kwargs)
             if outcome.error is not None and current.wrote:
                 current.void()
@@ -295,7 +298,7 @@ async def _attempts_async(
             if not owns_now(ctx):
                 await asyncio.to_thread(ensure_owned, ctx)
             attempt += 1
-            with entered_attempt(seq, attempt) as current:
+            with entered_attempt(seq, attempt, step.name, step.retry.max_attempts) as current:
                 outcome = await capture_async(_attempt_async(step, args, kwargs))
             if outcome.error is not None and current.wrote:
                 await asyncio.to_thread(current.void)
@@ -329,6 +332,28 @@ async def _attempt_async(
     attempt.cancel()
     await asyncio.gather(attempt, return_exceptions=True)
     raise TimeoutError(f"step {step.name!r} did not finish within {step.timeout}s")
+
+
+def step_info() -> RunningStep:
+    """The step running here: its workflow, position, name, attempt and most attempts.
+
+    For a step that wants to know where it is (a log line, a key of its own, a last
+    attempt that degrades instead of failing). Raises :class:`NotInStepError` outside a
+    step run live by a workflow (a step called outside a workflow is a plain call).
+    """
+    ctx = current_context()
+    attempt = current_attempt()
+    if ctx is None or attempt is None or not in_step():
+        raise NotInStepError(
+            "da.step_info() is only available inside a @da.step running in a durable workflow"
+        )
+    return RunningStep(
+        workflow_id=ctx.workflow_id,
+        position=attempt.seq,
+        name=attempt.name,
+        attempt=attempt.number,
+        max_attempts=attempt.max_attempts,
+    )
 
 
 def make_step(fn: Callable[P, R], definition: StepDefinition) -> Callable[P, R]:
@@ -365,6 +390,7 @@ def step(
     max_interval: float = 60.0,
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
+    retry_if: Callable[[BaseException], bool] | None = None,
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
     retry_policy: RetryPolicy | None = None,
@@ -383,6 +409,7 @@ def step(
     max_interval: float = 60.0,
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] = (Exception,),
+    retry_if: Callable[[BaseException], bool] | None = None,
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
     retry_policy: RetryPolicy | None = None,
@@ -392,8 +419,10 @@ def step(
 
     ``retries=N`` allows N+1 attempts for exceptions in ``retry_on``, waiting
     ``interval * backoff**(attempt-1)`` seconds (at most ``max_interval``,
-    randomised by +/- ``jitter``) between them. When they run out, the last
-    original exception is recorded and raised. Works bare (``@step``) or
+    randomised by +/- ``jitter``) between them; with ``retry_if`` (a predicate on
+    the exception) only exceptions in ``retry_on`` for which it returns true are
+    retried. When they run out, the last original exception is recorded and raised.
+    :func:`step_info` tells the running step its position and attempt. Works bare (``@step``) or
     with arguments, on ``def`` and ``async def`` functions.
 
     Idempotent steps (the default) are at-least-once: a step cut off by a
@@ -411,7 +440,7 @@ def step(
     recorded like any error.
     """
     policy = retry_policy or RetryPolicy(
-        retries, interval, backoff, max_interval, jitter, tuple(retry_on)
+        retries, interval, backoff, max_interval, jitter, tuple(retry_on), retry_if
     )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:

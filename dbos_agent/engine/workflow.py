@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ..errors import DbosAgentError, WorkflowInterruptedError
+from ..limits import check_delay
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .children import workflow_id_for_start, workflow_id_for_start_async
 from .context import OwnershipLost
@@ -144,29 +145,43 @@ def start(
     /,
     *args: Any,
     workflow_id: str | None = None,
+    delay: float | None = None,
     **kwargs: Any,
 ) -> WorkflowHandle[R]: ...
 
 
 @overload
 def start(
-    fn: Callable[P, R], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    fn: Callable[P, R],
+    /,
+    *args: Any,
+    workflow_id: str | None = None,
+    delay: float | None = None,
+    **kwargs: Any,
 ) -> WorkflowHandle[R]: ...
 
 
 def start(
-    fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    fn: Callable[..., Any],
+    /,
+    *args: Any,
+    workflow_id: str | None = None,
+    delay: float | None = None,
+    **kwargs: Any,
 ) -> WorkflowHandle[Any]:
     """Start a workflow in the background and return its handle.
 
     The workflow is durably recorded before this returns, so a crash right
     after still recovers it. An id that exists returns a handle on that
-    workflow without running it twice.
+    workflow without running it twice. With ``delay`` (seconds) it starts that
+    long from now (database clock): it waits SUSPENDED on a timer, holding no
+    thread, and any process that can run it starts it when it is due, even if
+    this one has exited.
     """
     definition = definition_of(fn)
     engine = current_engine()
     wid = workflow_id_for_start(workflow_id)
-    admission = engine.admit(definition, wid, args, kwargs)
+    admission = engine.admit(definition, wid, args, kwargs, delay=check_delay(delay))
     future = engine.submit(admission.run) if admission.run is not None else admission.future()
     return WorkflowHandle(engine, wid, future)
 

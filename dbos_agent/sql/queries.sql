@@ -8,14 +8,19 @@
 -- ENQUEUED and owned by nobody), with its deadline if it has a timeout. No row
 -- back: the id is taken, and find_workflow_call reads what holds it (idempotent
 -- start: the first start's deadline stays). The common case is this one statement.
+-- A delayed call has wake_at (SUSPENDED 'sleep' until then, or ENQUEUED and not
+-- dequeued before); an enqueue's dedup_id taken by an unfinished workflow of the
+-- queue fails on workflows_queue_dedup.
 INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-     owner_key, queue_name, priority, parent_id, deadline_at)
+     owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at)
 VALUES
     (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
      %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
      %(priority)s, %(parent_id)s,
-     dbos_agent.now() + make_interval(secs => %(timeout)s::float8))
+     dbos_agent.now() + make_interval(secs => %(timeout)s::float8),
+     %(dedup_id)s, %(wait_kind)s,
+     dbos_agent.now() + make_interval(secs => %(delay)s::float8))
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING true AS inserted;
 
@@ -199,10 +204,21 @@ FROM dbos_agent.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(executor_id)s::text IS NULL OR executor_id = %(executor_id)s::text)
+  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
   AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
   AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
 ORDER BY created_at DESC, workflow_id DESC
 LIMIT %(limit)s;
+
+-- name: first_finished_workflow
+-- Of the given workflows, the one that finished first (earliest finished_at, then
+-- the earliest in the given order), or no row while none has (da.wait_first).
+SELECT w.workflow_id
+FROM unnest(%(workflow_ids)s::text[]) WITH ORDINALITY AS given(workflow_id, n)
+JOIN dbos_agent.workflows AS w USING (workflow_id)
+WHERE w.status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')
+ORDER BY w.finished_at NULLS LAST, given.n
+LIMIT 1;
 
 -- name: list_steps
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts, started_at,
@@ -696,7 +712,8 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue_name)s));
 -- ones when the queue counts them), this worker's concurrency, the rate limit
 -- (dequeues within the period), the caller's free slots, and, for a queue
 -- shared fairly, the caller's share of the global limit among the live sessions
--- serving the queue. Highest priority (lowest number) first, then oldest.
+-- serving the queue. Highest priority (lowest number) first, then oldest; a delayed
+-- one not before its wake_at.
 WITH servers AS (
     SELECT GREATEST(1, count(*)) AS n
     FROM dbos_agent.executors AS e
@@ -727,6 +744,7 @@ WITH servers AS (
     SELECT w.workflow_id
     FROM dbos_agent.workflows AS w
     WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
+      AND (w.wake_at IS NULL OR w.wake_at <= dbos_agent.now())
       AND w.name = ANY(%(names)s)
       AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
                              %(app_version)s, %(code_version)s)
@@ -737,7 +755,7 @@ WITH servers AS (
 UPDATE dbos_agent.workflows AS w
 SET run_started_at = now(),
     status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
-    dequeued_at = dbos_agent.now(), updated_at = now()
+    dequeued_at = dbos_agent.now(), wake_at = NULL, updated_at = now()
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.inputs::text;
@@ -878,6 +896,10 @@ SELECT (SELECT count(*) FROM resumed) = 1 AS resumed, target.status,
        w.name, w.inputs::text, COALESCE(%(executor_id)s::text, w.executor_id) AS executor_id
 FROM target
 JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;
+
+-- name: get_workflow_dedup
+-- The queue and deduplication id of a workflow whose resume the dedup index refused.
+SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s;
 
 -- name: fork_workflow
 -- A new PENDING workflow with the original's name and inputs whose log is a

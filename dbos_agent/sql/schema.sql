@@ -54,7 +54,8 @@ CREATE TABLE dbos_agent.workflows (
     -- What wakes a SUSPENDED workflow: 'sleep' at wake_at; 'recv' a message to it
     -- (wait_target, itself) on topic wait_name, or its deadline wake_at; 'event'
     -- workflow wait_target publishing event wait_name, or the deadline; 'child'
-    -- workflow wait_target finishing.
+    -- workflow wait_target finishing. A delayed start is SUSPENDED 'sleep' until
+    -- wake_at; a delayed enqueue is ENQUEUED with wake_at, not dequeued before then.
     wait_kind             text        CHECK (wait_kind IN ('sleep', 'recv', 'event', 'child')),
     wait_target           text,
     wait_name             text,
@@ -78,6 +79,9 @@ CREATE TABLE dbos_agent.workflows (
     -- Application versions besides app_version whose processes may run it: recorded
     -- by `dbos-agent check-deploy --adopt` once its log was checked to fit their code.
     accepted_versions     text[]      NOT NULL DEFAULT '{}',
+    -- Queue.enqueue(..., dedup_id=): unique among the queue's unfinished workflows
+    -- (workflows_queue_dedup); a finished one frees it.
+    dedup_id              text        CHECK (dedup_id <> ''),
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
@@ -118,6 +122,10 @@ CREATE INDEX workflows_children
     ON dbos_agent.workflows (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX workflows_deadlines ON dbos_agent.workflows (deadline_at)
     WHERE deadline_at IS NOT NULL AND status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED');
+-- An enqueue's deduplication id: one unfinished workflow per queue holds it.
+CREATE UNIQUE INDEX workflows_queue_dedup
+    ON dbos_agent.workflows (queue_name, dedup_id)
+    WHERE dedup_id IS NOT NULL AND status IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED');
 -- Diverged workflows, for the processes whose code may fit them.
 CREATE INDEX workflows_diverged ON dbos_agent.workflows (created_at)
     WHERE status = 'DIVERGED';

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import psycopg
+
+from ..errors import DuplicateEnqueueError
 from ..records import WorkflowStatus
 from .connector import Connector
-from .rows import CancelResult, ForkResult, ResumeResult, text_of
+from .rows import CancelResult, ForkResult, ResumeResult, is_duplicate_enqueue, text_of
 from .sql_files import query
 
 
@@ -40,11 +43,16 @@ class OperationStore:
         ``executor_id`` None keeps the workflow's executor.
         """
         params = {"workflow_id": workflow_id, "executor_id": executor_id, "owner_key": owner_key}
-        row = self._db.run(
-            f"resume workflow {workflow_id!r}",
-            lambda c: c.execute(query("resume_workflow"), params).fetchone(),
-            resend=False,
-        )
+        try:
+            row = self._db.run(
+                f"resume workflow {workflow_id!r}",
+                lambda c: c.execute(query("resume_workflow"), params).fetchone(),
+                resend=False,
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            if not is_duplicate_enqueue(exc):
+                raise
+            raise self._duplicate(workflow_id) from None
         if row is None:
             return None
         return ResumeResult(
@@ -56,6 +64,17 @@ class OperationStore:
             text_of(row["inputs"]) or "{}",
             row["executor_id"],
         )
+
+    def _duplicate(self, workflow_id: str) -> DuplicateEnqueueError:
+        """The error of a resume refused because another unfinished workflow of its queue
+        holds its deduplication id meanwhile."""
+        row = self._db.one(
+            "get_workflow_dedup",
+            f"read the deduplication id of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+        )
+        queue_name, dedup_id = (None, None) if row is None else (row["queue_name"], row["dedup_id"])
+        return DuplicateEnqueueError(str(queue_name), str(dedup_id), workflow_id)
 
     def fork(
         self,

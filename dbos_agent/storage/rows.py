@@ -10,10 +10,23 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from ..records import Divergence, StepStatus, WaitInfo, WorkflowInfo, WorkflowStatus
 from . import jsonb
 
 Row = dict[str, Any]
+
+#: The partial unique index that refuses a second unfinished workflow of a queue with
+#: one deduplication id (migration 018).
+DEDUP_INDEX = "workflows_queue_dedup"
+
+
+def is_duplicate_enqueue(exc: BaseException) -> bool:
+    """Whether a statement failed because a queue's deduplication id is held."""
+    return (
+        isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.constraint_name == DEDUP_INDEX
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +183,11 @@ def workflow_info(row: Row) -> WorkflowInfo:
         ),
         run_started_at=row.get("run_started_at"),
         diverged=divergence(row.get("diverged")),
+        delayed_until=(
+            row.get("wake_at")
+            if row["status"] == WorkflowStatus.ENQUEUED and row.get("wait_kind") is None
+            else None
+        ),
     )
 
 

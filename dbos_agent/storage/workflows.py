@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+import psycopg
+
+from ..errors import DuplicateEnqueueError
 from ..records import WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
-from .rows import Runner, WorkflowRow, text_of, workflow_info
+from .rows import Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
 
 
 class WorkflowStore:
@@ -30,14 +34,27 @@ class WorkflowStore:
         priority: int = 0,
         parent_id: str | None = None,
         timeout: float | None = None,
+        dedup_id: str | None = None,
+        delay: float | None = None,
     ) -> tuple[bool, WorkflowRow]:
         """Record a new workflow; ``(False, existing)`` when the id is taken.
 
         It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given;
         ``parent_id`` is the workflow that started it (a cancel reaches it through that);
-        with ``timeout`` (seconds) it is cancelled if unfinished that long from now.
+        with ``timeout`` (seconds) it is cancelled if unfinished that long from now. With
+        ``delay`` (seconds) it starts that long from now: SUSPENDED on a timer, owned by
+        nobody (the waker starts it), or ENQUEUED and not dequeued before. A
+        ``dedup_id`` held by an unfinished workflow of the queue raises
+        DuplicateEnqueueError, recording nothing.
         """
-        status = WorkflowStatus.PENDING if queue_name is None else WorkflowStatus.ENQUEUED
+        if queue_name is not None:
+            status = WorkflowStatus.ENQUEUED
+        elif delay is not None:
+            status = WorkflowStatus.SUSPENDED
+        else:
+            status = WorkflowStatus.PENDING
+        if status is not WorkflowStatus.PENDING:
+            owner_key = None
         where = f"the inputs of workflow {workflow_id!r} ({name})"
         params = {
             "workflow_id": workflow_id,
@@ -47,15 +64,18 @@ class WorkflowStore:
             "executor_id": executor_id,
             "app_version": app_version,
             "max_recovery_attempts": max_recovery_attempts,
-            "owner_key": None if queue_name is not None else owner_key,
+            "owner_key": owner_key,
             "queue_name": queue_name,
             "priority": priority,
             "parent_id": parent_id,
             "timeout": timeout,
+            "dedup_id": dedup_id,
+            "wait_kind": "sleep" if status is WorkflowStatus.SUSPENDED else None,
+            "delay": delay,
         }
         what = f"record workflow {workflow_id!r}"
         while True:  # until inserted, or found taken (a delete in between: insert again)
-            if self._db.one("insert_workflow", what, where=where, **params) is not None:
+            if self._inserted(what, where, params):
                 return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
             row = self._db.one("find_workflow_call", what, workflow_id=workflow_id)
             if row is not None:
@@ -69,6 +89,17 @@ class WorkflowStore:
                     row["owner_key"],
                     bool(row["owner_live"]),
                 )
+
+    def _inserted(self, what: str, where: str, params: dict[str, Any]) -> bool:
+        """One try of insert_workflow: whether it inserted (False: the id is taken)."""
+        try:
+            return self._db.one("insert_workflow", what, where=where, **params) is not None
+        except psycopg.errors.UniqueViolation as exc:
+            if not is_duplicate_enqueue(exc):
+                raise
+            raise DuplicateEnqueueError(
+                str(params["queue_name"]), str(params["dedup_id"]), str(params["workflow_id"])
+            ) from None
 
     def take_over(
         self, workflow_id: str, old_owner_key: int | None, owner_key: int, executor_id: str
@@ -163,6 +194,15 @@ class WorkflowStore:
         )
         return None if row is None else workflow_info(row)
 
+    def first_finished(self, workflow_ids: list[str]) -> str | None:
+        """Of ``workflow_ids``, the one that finished first, or None while none has."""
+        row = self._db.one(
+            "first_finished_workflow",
+            f"look for the first finished of {len(workflow_ids)} workflows",
+            workflow_ids=workflow_ids,
+        )
+        return None if row is None else str(row["workflow_id"])
+
     def list(
         self,
         *,
@@ -172,6 +212,7 @@ class WorkflowStore:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        queue_name: str | None = None,
     ) -> list[WorkflowInfo]:
         """Workflows matching every given filter, newest first."""
         rows = self._db.all(
@@ -180,6 +221,7 @@ class WorkflowStore:
             status=status,
             name=name,
             executor_id=executor_id,
+            queue_name=queue_name,
             created_after=created_after,
             created_before=created_before,
             limit=limit,

@@ -1,0 +1,114 @@
+"""``da.wait_first(handles)``: the first of several workflows to finish, recorded in a
+workflow so that a replay makes the same choice."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import dbos_agent as da
+from dbos_agent.engine.core import Engine
+from tests.helpers import new_id
+
+GATES: dict[str, threading.Event] = {}
+
+
+@da.step
+def pass_gate(key: str) -> str:
+    assert GATES[key].wait(60), f"gate {key} never opened"
+    return key
+
+
+@da.durable_workflow
+def first_gated(key: str) -> str:
+    return pass_gate(key)
+
+
+@da.step
+def echo(value: str) -> str:
+    return value
+
+
+@da.durable_workflow
+def pick(ids: list[str]) -> str:
+    first = da.wait_first([da.retrieve(wid) for wid in ids])
+    return echo(first.workflow_id)
+
+
+def _gated(n: int) -> list[str]:
+    keys = [new_id("gate") for _ in range(n)]
+    for key in keys:
+        GATES[key] = threading.Event()
+    return keys
+
+
+def test_outside_a_workflow_the_first_to_finish_comes_back(runtime: da.Runtime) -> None:
+    slow_key, fast_key = _gated(2)
+    slow = da.start(first_gated, slow_key)
+    fast = da.start(first_gated, fast_key)
+    GATES[fast_key].set()
+    assert da.wait_first([slow, fast]) is fast
+    assert fast.result(0) == fast_key
+    assert slow.status() != da.WorkflowStatus.SUCCESS
+    GATES[slow_key].set()
+    assert slow.result(30) == slow_key
+
+
+def test_when_several_have_finished_the_earliest_wins(runtime: da.Runtime) -> None:
+    a_key, b_key = _gated(2)
+    b = da.start(first_gated, b_key)
+    GATES[b_key].set()
+    b.result(30)
+    a = da.start(first_gated, a_key)
+    GATES[a_key].set()
+    a.result(30)
+    assert da.wait_first([a, b]) is b
+
+
+def test_an_empty_list_is_refused(runtime: da.Runtime) -> None:
+    with pytest.raises(ValueError, match="at least one handle"):
+        da.wait_first([])
+    with pytest.raises(ValueError, match="at least one handle"):
+        asyncio.run(da.wait_first_async([]))
+
+
+def test_the_async_twin_waits_without_blocking_the_loop(runtime: da.Runtime) -> None:
+    slow_key, fast_key = _gated(2)
+    slow = da.start(first_gated, slow_key)
+    fast = da.start(first_gated, fast_key)
+
+    async def main() -> da.WorkflowHandle[str]:
+        waiting = asyncio.ensure_future(da.wait_first_async([slow, fast]))
+        await asyncio.sleep(0)  # the wait is running on the loop, and the loop is free
+        GATES[fast_key].set()
+        return await waiting
+
+    assert asyncio.run(main()) is fast
+    GATES[slow_key].set()
+    slow.result(30)
+
+
+def test_in_a_workflow_the_choice_is_recorded_and_replayed(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow_key, fast_key = _gated(2)
+    slow = da.start(first_gated, slow_key)
+    fast = da.start(first_gated, fast_key)
+    parent = da.start(pick, [slow.workflow_id, fast.workflow_id])
+    GATES[fast_key].set()
+    assert parent.result(30) == fast.workflow_id
+    steps = da.list_steps(parent.workflow_id)
+    assert steps[0].name == "dbos_agent.wait_first"
+    assert steps[0].output == fast.workflow_id
+
+    GATES[slow_key].set()
+    slow.result(30)
+
+    def not_asked(ids: list[str]) -> str | None:
+        raise AssertionError("a replay must not look again")
+
+    monkeypatch.setattr(engine.db.workflows, "first_finished", not_asked)
+    replay = da.fork(parent.workflow_id, from_step=len(steps))  # every step replayed
+    assert replay.result(30) == fast.workflow_id
