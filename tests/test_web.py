@@ -471,3 +471,148 @@ def test_the_dashboard_says_why_a_workflow_is_held_and_offers_fork_and_cancel(
     assert waiting.result(timeout=30) == "done after yes"
     for shot in ("list.png", "held.png", "finished.png", "forked.png", "cancelled.png"):
         assert (tmp_path / shot).read_bytes().startswith(b"\x89PNG"), shot
+
+
+def _shot(page: Page, path: Path) -> None:
+    """A screenshot in ``path`` (and in $DBOS_AGENT_SCREENSHOTS, to look at)."""
+    page.screenshot(path=str(path), full_page=True)
+    if folder := os.environ.get("DBOS_AGENT_SCREENSHOTS"):
+        shutil.copy(path, Path(folder) / path.name)
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 5_000, path
+
+
+@da.step
+def lookup(key: str) -> dict[str, str]:
+    return {"key": key, "value": f"the value of {key}"}
+
+
+@da.durable_workflow(name="web_looker")
+def looker(key: str) -> str:
+    found = lookup(key)
+    return str(da.recv("go", timeout=3600)) + found["value"]
+
+
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_in_each_state(
+    server: Server, dbos_agent_postgres_url: str, tmp_path: Path
+) -> None:
+    """Empty, long ids, waiting (a message, an approval), finished: the columns stay in
+    view, the actions offered are the ones that apply, every time reads the same way."""
+    import re
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from dbos_agent.storage.database import SystemDatabase
+    from dbos_agent.testing.databases import fresh_database
+
+    long = "customer-order-with-a-rather-long-reference-number-0123456789-abcdefghij"
+    waiting_id = new_id(f"{long}-waiting")
+    with da.workflow_id(waiting_id):
+        da.start(looker, "k1")
+    asking = da.start(guarded, "old-feature")
+    finished = new_id(f"{long}-done")
+    with da.workflow_id(finished):
+        da.start(looker, "k2")
+    da.send(finished, "sent ", topic="go")
+    assert da.retrieve(finished).result(timeout=30) == "sent the value of k2"
+    wait_until(lambda: da.list_approvals(asking.workflow_id), 15, "the approval request")
+    wait_until(
+        lambda: da.retrieve(waiting_id).status() is da.WorkflowStatus.SUSPENDED, 15, "suspended"
+    )
+
+    with sync_playwright() as pw:
+        assert CHROMIUM is not None
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            with fresh_database(dbos_agent_postgres_url) as empty_url:
+                empty_db = SystemDatabase(empty_url, pool_size=1)
+                empty_db.open()
+                empty_db.migrate()
+                empty_db.close()
+                with Server(empty_url, TOKEN) as empty:
+                    page.goto(f"{empty.base}/?token={TOKEN}")
+                    expect(page.get_by_test_id("workflows")).to_contain_text(
+                        "no workflows", timeout=15_000
+                    )
+                    assert "token=" not in page.url  # not left in the history
+                    _shot(page, tmp_path / "1-empty.png")
+
+            page.goto(f"{server.base}/?token={TOKEN}")
+            row = page.locator(f'tr[data-id="{waiting_id}"]')
+            expect(row).to_be_visible(timeout=15_000)
+            created = row.locator("td").nth(3)
+            expect(created).to_have_text(re.compile(TIME))
+            box, table = created.bounding_box(), page.locator("main section").first.bounding_box()
+            assert box is not None and table is not None
+            assert box["x"] + box["width"] <= table["x"] + table["width"], "Created is clipped"
+            assert created.evaluate("e => e.scrollWidth <= e.clientWidth"), "Created is cut"
+            expect(page.locator(f'tr[data-for="{asking.workflow_id}"]')).to_have_text(
+                "waiting for an approval (step 0)"
+            )
+            _shot(page, tmp_path / "2-long-ids.png")
+
+            row.click()
+            expect(page.locator("#detail h2.id")).to_have_text(waiting_id, timeout=15_000)
+            expect(page.get_by_test_id("detail-status")).to_have_text("SUSPENDED")
+            expect(page.get_by_test_id("waiting-for")).to_contain_text("recv 'go'")
+            expect(page.get_by_test_id("cancel")).to_be_visible()
+            expect(page.get_by_test_id("resume")).to_be_hidden()
+            expect(page.get_by_test_id("stream")).to_have_text("no items yet")
+            result = page.get_by_test_id("step-0").get_by_test_id("step-result")
+            expect(result).to_contain_text("the value of k1")
+            expect(page.get_by_test_id("created")).to_have_text(re.compile(f"^{TIME} UTC$"))
+            _shot(page, tmp_path / "3-waiting.png")
+
+            page.locator(f'tr[data-id="{asking.workflow_id}"]').click()
+            expect(page.get_by_test_id("waiting-for")).to_contain_text(
+                "approval of delete_branch (step 0)", timeout=15_000
+            )
+            expect(page.get_by_test_id("approval-0")).to_contain_text("delete_branch")
+            _shot(page, tmp_path / "4-approval.png")
+
+            page.locator(f'tr[data-id="{finished}"]').click()
+            expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=15_000)
+            expect(page.get_by_test_id("cancel")).to_be_hidden()
+            expect(page.get_by_test_id("resume")).to_be_hidden()
+            expect(page.get_by_test_id("waiting-for")).to_have_text("-")
+            expect(page.get_by_test_id("finished")).to_have_text(re.compile(f"^{TIME} UTC$"))
+            expect(page.get_by_test_id("output")).to_have_text("sent the value of k2")
+            _shot(page, tmp_path / "5-finished.png")
+
+            page.locator(f'tr[data-id="{waiting_id}"]').click()
+            expect(page.locator("#detail h2.id")).to_have_text(waiting_id, timeout=15_000)
+            page.get_by_test_id("cancel").click()
+            expect(page.get_by_test_id("detail-status")).to_have_text("CANCELLED", timeout=15_000)
+            expect(page.get_by_test_id("resume")).to_be_visible()
+            expect(page.get_by_test_id("cancel")).to_be_hidden()
+            expect(page.get_by_test_id("output")).to_have_text(
+                re.compile(r"^WorkflowCancelledError: workflow .* was cancelled")
+            )
+            _shot(page, tmp_path / "6-cancelled.png")
+        finally:
+            browser.close()
+    da.cancel(asking.workflow_id)
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_opens_a_workflow_whose_id_has_slashes(server: Server) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    wid = f"tenant/{new_id('web')}/run"
+    with da.workflow_id(wid):
+        da.start(looker, "k3")
+    wait_until(lambda: da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED, 15, "suspended")
+    with sync_playwright() as pw, dashboard(pw, server) as page:
+        page.locator(f'tr[data-id="{wid}"]').click()
+        expect(page.locator("#detail h2.id")).to_have_text(wid, timeout=15_000)
+        expect(page.get_by_test_id("step-0")).to_contain_text("lookup")
+        page.get_by_test_id("send-topic").fill("go")
+        page.get_by_test_id("send-message").fill('"via the page "')
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=30_000)
+    assert da.retrieve(wid).result(timeout=10) == "via the page the value of k3"

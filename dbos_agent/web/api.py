@@ -33,6 +33,8 @@ from ..engine.approvals import decide
 from ..engine.client import Client
 from ..engine.messaging import send_plain
 from ..engine.operations import (
+    CANCELLABLE,
+    RESUMABLE,
     cancel_workflow,
     fork_workflow,
     resolve_in_doubt_step,
@@ -212,6 +214,10 @@ def create_app(
         document = _workflow(info)
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
+        document["actions"] = {  # what the dashboard offers: what the status allows
+            "cancel": info.status in CANCELLABLE,
+            "resume": info.status in RESUMABLE,
+        }
         document["steps"] = [
             {
                 **documents.step_json(s, d),
