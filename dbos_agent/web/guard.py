@@ -162,7 +162,8 @@ class Guard:
                 f"this server does not answer for host {host[:100]!r}; start it with "
                 f"--allow-host {host[:100]} if that is its name",
             )
-        if self.token is not None and scope["path"] != "/":
+        page = scope["path"][len(scope.get("root_path", "")) :] in ("", "/")  # mounted too
+        if self.token is not None and not page:
             scheme, _, given = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                 given.strip().encode(), self.token.encode()
