@@ -59,6 +59,11 @@ class ConfigurationError(DbosAgentError):
     """
 
 
+class UnsupportedDatabaseError(ConfigurationError):
+    """The database URL names another database than PostgreSQL (``mysql://...``): the
+    message names its scheme, with the password masked."""
+
+
 class SchemaVersionError(DbosAgentError):
     """The database holds a dbos_agent schema newer than this library knows."""
 

@@ -111,6 +111,11 @@ class Divergence:
         )
 
 
+#: The topic on which a workflow waits for the decision on its approval request at step
+#: N is this prefix + N (engine/approvals.py): shown as the approval it is.
+APPROVAL_TOPIC_PREFIX = "dbos_agent.approval:"
+
+
 @dataclass(frozen=True, slots=True)
 class WaitInfo:
     """What wakes a suspended workflow: ``kind`` ``sleep`` (at ``until``), ``recv``
@@ -128,6 +133,9 @@ class WaitInfo:
         until = f" until {self.until:%Y-%m-%d %H:%M:%S}" if self.until is not None else ""
         if self.kind == "sleep":
             return f"sleep{until}"
+        topic = self.name or ""
+        if self.kind == "recv" and topic.startswith(APPROVAL_TOPIC_PREFIX):
+            return f"an approval (step {topic[len(APPROVAL_TOPIC_PREFIX) :]}){until}"
         if self.kind == "recv":
             return f"recv {self.name or '(default topic)'!r}{until}"
         if self.kind == "child":

@@ -37,22 +37,23 @@ PROG = "dbos-agent worker"
 DESCRIPTION = "Run durable workflows: recover, take over orphans, run queues, fire schedules."
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, database_url: bool = True) -> None:
     """Add every option of the worker to ``parser``: ``python -m dbos_agent.worker`` and
-    ``dbos-agent worker`` share them, so both take and document the same ones."""
+    ``dbos-agent worker`` share them, so both take and document the same ones (the
+    latter's ``--database-url`` is the CLI's global one: ``database_url=False``)."""
     parser.add_argument(
         "--app",
         required=True,
         metavar="MODULE[:OBJECT]",
         help="module that defines the workflows and queues (imported first)",
     )
-    parser.add_argument(
-        "--database-url",
-        # Absent unless given, so that `dbos-agent --database-url URL worker` keeps it.
-        default=argparse.SUPPRESS,
-        help="system database (default: $DBOS_AGENT_DATABASE_URL, else the "
-        "embedded Postgres in ./.dbos_agent)",
-    )
+    if database_url:
+        parser.add_argument(
+            "--database-url",
+            default=argparse.SUPPRESS,
+            help="system database (default: $DBOS_AGENT_DATABASE_URL, else the "
+            "embedded Postgres in ./.dbos_agent)",
+        )
     parser.add_argument(
         "--executor-id", default=None, help="this executor's id (default: HOST:PID)"
     )

@@ -356,8 +356,16 @@ def test_errors_under_json_are_json(runtime: da.Runtime, dbos_agent_database_url
         "error": "no workflow with id 'unknown-id'",
         "type": "WorkflowNotFoundError",
     }
-    usage = cli(dbos_agent_database_url, "--json", "workflows", "show")
-    refused(usage, 2, "the following arguments are required: ID")
+    for args in (["--json", "workflows", "show"], ["workflows", "show", "--json"]):
+        usage = cli(dbos_agent_database_url, *args)
+        assert usage.returncode == 2 and usage.stdout == "", usage
+        assert json.loads(usage.stderr) == {
+            "error": "the following arguments are required: ID",
+            "type": "UsageError",
+        }
+    plain = cli(dbos_agent_database_url, "workflows", "show")
+    refused(plain, 2, "the following arguments are required: ID")
+    assert plain.stderr.startswith("usage: dbos-agent workflows show")
 
 
 def test_send_to_a_finished_workflow_warns(
@@ -535,3 +543,129 @@ def test_versions_shows_each_versions_unfinished_workflows_and_live_sessions(
             PAUSE[f"{key}:0"].set()
             stop_workers([v2, v3])
             runtime.shutdown(grace=5)
+
+
+#: One command line per command of the tree, with its required arguments.
+EVERY_COMMAND = [
+    ["migrate"],
+    ["workflows", "list"],
+    ["workflows", "show", "x"],
+    ["workflows", "steps", "x"],
+    ["workflows", "cancel", "x"],
+    ["workflows", "resume", "x"],
+    ["workflows", "fork", "x", "--from-step", "0"],
+    ["steps", "resolve", "x", "0", "--rerun"],
+    ["send", "x", "1"],
+    ["stream", "x", "k"],
+    ["approvals"],
+    ["approve", "x", "0", "--digest", "d"],
+    ["reject", "x", "0", "--digest", "d"],
+    ["versions"],
+    ["gc", "--older-than", "1d"],
+    ["check-deploy", "--app", "m"],
+    ["export"],
+    ["import", "f"],
+    ["schedules"],
+    ["schedules", "list"],
+    ["schedules", "pause", "n"],
+    ["schedules", "resume", "n"],
+    ["schedules", "backfill", "n", "--from", "2h", "--to", "1h"],
+    ["worker", "--app", "m"],
+    ["serve"],
+]
+
+
+def _leaves(parser: Any, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    import argparse
+
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups:
+        return {path}
+    found = set()
+    for name, sub in groups[0].choices.items():
+        found |= _leaves(sub, (*path, name))
+    return found
+
+
+def test_the_command_list_below_names_every_command() -> None:
+    from dbos_agent.cli import build_parser
+
+    leaves = _leaves(build_parser())
+    covered = {
+        leaf for leaf in leaves for argv in EVERY_COMMAND if tuple(argv[: len(leaf)]) == leaf
+    }
+    assert covered == leaves
+
+
+@pytest.mark.parametrize("argv", EVERY_COMMAND, ids=lambda argv: " ".join(argv[:2]))
+def test_every_command_takes_the_database_url_before_or_after_it(argv: list[str]) -> None:
+    from dbos_agent.cli import build_parser
+
+    url = "postgresql://u@127.0.0.1:1/given"
+    parser = build_parser()
+    assert parser.parse_args(["--database-url", url, *argv]).database_url == url
+    assert parser.parse_args([*argv, "--database-url", url]).database_url == url
+    # absent when not given: the environment's, else the embedded database
+    assert not hasattr(parser.parse_args(argv), "database_url")
+
+
+PASSWORD = "pw-Do-Not-Print"
+
+
+@pytest.mark.parametrize(
+    "scheme", ["postgresql+psycopg", "postgresql+asyncpg", "postgres+psycopg2", "mysql"]
+)
+def test_no_command_prints_the_password_of_any_database_url(scheme: str, tmp_path: Path) -> None:
+    """A URL of SQLAlchemy's spelling is read as the Postgres URL it is; another
+    database's is refused naming its scheme; the password is masked everywhere."""
+    url = f"{scheme}://alice:{PASSWORD}@127.0.0.1:1/db"
+    refused_scheme = scheme == "mysql"
+    expected = "is a 'mysql' URL" if refused_scheme else "cannot connect to the dbos_agent database"
+    commands = [
+        ["workflows", "list"],
+        ["migrate"],
+        ["gc", "--older-than", "1d"],
+        ["worker", "--app", "tests.worker_app"],
+        ["serve", "--port", "0"],
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
+    env.update(PYTHONPATH=str(ROOT), DBOS_AGENT_DATABASE_URL="postgresql://u@127.0.0.1:2/ignored")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dbos_agent", "--database-url", url, *command],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    code = (
+        "import sys, dbos_agent as da\n"
+        "url = sys.argv[1]\n"
+        "for attempt in (lambda: da.launch(url), lambda: da.Client(url).list_workflows()):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "    except da.DbosAgentError as exc:\n"
+        "        print(type(exc).__name__, exc)\n"
+    )
+    library = subprocess.run(
+        [sys.executable, "-c", code, url],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    for command, proc in zip(commands, procs, strict=True):
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, (command, out, err)
+        assert PASSWORD not in out + err, (command, out, err)
+        assert "Traceback" not in err and expected in err, (command, err)
+        assert "alice:***@" in err and "ignored" not in err, (command, err)
+    assert library.returncode == 0 and PASSWORD not in library.stdout + library.stderr
+    launch, client = library.stdout.splitlines()
+    kind = "UnsupportedDatabaseError" if refused_scheme else "DatabaseUnavailableError"
+    assert launch.startswith(kind) and client.startswith(kind), library.stdout
+    assert "alice:***@" in launch and "alice:***@" in client

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,6 +228,44 @@ def test_a_server_whose_users_were_all_killed_stops_by_itself(
     only.send_signal(signal.SIGKILL)
     only.wait(30)
     wait_until(lambda: not _server_running(embedded_dir), 30, "the orphaned server to stop")
+
+
+@needs_binaries
+def test_the_watcher_stays_while_the_server_is_too_busy_to_answer(
+    embedded_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What left an orphaned server running under load: the watcher asked the server
+    by connecting, took a connection that timed out for a stopped server, and left.
+    Here the postmaster answers nothing (SIGSTOP) while its last user is gone: the
+    watcher stays, and stops it once it runs again."""
+    from dbos_agent.storage import embedded
+
+    embedded_database_url(embedded_dir)
+    directory = embedded_dir.resolve()
+    (directory / "users" / str(os.getpid())).unlink()  # as if this user had been killed
+    pid = _server_pid(directory)
+    assert pid is not None
+    checks: list[float] = []
+    real_lock = embedded._locked
+
+    @contextlib.contextmanager
+    def counted(folder: Path) -> Iterator[None]:
+        with real_lock(folder):
+            checks.append(time.monotonic())
+            yield
+
+    monkeypatch.setattr(embedded, "_locked", counted)
+    watcher = threading.Thread(target=embedded.watch, args=(directory,), daemon=True)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        watcher.start()
+        wait_until(lambda: len(checks) >= 2 or not watcher.is_alive(), 60, "two checks")
+        assert watcher.is_alive(), "the watcher left while the server still ran"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    watcher.join(120)
+    assert not watcher.is_alive()
+    assert not _server_running(directory)
 
 
 @needs_binaries

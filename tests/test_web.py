@@ -127,7 +127,7 @@ def test_every_api_call_needs_the_token_and_errors_are_json(
     server: Server, api: httpx.Client, dbos_agent_database_url: str
 ) -> None:
     bare = httpx.get(server.base + "/api/workflows")
-    assert bare.status_code == 401 and bare.json()["type"] == "_Unauthorized"
+    assert bare.status_code == 401 and bare.json()["type"] == "Unauthorized"
     wrong = httpx.get(server.base + "/api/workflows", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
     missing = api.get("/api/workflows/no-such-workflow")
@@ -151,7 +151,7 @@ def test_operator_actions_over_http(api: httpx.Client) -> None:
     shown = api.get(f"/api/workflows/{wid}").json()
     assert shown["status"] == "SUCCESS" and shown["output"] == 2 and shown["steps"] == []
     assert api.get(f"/api/workflows/{wid}/steps").json() == []
-    finished = api.post(f"/api/workflows/{wid}/cancel")
+    finished = api.post(f"/api/workflows/{wid}/cancel", json={})
     assert finished.status_code == 409  # a finished workflow keeps its outcome
 
     handle = da.start(waiter, 2)
@@ -172,11 +172,11 @@ def test_operator_actions_over_http(api: httpx.Client) -> None:
     assert forked.status_code == 200
     new_id_ = forked.json()["workflow_id"]
     assert api.get(f"/api/workflows/{new_id_}").json()["forked_from"] == handle.workflow_id
-    cancelled = api.post(f"/api/workflows/{new_id_}/cancel")
+    cancelled = api.post(f"/api/workflows/{new_id_}/cancel", json={})
     assert cancelled.status_code == 200
-    resumed = api.post(f"/api/workflows/{new_id_}/resume")
+    resumed = api.post(f"/api/workflows/{new_id_}/resume", json={})
     assert resumed.status_code == 200 and resumed.json()["previous_status"] == "CANCELLED"
-    api.post(f"/api/workflows/{new_id_}/cancel")
+    api.post(f"/api/workflows/{new_id_}/cancel", json={})
 
 
 def test_a_workflow_resumed_through_the_api_is_run_at_once_by_the_live_process(
@@ -188,8 +188,8 @@ def test_a_workflow_resumed_through_the_api_is_run_at_once_by_the_live_process(
     handle = da.start(waiter, 1)
     wid = handle.workflow_id
     wait_until(lambda: da.list_steps(wid) and da.list_steps(wid)[0].name, 10, "the first step")
-    assert api.post(f"/api/workflows/{wid}/cancel").status_code == 200
-    resumed = api.post(f"/api/workflows/{wid}/resume")
+    assert api.post(f"/api/workflows/{wid}/cancel", json={}).status_code == 200
+    resumed = api.post(f"/api/workflows/{wid}/resume", json={})
     assert resumed.status_code == 200 and resumed.json()["previous_status"] == "CANCELLED"
     assert api.post(
         f"/api/workflows/{wid}/send", json={"topic": "approval", "message": "again"}
@@ -241,7 +241,7 @@ def test_a_stream_as_server_sent_events_resumes_from_last_event_id(api: httpx.Cl
 def test_serve_refuses_a_public_address_without_a_token() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_HTTP_TOKEN"}
     refused = subprocess.run(
-        [sys.executable, "-m", "dbos_agent", "serve", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "dbos_agent", "serve", "--host", "0.0.0.0", "--no-token"],
         capture_output=True,
         text=True,
         env=env,
@@ -389,7 +389,7 @@ def test_a_diverged_workflow_over_http(api: httpx.Client) -> None:
     assert shown["diverged"]["why"].startswith("at step 0 the log recorded 'prepare' but the code")
     assert [s["name"] for s in shown["steps"]] == ["prepare"]
 
-    resumed = api.post(f"/api/workflows/{wid}/resume")
+    resumed = api.post(f"/api/workflows/{wid}/resume", json={})
     assert resumed.status_code == 200 and resumed.json()["previous_status"] == "DIVERGED"
     wait_until(
         lambda: api.get(f"/api/workflows/{wid}").json()["status"] == "DIVERGED", 30, "held again"
@@ -400,7 +400,7 @@ def test_a_diverged_workflow_over_http(api: httpx.Client) -> None:
     assert da.retrieve(fork_id).result(timeout=30) == [f"audited {wid}", f"applied {wid}"]
     assert api.get(f"/api/workflows/{fork_id}").json()["diverged"] is None
 
-    cancelled = api.post(f"/api/workflows/{wid}/cancel")
+    cancelled = api.post(f"/api/workflows/{wid}/cancel", json={})
     assert cancelled.status_code == 200 and cancelled.json()["previous_status"] == "DIVERGED"
     after = api.get(f"/api/workflows/{wid}").json()
     assert after["status"] == "CANCELLED"
@@ -471,3 +471,148 @@ def test_the_dashboard_says_why_a_workflow_is_held_and_offers_fork_and_cancel(
     assert waiting.result(timeout=30) == "done after yes"
     for shot in ("list.png", "held.png", "finished.png", "forked.png", "cancelled.png"):
         assert (tmp_path / shot).read_bytes().startswith(b"\x89PNG"), shot
+
+
+def _shot(page: Page, path: Path) -> None:
+    """A screenshot in ``path`` (and in $DBOS_AGENT_SCREENSHOTS, to look at)."""
+    page.screenshot(path=str(path), full_page=True)
+    if folder := os.environ.get("DBOS_AGENT_SCREENSHOTS"):
+        shutil.copy(path, Path(folder) / path.name)
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 5_000, path
+
+
+@da.step
+def lookup(key: str) -> dict[str, str]:
+    return {"key": key, "value": f"the value of {key}"}
+
+
+@da.durable_workflow(name="web_looker")
+def looker(key: str) -> str:
+    found = lookup(key)
+    return str(da.recv("go", timeout=3600)) + found["value"]
+
+
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_in_each_state(
+    server: Server, dbos_agent_postgres_url: str, tmp_path: Path
+) -> None:
+    """Empty, long ids, waiting (a message, an approval), finished: the columns stay in
+    view, the actions offered are the ones that apply, every time reads the same way."""
+    import re
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from dbos_agent.storage.database import SystemDatabase
+    from dbos_agent.testing.databases import fresh_database
+
+    long = "customer-order-with-a-rather-long-reference-number-0123456789-abcdefghij"
+    waiting_id = new_id(f"{long}-waiting")
+    with da.workflow_id(waiting_id):
+        da.start(looker, "k1")
+    asking = da.start(guarded, "old-feature")
+    finished = new_id(f"{long}-done")
+    with da.workflow_id(finished):
+        da.start(looker, "k2")
+    da.send(finished, "sent ", topic="go")
+    assert da.retrieve(finished).result(timeout=30) == "sent the value of k2"
+    wait_until(lambda: da.list_approvals(asking.workflow_id), 15, "the approval request")
+    wait_until(
+        lambda: da.retrieve(waiting_id).status() is da.WorkflowStatus.SUSPENDED, 15, "suspended"
+    )
+
+    with sync_playwright() as pw:
+        assert CHROMIUM is not None
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            with fresh_database(dbos_agent_postgres_url) as empty_url:
+                empty_db = SystemDatabase(empty_url, pool_size=1)
+                empty_db.open()
+                empty_db.migrate()
+                empty_db.close()
+                with Server(empty_url, TOKEN) as empty:
+                    page.goto(f"{empty.base}/?token={TOKEN}")
+                    expect(page.get_by_test_id("workflows")).to_contain_text(
+                        "no workflows", timeout=15_000
+                    )
+                    assert "token=" not in page.url  # not left in the history
+                    _shot(page, tmp_path / "1-empty.png")
+
+            page.goto(f"{server.base}/?token={TOKEN}")
+            row = page.locator(f'tr[data-id="{waiting_id}"]')
+            expect(row).to_be_visible(timeout=15_000)
+            created = row.locator("td").nth(3)
+            expect(created).to_have_text(re.compile(TIME))
+            box, table = created.bounding_box(), page.locator("main section").first.bounding_box()
+            assert box is not None and table is not None
+            assert box["x"] + box["width"] <= table["x"] + table["width"], "Created is clipped"
+            assert created.evaluate("e => e.scrollWidth <= e.clientWidth"), "Created is cut"
+            expect(page.locator(f'tr[data-for="{asking.workflow_id}"]')).to_have_text(
+                "waiting for an approval (step 0)"
+            )
+            _shot(page, tmp_path / "2-long-ids.png")
+
+            row.click()
+            expect(page.locator("#detail h2.id")).to_have_text(waiting_id, timeout=15_000)
+            expect(page.get_by_test_id("detail-status")).to_have_text("SUSPENDED")
+            expect(page.get_by_test_id("waiting-for")).to_contain_text("recv 'go'")
+            expect(page.get_by_test_id("cancel")).to_be_visible()
+            expect(page.get_by_test_id("resume")).to_be_hidden()
+            expect(page.get_by_test_id("stream")).to_have_text("no items yet")
+            result = page.get_by_test_id("step-0").get_by_test_id("step-result")
+            expect(result).to_contain_text("the value of k1")
+            expect(page.get_by_test_id("created")).to_have_text(re.compile(f"^{TIME} UTC$"))
+            _shot(page, tmp_path / "3-waiting.png")
+
+            page.locator(f'tr[data-id="{asking.workflow_id}"]').click()
+            expect(page.get_by_test_id("waiting-for")).to_contain_text(
+                "approval of delete_branch (step 0)", timeout=15_000
+            )
+            expect(page.get_by_test_id("approval-0")).to_contain_text("delete_branch")
+            _shot(page, tmp_path / "4-approval.png")
+
+            page.locator(f'tr[data-id="{finished}"]').click()
+            expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=15_000)
+            expect(page.get_by_test_id("cancel")).to_be_hidden()
+            expect(page.get_by_test_id("resume")).to_be_hidden()
+            expect(page.get_by_test_id("waiting-for")).to_have_text("-")
+            expect(page.get_by_test_id("finished")).to_have_text(re.compile(f"^{TIME} UTC$"))
+            expect(page.get_by_test_id("output")).to_have_text("sent the value of k2")
+            _shot(page, tmp_path / "5-finished.png")
+
+            page.locator(f'tr[data-id="{waiting_id}"]').click()
+            expect(page.locator("#detail h2.id")).to_have_text(waiting_id, timeout=15_000)
+            page.get_by_test_id("cancel").click()
+            expect(page.get_by_test_id("detail-status")).to_have_text("CANCELLED", timeout=15_000)
+            expect(page.get_by_test_id("resume")).to_be_visible()
+            expect(page.get_by_test_id("cancel")).to_be_hidden()
+            expect(page.get_by_test_id("output")).to_have_text(
+                re.compile(r"^WorkflowCancelledError: workflow .* was cancelled")
+            )
+            _shot(page, tmp_path / "6-cancelled.png")
+        finally:
+            browser.close()
+    da.cancel(asking.workflow_id)
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_opens_a_workflow_whose_id_has_slashes(server: Server) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    wid = f"tenant/{new_id('web')}/run"
+    with da.workflow_id(wid):
+        da.start(looker, "k3")
+    wait_until(lambda: da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED, 15, "suspended")
+    with sync_playwright() as pw, dashboard(pw, server) as page:
+        page.locator(f'tr[data-id="{wid}"]').click()
+        expect(page.locator("#detail h2.id")).to_have_text(wid, timeout=15_000)
+        expect(page.get_by_test_id("step-0")).to_contain_text("lookup")
+        page.get_by_test_id("send-topic").fill("go")
+        page.get_by_test_id("send-message").fill('"via the page "')
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=30_000)
+    assert da.retrieve(wid).result(timeout=10) == "via the page the value of k3"

@@ -4,9 +4,10 @@ It works from the database alone: it never imports or runs the user's workflow
 functions and never recovers anything (``worker`` aside, which is the daemon that does,
 and ``check-deploy``, which imports the new code to replay logs against it, running
 nothing live).
-Human-readable tables by default, one JSON document on stdout with ``--json``. Errors go
-to stderr as ``dbos-agent: error: ...`` (and, with ``--json``, as ``{"error": ...,
-"type": ...}`` on stdout); exit status 0 on success, 1 for operational errors (unknown
+Human-readable tables by default, one JSON document on stdout with ``--json`` (JSON
+Lines for ``stream``). Errors go to stderr as ``dbos-agent: error: ...`` (and, with
+``--json``, as ``{"error": ..., "type": ...}`` on stdout; a usage error as that document
+on stderr); exit status 0 on success, 1 for operational errors (unknown
 id, wrong status, no or unreachable database), 2 for usage errors. No password ever
 appears in the output.
 
@@ -34,7 +35,7 @@ from ..storage.sql_files import migrations
 from ..web import serve
 from . import commands, render
 from .arguments import PROG
-from .parser import Run, build_parser
+from .parser import Run, build_parser, parse
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -105,7 +106,7 @@ def _fail(exc: Exception, message: str, *, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it)."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    args = parse(sys.argv[1:] if argv is None else list(argv))
     args.json = getattr(args, "json", False)
     args.database_url = getattr(args, "database_url", None)
     if args.command == "worker":  # a daemon, on connections of its own

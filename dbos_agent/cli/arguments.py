@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 
-from ..engine.retention import check_statuses, parse_duration
+from ..engine.retention import check_statuses, parse_moment
 from ..records import WorkflowStatus
 
 PROG = "dbos-agent"
@@ -16,18 +16,7 @@ PROG = "dbos-agent"
 
 def when(text: str) -> datetime:
     """An ISO time (UTC unless it says otherwise) or a duration ago: 30m, 2h, 7d."""
-    try:
-        return datetime.now(UTC) - parse_duration(text, unit_required=True)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither an ISO time (2026-12-02, 2026-12-02T17:30Z) "
-            f"nor a duration ago (90s, 30m, 2h, 7d, 1w)"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return parse_moment(text)  # its error is an ArgumentTypeError: a usage error
 
 
 def status(text: str) -> WorkflowStatus:

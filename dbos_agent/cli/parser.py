@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -22,12 +23,36 @@ from .arguments import PROG
 Run = Callable[[argparse.Namespace, SystemDatabase], int | None]
 
 
+class UsageError(Exception):
+    """A command line that does not fit the tree: :func:`parse` reports it (exit 2)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with the Unix tool's error line: ``dbos-agent: error: ...``, exit 2."""
+    """argparse whose usage errors :func:`parse` reports, as text or as JSON."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{PROG}: error: {message}\n")
+        raise UsageError(self, message)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; on a usage error, exit 2 after the Unix tool's usage and error
+    line (``dbos-agent: error: ...``) or, with ``--json`` anywhere before ``--``, one JSON
+    document ``{"error": ..., "type": "UsageError"}`` on stderr that a script can read."""
+    try:
+        return build_parser().parse_args(argv)
+    except UsageError as exc:
+        options = argv[: argv.index("--")] if "--" in argv else argv
+        if "--json" in options:
+            json.dump({"error": str(exc), "type": "UsageError"}, sys.stderr)
+            sys.stderr.write("\n")
+        else:
+            exc.parser.print_usage(sys.stderr)
+            sys.stderr.write(f"{PROG}: error: {exc}\n")
+        raise SystemExit(2) from None
 
 
 _DESCRIPTION = """\
@@ -39,28 +64,35 @@ that has it (`dbos-agent worker --app ...`, or your app's next launch()).
 
 database: --database-url, else $DBOS_AGENT_DATABASE_URL, else the embedded Postgres in
 ./.dbos_agent/ (only `migrate` and `worker` create it). Output: tables, or one JSON
-document with --json (on an error: {"error": ..., "type": ...}).
+document with --json (`stream --json`: JSON Lines, one object per item; on an error:
+{"error": ..., "type": ...}; a usage error with --json: that document on stderr).
 exit status: 0 ok; 1 operational error (unknown id, wrong status, database unreachable);
 2 usage error."""
 
 
-def _common() -> argparse.ArgumentParser:
-    """Options accepted before or after the command (``dbos-agent workflows list --json``).
-
-    Their default is "absent", so that a subcommand's parse never overwrites a value
-    given before the command."""
-    common = _Parser(add_help=False)
-    common.add_argument(
+def _database() -> argparse.ArgumentParser:
+    """``--database-url``, defined once for the whole tree: accepted before or after any
+    command (``worker`` and ``serve`` included). Its default is "absent", so that a
+    subcommand's parse never overwrites a value given before the command."""
+    database = _Parser(add_help=False)
+    database.add_argument(
         "--database-url",
         metavar="URL",
         default=argparse.SUPPRESS,
         help=f"system database (default: ${URL_ENV}, else the embedded Postgres)",
     )
+    return database
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options accepted before or after the command (``dbos-agent workflows list --json``),
+    absent unless given, as ``--database-url``'s."""
+    common = _Parser(add_help=False, parents=[_database()])
     common.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="print one JSON document instead of tables",
+        help="print one JSON document instead of tables (stream: JSON Lines, one per item)",
     )
     return common
 
@@ -511,8 +543,9 @@ def _add_worker(tree: _Group[Any]) -> None:
         help="run the recovery daemon for your app: recover, take over orphans, run queues, "
         "fire schedules",
         description=worker.DESCRIPTION,
+        parents=[_database()],
     )
-    worker.add_arguments(command)
+    worker.add_arguments(command, database_url=False)
 
 
 def _add_serve(tree: _Group[Any]) -> None:
@@ -523,5 +556,6 @@ def _add_serve(tree: _Group[Any]) -> None:
         help="serve the JSON API and the web dashboard",
         description=serve.DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_database()],
     )
     serve.add_arguments(command)

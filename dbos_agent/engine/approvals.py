@@ -27,6 +27,7 @@ import pydantic_core
 
 from ..errors import ApprovalError, SerializationError, WorkflowNotFoundError
 from ..limits import check_identifier
+from ..records import APPROVAL_TOPIC_PREFIX
 from ..serialization import codec_for
 from ..storage.approvals import ApprovalRequest
 from ..storage.database import SystemDatabase
@@ -79,7 +80,7 @@ def approval_digest(tool: str, arguments: Any) -> str:
 
 
 def _topic(seq: int) -> str:
-    return f"dbos_agent.approval:{seq}"
+    return f"{APPROVAL_TOPIC_PREFIX}{seq}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
@@ -71,6 +71,24 @@ def parse_duration(text: str, *, unit_required: bool = False) -> timedelta:
     if duration <= timedelta(0):
         raise InvalidDurationError(f"{text!r}: a duration must be longer than 0")
     return duration
+
+
+def parse_moment(text: str) -> datetime:
+    """A moment as people type it: an ISO time (UTC unless it says otherwise) or a
+    duration ago (``30m``, ``2h``, ``7d``). The CLI's ``--since`` and the API's ``since``
+    read it alike."""
+    try:
+        return datetime.now(UTC) - parse_duration(text, unit_required=True)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidDurationError(
+            f"{text!r} is neither an ISO time (2026-12-02, 2026-12-02T17:30Z) "
+            f"nor a duration ago (90s, 30m, 2h, 7d, 1w)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def format_duration(duration: timedelta) -> str:

@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from . import jsonb
-from .dsn import redact_url
+from .dsn import postgres_url, redact_url
 from .outages import (
     DEFAULT_OUTAGE_TIMEOUT_S,
     OutageMonitor,
@@ -93,7 +93,7 @@ class Connector:
     ) -> None:
         if max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes}")
-        self.url = url
+        self.url = postgres_url(url)
         self.redacted_url = redact_url(url)
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.application_name = application_name

@@ -26,6 +26,7 @@ from .pgserver import (
     data_major,
     find_bin,
     init_cluster,
+    postmaster_alive,
     running_port,
     service_user,
     start_server,
@@ -184,13 +185,17 @@ def _spawn_watcher(directory: Path) -> None:
 
 
 def watch(directory: Path) -> None:
-    """The watcher's loop: stop the server once it has had no live user for the grace."""
+    """The watcher's loop: stop the server once it has had no live user for the grace.
+
+    Whether the server still runs is asked of its process, not of a connection: on a
+    loaded machine a connection can take longer than its timeout, and a watcher that took
+    that for a stopped server would leave, and the orphaned server would run on."""
     pgdata = directory / "pgdata"
     idle_since: float | None = None
     while True:
         time.sleep(_WATCH_EVERY_S)
         with _locked(directory):
-            if running_port(pgdata, wait_s=0) is None:
+            if not postmaster_alive(pgdata):
                 return  # stopped by its last user, or by someone else
             if _live_users(directory / "users"):
                 idle_since = None

@@ -357,6 +357,14 @@ def _is_postmaster(pid: int) -> bool:
         return True  # no /proc: trust the pid
 
 
+def postmaster_alive(pgdata: Path) -> bool:
+    """Whether the postmaster of ``postmaster.pid`` still runs, without connecting to it:
+    for a caller that must not take a slow or refused connection (a busy machine, a
+    server in crash recovery) for a stopped server."""
+    info = read_pid_file(pgdata)
+    return info is not None and _is_postmaster(info.pid)
+
+
 def running_port(pgdata: Path, *, wait_s: float = 10.0) -> int | None:
     """Port of a live server on `pgdata`, or None.
 

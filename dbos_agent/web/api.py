@@ -8,18 +8,18 @@ with the dashboard at ``/``.
 
 Errors are JSON ``{"error": ..., "type": ...}``: 401 without the bearer token (when one is
 set), 404 for an unknown workflow or step, 409 for an action the workflow's status does
-not allow, 400 for a bad value, 422 for a body that does not fit. They never contain the
+not allow, 400 for a bad value (an id with a NUL, an over-long id), 422 for a body that
+does not fit; what :mod:`.guard` refuses before the API sees a request (a foreign host or
+origin, a body that is not JSON or too large) is JSON too. They never contain the
 database password.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from datetime import datetime
 from importlib import resources
 from typing import Annotated, Any
 
@@ -33,11 +33,14 @@ from ..engine.approvals import decide
 from ..engine.client import Client
 from ..engine.messaging import send_plain
 from ..engine.operations import (
+    CANCELLABLE,
+    RESUMABLE,
     cancel_workflow,
     fork_workflow,
     resolve_in_doubt_step,
     resume_workflow,
 )
+from ..engine.retention import parse_moment
 from ..engine.streams import follow_async
 from ..errors import (
     ApprovalError,
@@ -47,11 +50,16 @@ from ..errors import (
     WorkflowNotFoundError,
     WorkflowStatusError,
 )
+from ..limits import check_identifier
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..storage.database import SystemDatabase
 from ..storage.dsn import scrub
+from .guard import DEFAULT_MAX_BODY_BYTES, SEGMENT, Guard
 
 __all__ = ["create_app"]
+
+#: The path of one workflow: its id is one segment, with any ``/`` in it sent as ``%2F``.
+_ONE = f"/api/workflows/{{workflow_id:{SEGMENT}}}"
 
 
 class ForkBody(BaseModel):
@@ -76,13 +84,7 @@ class DecisionBody(BaseModel):
     reason: str | None = None
 
 
-class _Unauthorized(Exception):
-    pass
-
-
 def _status_of(exc: Exception) -> int:
-    if isinstance(exc, _Unauthorized):
-        return 401
     if isinstance(exc, WorkflowNotFoundError):
         return 404
     if isinstance(exc, WorkflowStatusError | ApprovalError):
@@ -92,10 +94,19 @@ def _status_of(exc: Exception) -> int:
     return 500
 
 
-def create_app(database_url: str | None = None, *, token: str | None = None) -> FastAPI:
+def create_app(
+    database_url: str | None = None,
+    *,
+    token: str | None = None,
+    host: str = "127.0.0.1",
+    allow_hosts: Iterable[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
     """The API (and the dashboard at ``/``) on the system database at ``database_url``
-    (default: as ``launch()`` finds it). With ``token``, every ``/api`` call must carry
-    ``Authorization: Bearer <token>``."""
+    (default: as ``launch()`` finds it). With ``token``, every request but the dashboard's
+    page must carry ``Authorization: Bearer <token>``. ``host`` is the address it is
+    served on and ``allow_hosts`` other names it answers for (the ``Host`` header is
+    checked against them); bodies are at most ``max_body_bytes`` (see :mod:`.guard`)."""
     state: dict[str, Client] = {}
 
     @asynccontextmanager
@@ -115,15 +126,23 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         redoc_url=None,
     )
 
+    app.add_middleware(
+        Guard,
+        token=token,
+        bound_host=host,
+        allow_hosts=tuple(allow_hosts),
+        max_body_bytes=max_body_bytes,
+    )
+
     def db() -> SystemDatabase:
         return state["client"].db
 
-    def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
-        if token is None:
-            return
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
-            raise _Unauthorized("a bearer token is required: Authorization: Bearer <token>")
+    def valid_ids(request: Request) -> None:
+        """A bad id is the caller's mistake (400), not a database error (500)."""
+        for name in ("workflow_id", "key"):
+            value = request.path_params.get(name)
+            if value is not None:
+                check_identifier(value, "workflow id" if name == "workflow_id" else "stream key")
 
     def url_of_db() -> str | None:
         client = state.get("client")
@@ -139,8 +158,8 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
             headers=headers,
         )
 
-    # the library's errors, refused values and a missing token are answers, not crashes
-    for kind in (DbosAgentError, ValueError, _Unauthorized):
+    # the library's errors and refused values are answers, not crashes
+    for kind in (DbosAgentError, ValueError):
         app.add_exception_handler(kind, on_error)
 
     @app.exception_handler(RequestValidationError)
@@ -153,7 +172,7 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
             status_code=422,
         )
 
-    guard = [Depends(authorized)]
+    guard = [Depends(valid_ids)]
 
     def get(workflow_id: str) -> WorkflowInfo:
         info = db().workflows.get(workflow_id)
@@ -170,22 +189,22 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         status: WorkflowStatus | None = None,
         name: str | None = None,
         executor: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
+        until: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> Response:
         """Workflows matching every given filter, newest first (the CLI's filters)."""
         found = db().workflows.list(
             status=status,
-            name=name,
-            executor_id=executor,
-            created_after=since,
-            created_before=until,
+            name=None if name is None else check_identifier(name, "workflow name"),
+            executor_id=None if executor is None else check_identifier(executor, "executor id"),
+            created_after=None if since is None else parse_moment(since),
+            created_before=None if until is None else parse_moment(until),
             limit=limit,
         )
         return _json([_workflow(info) for info in found])
 
-    @app.get("/api/workflows/{workflow_id}", dependencies=guard)
+    @app.get(_ONE, dependencies=guard)
     def show(workflow_id: str) -> Response:
         """One workflow with its steps (timings, attempts, tokens) and its token usage."""
         info = get(workflow_id)
@@ -195,6 +214,10 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         document = _workflow(info)
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
+        document["actions"] = {  # what the dashboard offers: what the status allows
+            "cancel": info.status in CANCELLABLE,
+            "resume": info.status in RESUMABLE,
+        }
         document["steps"] = [
             {
                 **documents.step_json(s, d),
@@ -209,39 +232,50 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         )
         return _json(document)
 
-    @app.get("/api/workflows/{workflow_id}/steps", dependencies=guard)
+    @app.get(_ONE + "/steps", dependencies=guard)
     def steps(workflow_id: str) -> Response:
         """The recorded steps of a workflow, in order."""
         get(workflow_id)
         found = db().steps.list(workflow_id)
         return _json([documents.step_json(s, describe_step(s)) for s in found])
 
-    @app.post("/api/workflows/{workflow_id}/cancel", dependencies=guard)
+    @app.post(_ONE + "/cancel", dependencies=guard)
     def cancel(workflow_id: str) -> Response:
         """Cancel a workflow (and the ones it started); cancelling again changes nothing."""
         previous = cancel_workflow(db(), workflow_id)
         return _json({"workflow_id": workflow_id, "previous_status": previous})
 
-    @app.post("/api/workflows/{workflow_id}/resume", dependencies=guard)
+    @app.post(_ONE + "/resume", dependencies=guard)
     def resume(workflow_id: str) -> Response:
         """Make a cancelled or dead-lettered workflow PENDING again (a worker continues it)."""
         result = resume_workflow(db(), workflow_id)
         return _json({"workflow_id": workflow_id, "previous_status": result.previous})
 
-    @app.post("/api/workflows/{workflow_id}/fork", dependencies=guard)
+    @app.post(_ONE + "/fork", dependencies=guard)
     def fork(workflow_id: str, body: ForkBody) -> Response:
         """A new workflow that reuses the steps before ``from_step`` and runs live from it."""
-        new_id, _ = fork_workflow(db(), workflow_id, body.from_step, new_workflow_id=body.new_id)
-        return _json({"workflow_id": new_id, "forked_from": workflow_id, **body.model_dump()})
+        new_id, result = fork_workflow(
+            db(), workflow_id, body.from_step, new_workflow_id=body.new_id
+        )
+        return _json(
+            {
+                "workflow_id": new_id,
+                "status": WorkflowStatus.PENDING,
+                "forked_from": workflow_id,
+                "forked_from_step": body.from_step,
+                "copied_steps": result.copied_steps,
+                "executor_id": result.executor_id,
+            }
+        )
 
-    @app.post("/api/workflows/{workflow_id}/send", dependencies=guard)
+    @app.post(_ONE + "/send", dependencies=guard)
     def send(workflow_id: str, body: SendBody) -> Response:
         """Send a message to the workflow (it receives it with ``recv(topic)``)."""
         get(workflow_id)
         sent = send_plain(db(), workflow_id, body.message, body.topic, body.idempotency_key)
         return _json({"workflow_id": workflow_id, "topic": body.topic, "sent": sent})
 
-    @app.post("/api/workflows/{workflow_id}/steps/{seq}/resolve", dependencies=guard)
+    @app.post(_ONE + "/steps/{seq}/resolve", dependencies=guard)
     def resolve(workflow_id: str, seq: int, body: ResolveBody) -> Response:
         """Resolve an in-doubt step: record the result it had, or let it run again."""
         if body.rerun == ("result" in body.model_fields_set):
@@ -255,20 +289,20 @@ def create_app(database_url: str | None = None, *, token: str | None = None) -> 
         """Every PENDING approval request, newest first."""
         return _json([_approval(a) for a in db().approvals.list(None)])
 
-    @app.get("/api/workflows/{workflow_id}/approvals", dependencies=guard)
+    @app.get(_ONE + "/approvals", dependencies=guard)
     def approvals(workflow_id: str) -> Response:
         """A workflow's approval requests (the tool, its arguments, their digest, status)."""
         get(workflow_id)
         return _json([_approval(a) for a in db().approvals.list(workflow_id)])
 
-    @app.post("/api/workflows/{workflow_id}/approvals/{seq}", dependencies=guard)
+    @app.post(_ONE + "/approvals/{seq}", dependencies=guard)
     def decide_approval(workflow_id: str, seq: int, body: DecisionBody) -> Response:
         """Approve or reject the call asked about at step ``seq``, bound to its digest:
         409 for other arguments, a second decision, or a workflow that no longer waits."""
         decide(db(), workflow_id, seq, body.digest, approved=body.approve, reason=body.reason)
         return _json({"workflow_id": workflow_id, "seq": seq, "approved": body.approve})
 
-    @app.get("/api/workflows/{workflow_id}/streams/{key}", dependencies=guard)
+    @app.get(_ONE + f"/streams/{{key:{SEGMENT}}}", dependencies=guard)
     async def stream(
         workflow_id: str,
         key: str,

@@ -1,58 +1,200 @@
-"""``dbos-agent serve``: the API and the dashboard on uvicorn."""
+"""``dbos-agent serve``: the API and the dashboard on uvicorn.
+
+A token by default, as Jupyter does: any web page the user's browser opens can reach a
+loopback server, so it starts with a fresh token and prints the dashboard's URL with
+it. It binds its port and opens its database before it says it serves: a port in use or
+an unreachable database is one line and exit status 1, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
+import secrets
+import signal
+import socket
 import sys
+from pathlib import Path
+from types import FrameType
+
+from ..errors import DbosAgentError
+from ..storage.database import SystemDatabase
+from ..storage.dsn import configured_url, redact_url, scrub
+from ..storage.embedded import DEFAULT_DIRECTORY, resolve_url
+from .guard import DEFAULT_MAX_BODY_BYTES, is_loopback, is_wildcard
+
+__all__ = ["DESCRIPTION", "TOKEN_ENV", "add_arguments", "is_loopback", "run"]
 
 TOKEN_ENV = "DBOS_AGENT_HTTP_TOKEN"
 DESCRIPTION = (
     "Serve the JSON API (/api/...) and the web dashboard (/) on the system database.\n"
-    f"With --token (or ${TOKEN_ENV}) every API call needs 'Authorization: Bearer TOKEN';\n"
-    "a --host other than a loopback address is refused without one."
+    "Every request but the dashboard's page needs 'Authorization: Bearer TOKEN': the\n"
+    f"token is --token, else ${TOKEN_ENV}, else a fresh one printed in the dashboard's\n"
+    "URL at start. --no-token serves without one, on a loopback address only.\n"
+    "The Host header must name the server (--host, an --allow-host name, or localhost\n"
+    "when on loopback); changes need a JSON body, from no other origin; bodies are at\n"
+    "most --max-body-bytes.\n"
+    "exit status: 0 stopped (SIGTERM, Ctrl-C); 1 cannot listen or reach the database;\n"
+    "2 usage error."
 )
+_PROG = "dbos-agent serve"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's options (its ``--database-url`` is the CLI's global one)."""
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
-    parser.add_argument("--token", help=f"bearer token required by the API (or ${TOKEN_ENV})")
     parser.add_argument(
-        "--database-url", help="system database (default: $DBOS_AGENT_DATABASE_URL, embedded)"
+        "--token", help=f"bearer token required by the API (or ${TOKEN_ENV}; default: a new one)"
+    )
+    parser.add_argument(
+        "--no-token", action="store_true", help="serve without a token (loopback addresses only)"
+    )
+    parser.add_argument(
+        "--allow-host",
+        dest="allow_hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name the server answers for in the Host header (repeatable)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=_positive,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="N",
+        help=f"largest request body (default {DEFAULT_MAX_BODY_BYTES})",
     )
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def _positive(text: str) -> int:
     try:
-        return ipaddress.ip_address(host).is_loopback
+        value = int(text)
     except ValueError:
-        return False
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"{_PROG}: error: {' '.join(message.split())}\n")
+
+
+def _token(args: argparse.Namespace) -> tuple[str | None, bool] | None:
+    """The token and whether it was made here; None when the options are refused."""
+    given = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.no_token:
+        if args.token:
+            _error("--token and --no-token contradict each other")
+            return None
+        if not is_loopback(args.host):
+            _error(
+                f"refusing to serve on {args.host} without a token: anyone who reaches it "
+                f"could cancel and steer workflows; --no-token is for loopback addresses only"
+            )
+            return None
+        return None, False
+    if given is not None:
+        return given, False
+    return secrets.token_urlsafe(24), True
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host:port`` (uvicorn serves on it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _check_database(url: str) -> str | None:
+    """Why the database cannot serve, or None (the API would only fail on each call)."""
+    db = SystemDatabase(url, pool_size=1, warn_on_outage=False)
+    try:
+        db.open()
+        db.schema_version()
+    except DbosAgentError as exc:
+        return scrub(str(exc), url)
+    except Exception as exc:
+        return scrub(f"database error: {exc}", url)
+    finally:
+        db.close()
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted; 2 for a refused configuration."""
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(args.host) and token is None:
-        sys.stderr.write(
-            f"dbos-agent serve: error: refusing to serve on {args.host} without a token: "
-            f"anyone who reaches it could cancel and steer workflows; set --token or "
-            f"${TOKEN_ENV} (or listen on 127.0.0.1)\n"
-        )
+    """Serve until SIGTERM or Ctrl-C (0); 1 when it cannot listen or reach its database,
+    2 for a refused configuration."""
+    chosen = _token(args)
+    if chosen is None:
         return 2
+    token, generated = chosen
     try:
         import uvicorn
 
         from .api import create_app
     except ImportError as exc:
-        sys.stderr.write(
-            f"dbos-agent serve: error: {exc.name} is not installed: pip install 'dbos-agent[web]'\n"
-        )
+        _error(f"{exc.name} is not installed: pip install 'dbos-agent[web]'")
         return 2
-    app = create_app(args.database_url, token=token)
-    print(f"dbos_agent: serving http://{args.host}:{args.port}/ (API under /api)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    folder = Path(DEFAULT_DIRECTORY).expanduser().resolve()
+    try:
+        explicit = configured_url(getattr(args, "database_url", None))
+        url = resolve_url(explicit)
+    except DbosAgentError as exc:  # a URL refused as it is
+        _error(str(exc))
+        return 1
+    except Exception as exc:  # the embedded server cannot start
+        _error(f"cannot start the embedded Postgres in {folder}/: {scrub(str(exc))}")
+        return 1
+    problem = _check_database(url)
+    if problem is not None:
+        _error(problem)
+        return 1
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as exc:
+        _error(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+        return 1
+    app = create_app(
+        url,
+        token=token,
+        host=args.host,
+        allow_hosts=args.allow_hosts,
+        max_body_bytes=args.max_body_bytes,
+    )
+    port = sock.getsockname()[1]
+    shown_host = "127.0.0.1" if is_wildcard(args.host) else args.host
+    shown_host = f"[{shown_host}]" if ":" in shown_host else shown_host
+    where = f"http://{shown_host}:{port}/"
+    which = redact_url(url) if explicit else f"the embedded Postgres in {folder}/"
+    print(f"dbos_agent: serving {which}", flush=True)
+    if token is None:
+        print(f"dbos_agent: dashboard at {where} (API under /api; no token)", flush=True)
+    elif generated:
+        print(f"dbos_agent: dashboard at {where}?token={token} (API under /api)", flush=True)
+    else:
+        print(f"dbos_agent: dashboard at {where} (API under /api; your token)", flush=True)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        """uvicorn shuts down on the signal, then raises it again: once it has, the
+        process ends here with status 0 instead of dying of it."""
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        _error("the server did not start (see above)")
+        return 1
     return 0

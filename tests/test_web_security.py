@@ -1,0 +1,391 @@
+"""`dbos-agent serve` against the attacks a local web server meets, over real HTTP: a page
+of another origin posting to it (in real Chromium too), DNS rebinding (a foreign
+``Host``), an unauthenticated body too large to hold, paths that escaped the token, ids
+the API could not take; and the server process itself (token by default, a port in use,
+SIGTERM)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+import dbos_agent as da
+from dbos_agent.web import create_app
+from tests.helpers import new_id, wait_until
+from tests.processes import ROOT
+from tests.test_web import CHROMIUM, NEEDS_CHROMIUM, free_port
+
+TOKEN = "sec-token"
+
+
+class Server:
+    """The app on uvicorn in a thread of this process, on a free loopback port."""
+
+    def __init__(self, url: str, **options: object) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(url, **options),  # type: ignore[arg-type]
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        wait_until(lambda: self.server.started, 30, "uvicorn started")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def open_server(runtime: da.Runtime, dbos_agent_database_url: str) -> Iterator[Server]:
+    """The server as `serve --no-token` runs it: no token, on loopback."""
+    with Server(dbos_agent_database_url, token=None) as running:
+        yield running
+
+
+@pytest.fixture
+def server(runtime: da.Runtime, dbos_agent_database_url: str) -> Iterator[Server]:
+    with Server(dbos_agent_database_url, token=TOKEN) as running:
+        yield running
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@da.durable_workflow(name="sec_waiter")
+def waiter() -> str:
+    return str(da.recv("go", timeout=3600))
+
+
+@da.durable_workflow(name="sec_quick")
+def quick(x: int) -> int:
+    return x + 1
+
+
+def _waiting() -> str:
+    handle = da.start(waiter)
+    wait_until(lambda: handle.status() is da.WorkflowStatus.SUSPENDED, 30, "suspended")
+    return handle.workflow_id
+
+
+def test_a_post_from_a_foreign_origin_is_refused(open_server: Server) -> None:
+    wid = _waiting()
+    cancel = f"{open_server.base}/api/workflows/{wid}/cancel"
+    foreign = httpx.post(cancel, json={}, headers={"Origin": "http://evil.example"})
+    assert foreign.status_code == 403, foreign.text
+    assert foreign.json()["type"] == "CrossOriginRequest"
+    assert "evil.example" in foreign.json()["error"]
+    cross_site = httpx.post(cancel, json={}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert cross_site.status_code == 403
+    other_port = httpx.post(cancel, json={}, headers={"Origin": "http://127.0.0.1:1"})
+    assert other_port.status_code == 403
+    assert da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED
+    own = httpx.post(cancel, json={}, headers={"Origin": open_server.base})
+    assert own.status_code == 200 and own.json()["previous_status"] == "SUSPENDED"
+
+
+def test_a_change_needs_a_json_body(open_server: Server) -> None:
+    """A page of another origin can send text/plain (or nothing) without a preflight;
+    it cannot send application/json."""
+    wid = _waiting()
+    cancel = f"{open_server.base}/api/workflows/{wid}/cancel"
+    plain = httpx.post(cancel, content=b"{}", headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415, plain.text
+    assert plain.json()["type"] == "UnsupportedMediaType"
+    bare = httpx.post(cancel)
+    assert bare.status_code == 415
+    form = httpx.post(f"{open_server.base}/api/workflows/{wid}/send", data={"message": "x"})
+    assert form.status_code == 415
+    assert da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED
+    assert httpx.post(cancel, json={}).status_code == 200
+
+
+def test_a_host_header_naming_another_server_is_refused(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """DNS rebinding: a page whose own domain now resolves to 127.0.0.1 sends its domain
+    in Host. Loopback names and --allow-host names are this server's."""
+    with Server(dbos_agent_database_url, token=None, allow_hosts=["dash.internal"]) as s:
+        listing = f"{s.base}/api/workflows"
+        rebound = httpx.get(listing, headers={"Host": f"attacker.example:{s.port}"})
+        assert rebound.status_code == 421, rebound.text
+        assert rebound.json()["type"] == "MisdirectedRequest"
+        assert "attacker.example" in rebound.json()["error"]
+        for name in (f"localhost:{s.port}", f"127.0.0.1:{s.port}", "dash.internal"):
+            assert httpx.get(listing, headers={"Host": name}).status_code == 200, name
+        page = httpx.get(s.base + "/", headers={"Host": "attacker.example"})
+        assert page.status_code == 421
+
+
+def _raw_request(port: int, head: str, body: bytes = b"") -> bytes:
+    """Send a request as written, and read the answer until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_body_too_large_is_refused_before_it_is_read(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """A huge Content-Length is answered at once, with only a few bytes sent (the server
+    would otherwise wait for the rest); a chunked body is read only up to the limit; and
+    without the token nothing is read at all."""
+    with Server(dbos_agent_database_url, token=TOKEN, max_body_bytes=1000) as s:
+        head = (
+            "POST /api/workflows/x/send HTTP/1.1\nHost: 127.0.0.1\n"
+            "Content-Type: application/json\nContent-Length: 100000000000\n"
+        )
+        answer = _raw_request(s.port, head + f"Authorization: Bearer {TOKEN}\n", b'{"message"')
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b'"PayloadTooLarge"' in answer
+        anonymous = _raw_request(s.port, head, b'{"message"')
+        assert anonymous.startswith(b"HTTP/1.1 401"), anonymous[:200]
+
+        def chunks() -> Iterator[bytes]:
+            yield b'{"message": "'
+            for _ in range(10):
+                yield b"x" * 500
+            yield b'"}'
+
+        chunked = httpx.post(
+            f"{s.base}/api/workflows/x/send",
+            content=chunks(),
+            headers={**AUTH, "Content-Type": "application/json"},
+        )
+        assert chunked.status_code == 413, chunked.text
+        small = httpx.post(f"{s.base}/api/workflows/x/send", json={"message": "x"}, headers=AUTH)
+        assert small.status_code == 404  # read, parsed, and answered: no such workflow
+
+
+def test_every_path_but_the_dashboard_page_needs_the_token(server: Server) -> None:
+    for path in ("/api/openapi.json", "/api/docs", "/api/workflows", "/api/nothing", "/docs"):
+        bare = httpx.get(server.base + path)
+        assert bare.status_code == 401, path
+        assert bare.json() == {
+            "error": "a bearer token is required: Authorization: Bearer <token>",
+            "type": "Unauthorized",
+        }
+        assert bare.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(server.base + "/api/openapi.json", headers=AUTH).status_code == 200
+    assert httpx.get(server.base + "/api/docs", headers=AUTH).status_code == 200
+    page = httpx.get(server.base + "/")
+    assert page.status_code == 200 and "<html" in page.text
+
+
+def test_a_bad_id_is_a_json_400(server: Server) -> None:
+    for path in (
+        "/api/workflows/a%00b",
+        "/api/workflows/a%00b/steps",
+        "/api/workflows/" + "x" * 1001,
+        "/api/workflows/ok/streams/a%00b",
+    ):
+        answer = httpx.get(server.base + path, headers=AUTH)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["type"] == "InvalidIdentifierError", path
+    posted = httpx.post(server.base + "/api/workflows/a%00b/cancel", json={}, headers=AUTH)
+    assert posted.status_code == 400
+    listed = httpx.get(server.base + "/api/workflows", params={"name": "a\x00b"}, headers=AUTH)
+    assert listed.status_code == 400 and listed.json()["type"] == "InvalidIdentifierError"
+
+
+def test_an_id_with_a_slash_works_through_the_api(server: Server) -> None:
+    finished = f"team/{uuid.uuid4().hex[:8]}/report"
+    with da.workflow_id(finished):
+        assert quick(1) == 2
+    waiting = f"team/{uuid.uuid4().hex[:8]}/wait%2Fing"  # a literal %2F too
+    with da.workflow_id(waiting):
+        da.start(waiter)
+    wait_until(lambda: da.retrieve(waiting).status() is da.WorkflowStatus.SUSPENDED, 30, "wait")
+    with httpx.Client(base_url=server.base, headers=AUTH) as api:
+        encoded = finished.replace("/", "%2F")
+        shown = api.get(f"/api/workflows/{encoded}")
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["workflow_id"] == finished and shown.json()["output"] == 2
+        assert api.get(f"/api/workflows/{encoded}/steps").json() == []
+        assert api.get(f"/api/workflows/{encoded}/approvals").json() == []
+        encoded = waiting.replace("%", "%25").replace("/", "%2F")
+        sent = api.post(f"/api/workflows/{encoded}/send", json={"topic": "go", "message": "on"})
+        assert sent.status_code == 200 and sent.json()["workflow_id"] == waiting
+    assert da.retrieve(waiting).result(timeout=30) == "on"
+
+
+def test_the_api_takes_the_clis_times_and_fork_says_what_it_made(server: Server) -> None:
+    wid = new_id("sec-since")
+    with da.workflow_id(wid):
+        assert quick(1) == 2
+    with httpx.Client(base_url=server.base, headers=AUTH) as api:
+        for since in ("2h", "90m", "2020-01-01", "2020-01-01T10:00Z"):
+            listed = api.get("/api/workflows", params={"since": since, "name": "sec_quick"})
+            assert listed.status_code == 200, listed.text
+            assert wid in [w["workflow_id"] for w in listed.json()], since
+        later = api.get("/api/workflows", params={"until": "2h", "name": "sec_quick"}).json()
+        assert wid not in [w["workflow_id"] for w in later]
+        bad = api.get("/api/workflows", params={"since": "yesterday"})
+        assert bad.status_code == 400 and "yesterday" in bad.json()["error"]
+        forked = api.post(f"/api/workflows/{wid}/fork", json={"from_step": 0})
+        assert forked.status_code == 200, forked.text
+        document = forked.json()
+        assert document == {
+            "workflow_id": document["workflow_id"],
+            "status": "PENDING",
+            "forked_from": wid,
+            "forked_from_step": 0,
+            "copied_steps": 0,
+            "executor_id": document["executor_id"],
+        }
+        assert document["workflow_id"] != wid
+    assert da.retrieve(document["workflow_id"]).result(timeout=30) == 2
+
+
+class _AttackerPage(http.server.BaseHTTPRequestHandler):
+    """A page of another origin (another port) that posts to the API as a page can
+    without permission: ``no-cors``, ``text/plain``, and a bodiless POST."""
+
+    target = ""
+
+    def do_GET(self) -> None:
+        script = f"""
+            const target = {json.dumps(self.target)};
+            Promise.allSettled([
+              fetch(target, {{method: "POST", mode: "no-cors",
+                             headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}),
+              fetch(target, {{method: "POST", mode: "no-cors"}}),
+            ]).then(() => {{ document.title = "sent"; }});
+        """
+        body = f"<html><body><script>{script}</script></body></html>".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@NEEDS_CHROMIUM
+def test_a_page_of_another_origin_cannot_cancel_a_workflow_in_chromium(
+    open_server: Server,
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None
+    wid = _waiting()
+
+    class Page(_AttackerPage):
+        target = f"{open_server.base}/api/workflows/{wid}/cancel"
+
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=attacker.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page()
+                page.goto(f"http://localhost:{attacker.server_address[1]}/")
+                page.wait_for_function("document.title === 'sent'", timeout=30_000)
+            finally:
+                browser.close()
+    finally:
+        attacker.shutdown()
+        attacker.server_close()
+    assert da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED
+
+
+# -- the server process ------------------------------------------------------------------
+
+
+def _serve(url: str, *args: str, cwd: Path = ROOT) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_HTTP_TOKEN"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dbos_agent", "--database-url", url, "serve", *args],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_serve_makes_a_token_prints_its_url_and_stops_on_sigterm(
+    dbos_agent_database_url: str,
+) -> None:
+    port = free_port()
+    server = _serve(dbos_agent_database_url, "--port", str(port))
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        assert first.startswith("dbos_agent: serving postgresql://"), first
+        second = server.stdout.readline()
+        assert f"http://127.0.0.1:{port}/?token=" in second, second
+        token = second.split("?token=")[1].split()[0]
+        assert len(token) >= 24
+        listing = f"http://127.0.0.1:{port}/api/workflows"
+        assert httpx.get(listing).status_code == 401
+        authorized = httpx.get(listing, headers={"Authorization": f"Bearer {token}"})
+        assert authorized.status_code == 200
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.stderr.read() if server.stderr else ""
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_1(
+    dbos_agent_database_url: str,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        server = _serve(dbos_agent_database_url, "--port", str(port), "--no-token")
+        out, err = server.communicate(timeout=60)
+    assert server.returncode == 1, (out, err)
+    assert "dashboard at" not in out
+    (line,) = err.splitlines()
+    assert line.startswith(f"dbos-agent serve: error: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_serve_without_a_token_only_on_loopback(dbos_agent_database_url: str) -> None:
+    refused = _serve(dbos_agent_database_url, "--host", "0.0.0.0", "--no-token")
+    out, err = refused.communicate(timeout=60)
+    assert refused.returncode == 2 and "without a token" in err and out == ""
+    port = free_port()
+    server = _serve(dbos_agent_database_url, "--port", str(port), "--no-token")
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()
+        assert "no token" in server.stdout.readline()
+        assert httpx.get(f"http://127.0.0.1:{port}/api/workflows").status_code == 200
+        server.send_signal(signal.SIGINT)
+        assert server.wait(30) == 0
+    finally:
+        server.kill()
+        server.wait()
