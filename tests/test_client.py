@@ -132,3 +132,26 @@ def test_the_cli_acts_through_the_client(runtime: da.Runtime, dbos_agent_databas
         assert client.get_workflow(handle.workflow_id).status == da.WorkflowStatus.CANCELLED
     missing = cli(dbos_agent_database_url, "workflows", "steps", new_id())
     assert missing.returncode == 1 and "no workflow with id" in missing.stderr
+
+
+@da.durable_workflow
+def publishes(value: str) -> str:
+    da.set_event("progress", {"at": value})
+    return str(da.recv("go", timeout=120))
+
+
+def test_send_get_event_and_fork_origin(client: da.Client) -> None:
+    wid = new_id("client-event")
+    handle = da.start(publishes, "half", workflow_id=wid)
+    assert client.get_event(wid, "progress", timeout=30) == {"at": "half"}
+    assert client.get_event(wid, "never", "none yet", timeout=0.2) == "none yet"
+    assert client.send(wid, "a", "go", idempotency_key="k1") is True
+    assert client.send(wid, "a", "go", idempotency_key="k1") is False  # delivered once
+    assert handle.result(timeout=30) == "a"
+    assert client.fork_origin(wid) is None
+    fork = client.fork(wid, 1)
+    assert client.fork_origin(fork.workflow_id) == (wid, 1)
+    assert client.get_event(fork.workflow_id, "progress") == {"at": "half"}  # copied
+    with pytest.raises(da.WorkflowNotFoundError):
+        client.get_event("nobody", "progress")
+    client.cancel(fork.workflow_id)

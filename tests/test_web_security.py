@@ -256,6 +256,7 @@ def test_the_api_takes_the_clis_times_and_fork_says_what_it_made(server: Server)
             "status": "PENDING",
             "forked_from": wid,
             "forked_from_step": 0,
+            "requested_from_step": 0,
             "copied_steps": 0,
             "executor_id": document["executor_id"],
         }
@@ -389,3 +390,17 @@ def test_serve_without_a_token_only_on_loopback(dbos_agent_database_url: str) ->
     finally:
         server.kill()
         server.wait()
+
+
+def test_the_api_acts_through_the_client_and_filters_by_queue(server: Server) -> None:
+    queue = da.Queue(f"sec-q-{uuid.uuid4().hex[:8]}")
+    handle = queue.enqueue(quick, 2)
+    assert handle.result(timeout=30) == 3
+    with httpx.Client(base_url=server.base, headers=AUTH) as api:
+        listed = api.get("/api/workflows", params={"queue": queue.name}).json()
+        assert [w["workflow_id"] for w in listed] == [handle.workflow_id]
+        assert api.get("/api/workflows", params={"queue": "no-such-queue"}).json() == []
+        steps = api.get(f"/api/workflows/{handle.workflow_id}/steps")
+        assert steps.status_code == 200 and steps.json() == []
+        unknown = api.post("/api/workflows/nobody/send", json={"message": 1})
+        assert unknown.status_code == 404 and unknown.json()["type"] == "WorkflowNotFoundError"

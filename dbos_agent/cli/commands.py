@@ -22,17 +22,13 @@ from .. import (
     agent,  # noqa: F401  (registers how model steps are described)
     documents,
 )
-from ..engine.approvals import decide
 from ..engine.client import Client
-from ..engine.messaging import send_plain
-from ..engine.operations import resolve_in_doubt_step
 from ..engine.retention import (
     DEFAULT_STATUSES,
     check_statuses,
     format_duration,
 )
 from ..engine.schedule_operations import backfill_db, list_schedules_db, set_paused_db
-from ..engine.streams import follow
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
@@ -125,14 +121,14 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     """One workflow: inputs, status, outcome, timings, its origin, steps and tokens."""
-    info = _get(db, args.workflow_id)
-    steps = db.steps.list(info.workflow_id)
-    origin = db.operations.fork_origin(info.workflow_id)
+    client = Client.over(db)
+    info = client.get_workflow(args.workflow_id)
+    steps = client.list_steps(info.workflow_id)
+    origin = client.fork_origin(info.workflow_id)
     digests = [describe_step(step) for step in steps]
     totals = documents.token_totals(digests)
-    budget = documents.budget_json(
-        db.messages.get_event(info.workflow_id, documents.BUDGET_EVENT), totals
-    )
+    limits = client.get_event(info.workflow_id, documents.BUDGET_EVENT)
+    budget = documents.budget_json(None if limits is None else json.dumps(limits), totals)
     if args.json:
         document = documents.workflow_json(info)
         document["budget"] = budget
@@ -268,8 +264,12 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Resolve an in-doubt step: record the result it had, or let it run again."""
-    output = None if args.rerun else args.result
-    resolve_in_doubt_step(db, args.workflow_id, args.seq, output=output)
+    output: str | None = None if args.rerun else args.result
+    client = Client.over(db)
+    if output is None:
+        client.resolve_in_doubt(args.workflow_id, args.seq, rerun=True)
+    else:
+        client.resolve_in_doubt(args.workflow_id, args.seq, result=json.loads(output))
     info = _get(db, args.workflow_id)
     if args.json:
         render.print_json(
@@ -299,7 +299,7 @@ def send(args: argparse.Namespace, db: SystemDatabase) -> None:
         except ValueError:
             value = args.message
     status = _get(db, args.workflow_id).status
-    inserted = send_plain(db, args.workflow_id, value, args.topic, args.idempotency_key)
+    inserted = Client.over(db).send(args.workflow_id, value, args.topic, args.idempotency_key)
     payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
     warning = None
     if inserted and status in _ENDED:
@@ -365,7 +365,9 @@ def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
 def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Print a stream's items (waiting for more with --follow, until it ends)."""
     _get(db, args.workflow_id)
-    items = follow(db, None, args.workflow_id, args.key, args.offset, None if args.follow else 0)
+    items = Client.over(db).read_stream(
+        args.workflow_id, args.key, args.offset, timeout=None if args.follow else 0
+    )
     at_line_start = True
     try:
         for item in items:
@@ -400,7 +402,7 @@ def approvals(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Approval requests: one workflow's, or every pending one."""
     if args.workflow_id is not None:
         _get(db, args.workflow_id)
-    found = db.approvals.list(args.workflow_id)
+    found = Client.over(db).approvals(args.workflow_id)
     if args.json:
         render.print_json([dataclasses.asdict(a) for a in found])
         return
@@ -448,7 +450,9 @@ def versions(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def _decide(args: argparse.Namespace, db: SystemDatabase, approved: bool) -> None:
-    decide(db, args.workflow_id, args.seq, args.digest, approved=approved, reason=args.reason)
+    client = Client.over(db)
+    decision = client.approve if approved else client.reject
+    decision(args.workflow_id, args.seq, args.digest, args.reason)
     verb = "approved" if approved else "rejected"
     if args.json:
         render.print_json({"workflow_id": args.workflow_id, "seq": args.seq, verb: True})

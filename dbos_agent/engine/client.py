@@ -13,6 +13,7 @@ has the workflow's function.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -29,11 +30,22 @@ from ..storage.rows import ForkResult, ResumeResult
 from .approvals import ApprovalRequest, decide
 from .context import current_workflow_timeout, take_workflow_id
 from .messaging import send_plain
-from .operations import cancel_workflow, fork_workflow, resume_workflow
+from .operations import (
+    cancel_workflow,
+    fork_workflow,
+    resolve_in_doubt_step,
+    resume_workflow,
+)
 from .plans import run_plan, run_plan_async
 from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, garbage_collect_db
 from .streams import StreamItem, follow, follow_async
+from .timers import check_seconds
 from .waiting import finished_outcome
+
+#: How often a client looks again while it waits for an event.
+_POLL_S = 0.1
+#: ``result=`` not given (None is a result).
+_UNSET: Any = object()
 
 
 class ClientHandle:
@@ -169,13 +181,50 @@ class Client:
         message: Any,
         topic: str | None = None,
         idempotency_key: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Send ``message`` (JSON) to workflow ``workflow_id`` on ``topic``, as ``da.send``
         does: it waits in the database until the workflow receives it, and wakes the
         workflow if it is suspended in ``recv``. Messages with the same idempotency key
         are delivered once (without a key, one is made, so that a send retried through
-        an outage is delivered once). Raises WorkflowNotFoundError for an unknown id."""
-        send_plain(self.db, workflow_id, message, topic, idempotency_key)
+        an outage is delivered once). Returns whether a message was stored (False: its
+        key was sent before). Raises WorkflowNotFoundError for an unknown id."""
+        return send_plain(self.db, workflow_id, message, topic, idempotency_key)
+
+    def get_event(
+        self, workflow_id: str, key: str, default: Any = None, *, timeout: float = 0.0
+    ) -> Any:
+        """The value workflow ``workflow_id`` published last under ``key`` (``da.set_event``),
+        waiting up to ``timeout`` seconds for one (a client polls every 0.1 s); ``default``
+        when none came. WorkflowNotFoundError for an unknown id."""
+        self.get_workflow(workflow_id)
+        check_identifier(key, "event key")
+        deadline = time.monotonic() + check_seconds(timeout, "get_event timeout")
+        while True:
+            found = self.db.messages.get_event(workflow_id, key)
+            if found is not None:
+                return json.loads(found)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return default
+            time.sleep(min(_POLL_S, left))
+
+    def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:
+        """``(original id, fork point)`` of a forked workflow, else None."""
+        return self.db.operations.fork_origin(check_identifier(workflow_id, "workflow id"))
+
+    def resolve_in_doubt(
+        self, workflow_id: str, seq: int, *, result: Any = _UNSET, rerun: bool = False
+    ) -> ClientHandle:
+        """Resolve the in-doubt step ``seq`` of an IN_DOUBT workflow (see
+        ``da.resolve_in_doubt``): ``result=`` when the effect happened (the step returns
+        it), ``rerun=True`` when it did not. The workflow becomes PENDING for a process
+        with its function; WorkflowStatusError when there is no such step in doubt."""
+        if rerun == (result is not _UNSET):
+            raise ValueError("give exactly one of result=... (it happened) or rerun=True")
+        where = f"workflow {workflow_id!r} step {seq}"
+        output = None if rerun else codec_for(Any).dumps(result, where)
+        resolve_in_doubt_step(self.db, workflow_id, seq, output=output)
+        return ClientHandle(self.db, workflow_id)
 
     def read_stream(
         self, workflow_id: str, key: str, offset: int = 0, *, timeout: float | None = None

@@ -29,19 +29,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from pydantic import BaseModel, Field
 
 from .. import documents
-from ..engine.approvals import decide
 from ..engine.client import Client
-from ..engine.messaging import send_plain
-from ..engine.operations import (
-    CANCELLABLE,
-    RESUMABLE,
-    cancel_workflow,
-    fork_workflow,
-    resolve_in_doubt_step,
-    resume_workflow,
-)
+from ..engine.operations import CANCELLABLE, RESUMABLE
 from ..engine.retention import parse_moment
-from ..engine.streams import follow_async
 from ..errors import (
     ApprovalError,
     DbosAgentError,
@@ -52,8 +42,8 @@ from ..errors import (
 )
 from ..limits import check_identifier
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
-from ..storage.database import SystemDatabase
 from ..storage.dsn import scrub
+from ..storage.rows import ForkResult, ResumeResult
 from .guard import DEFAULT_MAX_BODY_BYTES, SEGMENT, Guard
 
 __all__ = ["create_app"]
@@ -134,8 +124,8 @@ def create_app(
         max_body_bytes=max_body_bytes,
     )
 
-    def db() -> SystemDatabase:
-        return state["client"].db
+    def client() -> Client:
+        return state["client"]
 
     def valid_ids(request: Request) -> None:
         """A bad id is the caller's mistake (400), not a database error (500)."""
@@ -174,12 +164,6 @@ def create_app(
 
     guard = [Depends(valid_ids)]
 
-    def get(workflow_id: str) -> WorkflowInfo:
-        info = db().workflows.get(workflow_id)
-        if info is None:
-            raise WorkflowNotFoundError(workflow_id)
-        return info
-
     def _json(document: Any) -> Response:
         body = json.dumps(document, default=documents.json_default, ensure_ascii=False)
         return Response(body, media_type="application/json")
@@ -188,15 +172,17 @@ def create_app(
     def list_workflows(
         status: WorkflowStatus | None = None,
         name: str | None = None,
+        queue: str | None = None,
         executor: str | None = None,
         since: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
         until: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> Response:
         """Workflows matching every given filter, newest first (the CLI's filters)."""
-        found = db().workflows.list(
+        found = client().list_workflows(
             status=status,
             name=None if name is None else check_identifier(name, "workflow name"),
+            queue=None if queue is None else check_identifier(queue, "queue name"),
             executor_id=None if executor is None else check_identifier(executor, "executor id"),
             created_after=None if since is None else parse_moment(since),
             created_before=None if until is None else parse_moment(until),
@@ -207,10 +193,10 @@ def create_app(
     @app.get(_ONE, dependencies=guard)
     def show(workflow_id: str) -> Response:
         """One workflow with its steps (timings, attempts, tokens) and its token usage."""
-        info = get(workflow_id)
-        steps = db().steps.list(workflow_id)
+        info = client().get_workflow(workflow_id)
+        steps = client().list_steps(workflow_id)
         digests = [describe_step(step) for step in steps]
-        origin = db().operations.fork_origin(workflow_id)
+        origin = client().fork_origin(workflow_id)
         document = _workflow(info)
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
@@ -227,42 +213,44 @@ def create_app(
             for s, d in zip(steps, digests, strict=True)
         ]
         document["usage"] = documents.token_totals(digests)
+        budget = client().get_event(workflow_id, documents.BUDGET_EVENT)
         document["budget"] = documents.budget_json(
-            db().messages.get_event(workflow_id, documents.BUDGET_EVENT), document["usage"]
+            None if budget is None else json.dumps(budget), document["usage"]
         )
         return _json(document)
 
     @app.get(_ONE + "/steps", dependencies=guard)
     def steps(workflow_id: str) -> Response:
         """The recorded steps of a workflow, in order."""
-        get(workflow_id)
-        found = db().steps.list(workflow_id)
+        found = client().list_steps(workflow_id)
         return _json([documents.step_json(s, describe_step(s)) for s in found])
 
     @app.post(_ONE + "/cancel", dependencies=guard)
     def cancel(workflow_id: str) -> Response:
         """Cancel a workflow (and the ones it started); cancelling again changes nothing."""
-        previous = cancel_workflow(db(), workflow_id)
+        previous = client().cancel(workflow_id)
         return _json({"workflow_id": workflow_id, "previous_status": previous})
 
     @app.post(_ONE + "/resume", dependencies=guard)
     def resume(workflow_id: str) -> Response:
         """Make a cancelled or dead-lettered workflow PENDING again (a worker continues it)."""
-        result = resume_workflow(db(), workflow_id)
-        return _json({"workflow_id": workflow_id, "previous_status": result.previous})
+        report = client().resume(workflow_id).report
+        assert isinstance(report, ResumeResult)
+        return _json({"workflow_id": workflow_id, "previous_status": report.previous})
 
     @app.post(_ONE + "/fork", dependencies=guard)
     def fork(workflow_id: str, body: ForkBody) -> Response:
         """A new workflow that reuses the steps before ``from_step`` and runs live from it."""
-        new_id, result = fork_workflow(
-            db(), workflow_id, body.from_step, new_workflow_id=body.new_id
-        )
+        handle = client().fork(workflow_id, body.from_step, new_workflow_id=body.new_id)
+        result = handle.report
+        assert isinstance(result, ForkResult)
         return _json(
             {
-                "workflow_id": new_id,
+                "workflow_id": handle.workflow_id,
                 "status": WorkflowStatus.PENDING,
                 "forked_from": workflow_id,
-                "forked_from_step": body.from_step,
+                "forked_from_step": result.from_step,
+                "requested_from_step": body.from_step,
                 "copied_steps": result.copied_steps,
                 "executor_id": result.executor_id,
             }
@@ -271,8 +259,7 @@ def create_app(
     @app.post(_ONE + "/send", dependencies=guard)
     def send(workflow_id: str, body: SendBody) -> Response:
         """Send a message to the workflow (it receives it with ``recv(topic)``)."""
-        get(workflow_id)
-        sent = send_plain(db(), workflow_id, body.message, body.topic, body.idempotency_key)
+        sent = client().send(workflow_id, body.message, body.topic, body.idempotency_key)
         return _json({"workflow_id": workflow_id, "topic": body.topic, "sent": sent})
 
     @app.post(_ONE + "/steps/{seq}/resolve", dependencies=guard)
@@ -280,26 +267,29 @@ def create_app(
         """Resolve an in-doubt step: record the result it had, or let it run again."""
         if body.rerun == ("result" in body.model_fields_set):
             raise ValueError('give exactly one of "result" (it happened) or "rerun": true')
-        output = None if body.rerun else json.dumps(body.result)
-        resolve_in_doubt_step(db(), workflow_id, seq, output=output)
-        return _json({"workflow_id": workflow_id, "seq": seq, "status": get(workflow_id).status})
+        if body.rerun:
+            handle = client().resolve_in_doubt(workflow_id, seq, rerun=True)
+        else:
+            handle = client().resolve_in_doubt(workflow_id, seq, result=body.result)
+        return _json({"workflow_id": workflow_id, "seq": seq, "status": handle.status()})
 
     @app.get("/api/approvals", dependencies=guard)
     def pending_approvals() -> Response:
         """Every PENDING approval request, newest first."""
-        return _json([_approval(a) for a in db().approvals.list(None)])
+        return _json([_approval(a) for a in client().approvals()])
 
     @app.get(_ONE + "/approvals", dependencies=guard)
     def approvals(workflow_id: str) -> Response:
         """A workflow's approval requests (the tool, its arguments, their digest, status)."""
-        get(workflow_id)
-        return _json([_approval(a) for a in db().approvals.list(workflow_id)])
+        client().get_workflow(workflow_id)
+        return _json([_approval(a) for a in client().approvals(workflow_id)])
 
     @app.post(_ONE + "/approvals/{seq}", dependencies=guard)
     def decide_approval(workflow_id: str, seq: int, body: DecisionBody) -> Response:
         """Approve or reject the call asked about at step ``seq``, bound to its digest:
         409 for other arguments, a second decision, or a workflow that no longer waits."""
-        decide(db(), workflow_id, seq, body.digest, approved=body.approve, reason=body.reason)
+        decision = client().approve if body.approve else client().reject
+        decision(workflow_id, seq, body.digest, body.reason)
         return _json({"workflow_id": workflow_id, "seq": seq, "approved": body.approve})
 
     @app.get(_ONE + f"/streams/{{key:{SEGMENT}}}", dependencies=guard)
@@ -315,8 +305,8 @@ def create_app(
         start = offset
         if last_event_id is not None and last_event_id.strip().isdigit():
             start = int(last_event_id) + 1
-        get(workflow_id)
-        items = follow_async(db(), None, workflow_id, key, start)
+        client().get_workflow(workflow_id)
+        items = client().read_stream_async(workflow_id, key, start)
 
         async def events() -> AsyncIterator[str]:
             async for item in items:
