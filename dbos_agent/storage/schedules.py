@@ -169,6 +169,9 @@ class ScheduleStore:
             "priority": 0,
             "parent_id": None,
             "timeout": None,
+            "dedup_id": None,
+            "delay": None,
+            "wait_kind": None,
         }
 
         def body(conn: Connection) -> tuple[SlotOutcome | None, bool]:
