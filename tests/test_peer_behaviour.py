@@ -163,13 +163,19 @@ def test_an_async_step_that_swallows_its_timeout_still_times_out(runtime: da.Run
     assert step.status is da.StepStatus.ERROR and "TimeoutError" in str(step.error)
 
 
+def _define(name: str, concurrency: int) -> da.Queue:
+    return da.Queue(name, concurrency=concurrency)  # one definition, run again and again
+
+
 def test_a_queue_name_is_one_queue() -> None:
     name = f"one-{uuid.uuid4().hex[:8]}"
-    first = da.Queue(name, concurrency=2)
-    da.Queue(name, concurrency=2)  # the same settings again (a module imported twice): fine
+    first = _define(name, 2)
+    assert _define(name, 2).concurrency == 2  # the same definition again (a re-import)
     with pytest.raises(da.QueueConflictError, match=name):
-        da.Queue(name, concurrency=5)
-    assert da.Queue(name, concurrency=2).concurrency == first.concurrency
+        _define(name, 5)  # the same place, other settings
+    with pytest.raises(da.QueueConflictError, match="defined twice"):
+        da.Queue(name, concurrency=2)  # another definition of the name
+    assert _define(name, 2).concurrency == first.concurrency
 
 
 @pytest.mark.parametrize("priority", [-100, -1, 2**31, True, 1.5])

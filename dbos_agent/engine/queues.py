@@ -12,6 +12,7 @@ heartbeat).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -66,12 +67,16 @@ class Queue:
         #: the queue takes at most its share of ``concurrency`` (rounded up), so that
         #: one worker does not take all of it while others have room.
         self.fair_share = fair_share
+        caller = sys._getframe(1)
+        #: Where the queue is defined: the same definition run again (a module imported
+        #: twice) is the same queue; another definition of the name is a conflict.
+        self.origin = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         with state.lock():
             known = state.queues.get(name)
-            if known is not None and repr(known) != repr(self):
+            if known is not None and (known.origin != self.origin or repr(known) != repr(self)):
                 raise QueueConflictError(
-                    f"queue {name!r} is already defined with other settings: {known!r}; "
-                    f"a queue's settings are one per name (this one: {self!r})"
+                    f"queue {name!r} is defined twice: {known!r} at {known.origin} and "
+                    f"{self!r} at {self.origin}; one name is one queue"
                 )
             state.queues[name] = self
 
