@@ -178,7 +178,7 @@ def main() -> int:
     parser.add_argument("--restarts", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    from dbos_agent.storage.local_cluster import LocalCluster
+    from dbos_agent.postgres.throwaway import LocalCluster
     from dbos_agent.testing import fresh_database
 
     cluster = LocalCluster.start()

@@ -261,7 +261,7 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.1)
     parser.add_argument("--lease", type=float, default=3.0)
     args = parser.parse_args()
-    from dbos_agent.storage.local_cluster import LocalCluster
+    from dbos_agent.postgres.throwaway import LocalCluster
 
     cluster = LocalCluster.start()
     try:

@@ -18,10 +18,10 @@ import pytest
 if "dbos_agent.testing.plugin" not in sys.modules:  # package not installed: no entry point
     pytest_plugins = ["dbos_agent.testing.plugin"]
 
+from dbos_agent.postgres.binaries import PostgresNotFoundError, find_postgres_bin
+from dbos_agent.postgres.embedded import embedded_database_url, release_embedded_database
+from dbos_agent.postgres.throwaway import LocalCluster
 from dbos_agent.storage.dsn import redact_url
-from dbos_agent.storage.embedded import embedded_database_url, release_embedded_database
-from dbos_agent.storage.local_cluster import LocalCluster
-from dbos_agent.storage.pgserver import PostgresNotFoundError, find_postgres_bin
 from dbos_agent.testing import fresh_database
 from tests.helpers import wait_until
 
@@ -39,7 +39,7 @@ needs_binaries = pytest.mark.skipif(not HAVE_BINARIES, reason="no PostgreSQL ser
 CHILD = """
 import sys
 import psycopg
-from dbos_agent.storage.embedded import embedded_database_url
+from dbos_agent.postgres.embedded import embedded_database_url
 url = embedded_database_url(sys.argv[1])
 with psycopg.connect(url) as conn:
     row = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
@@ -238,7 +238,7 @@ def test_the_watcher_stays_while_the_server_is_too_busy_to_answer(
     by connecting, took a connection that timed out for a stopped server, and left.
     Here the postmaster answers nothing (SIGSTOP) while its last user is gone: the
     watcher stays, and stops it once it runs again."""
-    from dbos_agent.storage import embedded
+    from dbos_agent.postgres import embedded
 
     embedded_database_url(embedded_dir)
     directory = embedded_dir.resolve()

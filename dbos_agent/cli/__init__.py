@@ -28,9 +28,9 @@ import psycopg
 
 from .. import worker
 from ..errors import DbosAgentError
+from ..postgres.embedded import DEFAULT_DIRECTORY, embedded_database_url
 from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV, configured_url, scrub
-from ..storage.embedded import DEFAULT_DIRECTORY, embedded_database_url
 from ..storage.sql_files import migrations
 from ..web import serve
 from . import commands, render

@@ -21,10 +21,10 @@ from typing import Any
 
 from ..errors import WorkflowNotFoundError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
+from ..postgres.embedded import resolve_url
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
-from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from ..storage.rows import ForkResult, ResumeResult
 from .approvals import ApprovalRequest, decide

@@ -18,9 +18,9 @@ from types import TracebackType
 
 from ..errors import DbosAgentError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
+from ..postgres.embedded import resolve_url
 from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
-from ..storage.embedded import resolve_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from . import state
 from .core import Engine

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import psycopg
 
 from ..errors import DatabaseUnavailableError
+from ..processes import known_gone, process_key
 from .database import SystemDatabase
 from .locks import SESSION_LOCK_CLASS
 from .outages import describe, is_transient
-from .processes import known_gone, process_key
 from .rows import UnlockedSession
 from .sql_files import query
 

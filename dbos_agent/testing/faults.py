@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from ..storage.local_cluster import LocalCluster
+from ..postgres.throwaway import LocalCluster
 from .databases import fresh_database
 
 __all__ = ["RestartablePostgres"]

@@ -28,9 +28,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from ..postgres.binaries import PostgresNotFoundError
+from ..postgres.throwaway import LocalCluster
 from ..storage.dsn import redact_url
-from ..storage.local_cluster import LocalCluster
-from ..storage.pgserver import PostgresNotFoundError
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector

@@ -23,8 +23,8 @@ from types import ModuleType
 
 from ..engine import deploy_check
 from ..engine.registry import workflow_names
+from ..postgres.embedded import resolve_url
 from ..storage.database import SystemDatabase
-from ..storage.embedded import resolve_url
 from ..storage.histories import History, read_histories
 from ..worker import import_app
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import FrameType
 
 from ..errors import DbosAgentError
+from ..postgres.embedded import DEFAULT_DIRECTORY, resolve_url
 from ..storage.database import SystemDatabase
 from ..storage.dsn import configured_url, redact_url, scrub
-from ..storage.embedded import DEFAULT_DIRECTORY, resolve_url
 from .guard import DEFAULT_MAX_BODY_BYTES, is_loopback, is_wildcard
 
 __all__ = ["DESCRIPTION", "TOKEN_ENV", "add_arguments", "is_loopback", "run"]

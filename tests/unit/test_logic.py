@@ -17,9 +17,9 @@ from dbos_agent.engine.notifications import Waiter
 from dbos_agent.engine.plans import Io, Wait, run_plan, run_plan_async
 from dbos_agent.engine.registry import RetryPolicy
 from dbos_agent.errors import DatabaseUnavailableError, DbosAgentError
+from dbos_agent.processes import known_gone, process_key
 from dbos_agent.storage.dsn import redact_url, scrub
 from dbos_agent.storage.outages import OutageMonitor, Retrier, is_transient, is_value_error
-from dbos_agent.storage.processes import known_gone, process_key
 from dbos_agent.storage.sql_files import migrations, parse_named_queries, queries
 
 

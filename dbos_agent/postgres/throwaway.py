@@ -14,22 +14,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from .pgserver import (
+from .binaries import accessible_bin, find_postgres_bin
+from .cluster import (
     LOCAL_CLUSTER_SETTINGS,
-    ServiceUser,
-    accessible_bin,
-    find_postgres_bin,
     init_cluster,
     log_tail,
-    make_traversable,
     read_pid_file,
-    run_as,
     server_options,
-    service_user,
     start_server,
     stop_server,
     url_for,
 )
+from .users import ServiceUser, make_traversable, run_as, service_user
 
 __all__ = ["LocalCluster"]
 

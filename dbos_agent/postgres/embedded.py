@@ -3,7 +3,7 @@
 It is initialised on first use and shared by every process started in the same folder
 (each registers itself under ``users/``); the last one to exit stops it, and a detached
 watcher stops it a few seconds after its last users were killed. How the server itself is
-found, started and stopped is in ``pgserver.py``.
+found, started and stopped is in ``binaries.py``, ``users.py`` and ``cluster.py``.
 """
 
 from __future__ import annotations
@@ -20,20 +20,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .dsn import configured_url
-from .pgserver import (
+from ..processes import pid_alive, proc_start_time
+from ..storage.dsn import configured_url
+from .binaries import find_bin
+from .cluster import (
     bin_for,
     data_major,
-    find_bin,
     init_cluster,
     postmaster_alive,
     running_port,
-    service_user,
     start_server,
     stop_server,
     url_for,
 )
-from .processes import pid_alive, proc_start_time
+from .users import service_user
 
 __all__ = [
     "DEFAULT_DIRECTORY",
@@ -175,7 +175,7 @@ def _spawn_watcher(directory: Path) -> None:
     are killed. It is detached (its own session) and holds no lock between checks.
     """
     subprocess.Popen(
-        [sys.executable, "-m", "dbos_agent.storage.embedded", "watch", str(directory)],
+        [sys.executable, "-m", "dbos_agent.postgres.embedded", "watch", str(directory)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -217,6 +217,6 @@ def _release_at_exit(directory: Path) -> None:
         logger.exception("failed to release the embedded PostgreSQL in %s", directory)
 
 
-if __name__ == "__main__":  # the watcher: python -m dbos_agent.storage.embedded watch DIR
+if __name__ == "__main__":  # the watcher: python -m dbos_agent.postgres.embedded watch DIR
     if len(sys.argv) == 3 and sys.argv[1] == "watch":
         watch(Path(sys.argv[2]))

