@@ -94,7 +94,8 @@ def test_a_fork_in_the_middle_has_what_was_published_before_and_publishes_the_re
 def test_a_log_of_the_older_shape_still_replays_and_forks(
     runtime: da.Runtime, engine: Engine, dbos_agent_database_url: str
 ) -> None:
-    """Before, a set_event step kept only its key and a stream step only its offset."""
+    """Before, a set_event step kept only its key and a stream step only its offset (no
+    key in its inputs)."""
     wid = new_id("old")
     run_original(wid)
     with psycopg.connect(dbos_agent_database_url, autocommit=True) as conn:
@@ -104,7 +105,7 @@ def test_a_log_of_the_older_shape_still_replays_and_forks(
             (wid,),
         )
         conn.execute(
-            "UPDATE dbos_agent.steps SET output = output -> 'offset' "
+            "UPDATE dbos_agent.steps SET inputs = NULL "
             "WHERE workflow_id = %s AND name LIKE 'dbos_agent.%%_stream'",
             (wid,),
         )
@@ -123,3 +124,20 @@ def test_a_log_of_the_older_shape_still_replays_and_forks(
     da.send(middle.workflow_id, "now", topic="go")
     assert middle.result(timeout=30) == "done"
     assert [i.value for i in da.read_stream(middle.workflow_id, "s")] == [0, 1]
+
+
+def test_a_stream_step_records_the_offset_older_versions_read(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    """The output of a stream step stays the bare offset every version reads back (a
+    rollback, or an older process in a rolling deploy, replays it); the key is in its
+    inputs."""
+    wid = new_id("shape")
+    run_original(wid)
+    with psycopg.connect(dbos_agent_database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT output::text, inputs ->> 'key' FROM dbos_agent.steps "
+            "WHERE workflow_id = %s AND name LIKE 'dbos_agent.%%_stream' ORDER BY seq",
+            (wid,),
+        ).fetchall()
+    assert rows == [("0", "s"), ("1", "s"), ("2", "s")]

@@ -52,9 +52,9 @@ CLOSE_STEP = "dbos_agent.close_stream"
 READ_STEP = "dbos_agent.read_stream"
 #: NOTIFY channel of stream writes; the payload is the workflow id.
 STREAMS_CHANNEL = "dbos_agent_streams"
-# the output: {"key": ..., "offset": ...}, or the offset alone in logs of older versions
-_WRITE = builtin_step(STREAM_STEP, codec_for(Any))
-_CLOSE = builtin_step(CLOSE_STEP, codec_for(Any))
+# the output: the item's offset, as every version wrote and reads it; the inputs name the key
+_WRITE = builtin_step(STREAM_STEP, codec_for(int))
+_CLOSE = builtin_step(CLOSE_STEP, codec_for(int))
 # the output: an item ({"offset", "value", "reset", "step", "attempt"}), {"end": true},
 # or {"timeout": message}
 _READ = builtin_step(READ_STEP, codec_for(dict[str, Any]))

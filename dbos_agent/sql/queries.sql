@@ -74,9 +74,9 @@ WITH workflow AS (
     SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
     INSERT INTO dbos_agent.steps
-        (workflow_id, seq, name, status, output, error, attempts, started_at)
-    SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(output)s::jsonb,
-           %(error)s::jsonb, %(attempts)s, %(started_at)s
+        (workflow_id, seq, name, status, inputs, output, error, attempts, started_at)
+    SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(inputs)s::jsonb,
+           %(output)s::jsonb, %(error)s::jsonb, %(attempts)s, %(started_at)s
     WHERE (SELECT status FROM workflow) = 'PENDING'
     ON CONFLICT (workflow_id, seq) DO UPDATE
         SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
@@ -918,9 +918,10 @@ SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(work
 -- else PENDING (asked again). And what the original published below its fork
 -- point: per event key the value of its last set_event there (logs of older
 -- versions, without the value in the step's inputs: the original's current value),
--- and the stream items its body wrote there (named by the step's output
--- {key, offset}; an older log's output is the offset alone, matched on any key)
--- with the items written from its copied steps, renumbered densely from 0.
+-- and the stream items its body wrote there (named by the step's output, the
+-- offset, and its inputs' key; an older log has no key there: matched on any key)
+-- with the items written from its copied steps, renumbered densely from 0 (the
+-- copied steps' outputs say the new offsets).
 WITH original AS (
     SELECT w.workflow_id, w.name, w.inputs, w.executor_id, w.app_version,
            w.max_recovery_attempts,
@@ -969,16 +970,10 @@ WITH original AS (
     FROM kept AS k
     JOIN dbos_agent.streams AS i
       ON i.workflow_id = %(workflow_id)s AND i.step_seq IS NULL
-     AND CASE WHEN k.name NOT IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
-                   OR k.status <> 'SUCCESS' THEN false
-              WHEN jsonb_typeof(k.output) = 'object'
-              THEN i.key = k.output ->> 'key' AND i."offset" = (k.output ->> 'offset')::integer
-              WHEN jsonb_typeof(k.output) = 'number'
-              THEN i."offset" = (k.output #>> '{}')::integer
-                   AND i.kind = CASE k.name WHEN 'dbos_agent.close_stream' THEN 'close'
-                                            ELSE 'value' END
-              ELSE false
-         END
+     AND jsonb_typeof(k.output) = 'number'
+     AND i."offset" = (k.output #>> '{}')::integer
+     AND i.kind = CASE k.name WHEN 'dbos_agent.close_stream' THEN 'close' ELSE 'value' END
+     AND (k.inputs ->> 'key' IS NULL OR i.key = k.inputs ->> 'key')
     WHERE k.name IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
       AND k.status = 'SUCCESS'
 ), published AS (
@@ -1002,7 +997,7 @@ WITH original AS (
         (workflow_id, seq, name, status, inputs, output, error, attempts, started_at,
          finished_at)
     SELECT %(new_workflow_id)s, k.seq, k.name, k.status, k.inputs,
-           coalesce((SELECT jsonb_build_object('key', b.key, 'offset', p.new_offset)
+           coalesce((SELECT to_jsonb(p.new_offset)
                      FROM body_writes AS b
                      JOIN published AS p ON p.key = b.key AND p."offset" = b."offset"
                      WHERE b.seq = k.seq

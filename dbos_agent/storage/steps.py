@@ -104,6 +104,7 @@ class StepStore:
                 "seq": seq,
                 "name": name,
                 "status": status,
+                "inputs": None,
                 "output": self._db.json_in_optional(output, where),
                 "error": jsonb.to_db_optional(error),  # clipped when recorded
                 "attempts": attempts,
@@ -263,11 +264,13 @@ def write_with_checkpoint(
     owner_key: int | None,
     started_at: datetime,
     where: str | None = None,
+    inputs: str | None = None,
 ) -> Checkpointed[T]:
     """``write(conn)`` and the checkpoint of step ``seq`` (SUCCESS, with ``output`` of the
-    write's result) in one transaction: a write from the workflow body happens exactly
-    once. When the checkpoint is refused (not the owner, the position taken) the write is
-    rolled back and the refusal returned, for the caller to explain or adopt."""
+    write's result, and ``inputs`` when given) in one transaction: a write from the
+    workflow body happens exactly once. When the checkpoint is refused (not the owner,
+    the position taken) the write is rolled back and the refusal returned, for the
+    caller to explain or adopt."""
 
     def body(conn: Connection) -> Checkpointed[T]:
         with conn.transaction():
@@ -281,6 +284,7 @@ def write_with_checkpoint(
                         "seq": seq,
                         "name": name,
                         "status": StepStatus.SUCCESS,
+                        "inputs": inputs,
                         "output": output(result),
                         "error": None,
                         "attempts": 1,

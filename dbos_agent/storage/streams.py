@@ -84,8 +84,9 @@ class StreamStore:
         started_at: datetime,
     ) -> tuple[StepWrite, int | None]:
         """Append an item and checkpoint step ``seq`` with its offset, in one transaction
-        (written from the workflow body: exactly once); the step's output is
-        ``{"key": key, "offset": offset}`` (before: the offset alone). When the step
+        (written from the workflow body: exactly once); the step's output is the offset
+        (what every version reads back) and its inputs name the key, so that a fork copies
+        exactly this item (logs of older versions lack the inputs). When the step
         cannot be recorded (not the owner, the position taken) nothing is appended:
         ``(write, None)``.
         Raises StreamClosedError when the stream is closed."""
@@ -112,8 +113,7 @@ class StreamStore:
             return int(row["offset"])
 
         def output(offset: int) -> str:
-            # the key and offset name the item, so that a fork copies exactly it
-            return json.dumps({"key": key, "offset": offset})
+            return str(offset)
 
         done = write_with_checkpoint(
             self._db,
@@ -126,6 +126,7 @@ class StreamStore:
             owner_key=owner_key,
             started_at=started_at,
             where=where,
+            inputs=json.dumps({"key": key}),
         )
         return done.write, done.result
 
