@@ -20,13 +20,6 @@ from .engine.approvals import (
     wait_for_approval,
 )
 from .engine.client import Client, ClientHandle
-from .engine.context import (
-    RunningStep,
-    current_workflow_id,
-    step_key,
-    workflow_id,
-    workflow_timeout,
-)
 from .engine.first import wait_first, wait_first_async
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
@@ -43,8 +36,15 @@ from .engine.messaging import (
 from .engine.operations import cancel, fork, resolve_in_doubt, resume
 from .engine.patches import deprecate_patch, patched, patched_async
 from .engine.queues import Queue
-from .engine.registry import NotDone, RetryPolicy
 from .engine.retention import GcReport, garbage_collect
+from .engine.runtime.context import (
+    RunningStep,
+    current_workflow_id,
+    step_key,
+    workflow_id,
+    workflow_timeout,
+)
+from .engine.runtime.registry import NotDone, RetryPolicy
 from .engine.schedule_operations import (
     BackfillReport,
     backfill_schedule,

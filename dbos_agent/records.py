@@ -250,3 +250,16 @@ def describe_step(step: StepInfo) -> StepDigest | None:
         if digest is not None:
             return digest
     return None
+
+
+@dataclass
+class RecoveryReport:
+    """What one recovery pass did (``Runtime.recovery``, after ``launch()``)."""
+
+    recovered: int = 0
+    #: DIVERGED workflows this process's code took up again.
+    continued_diverged: int = 0
+    dead_lettered: int = 0
+    failed_inputs: int = 0
+    unknown: int = 0
+    seconds: float = 0.0

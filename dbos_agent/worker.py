@@ -25,8 +25,8 @@ from types import FrameType
 from . import __version__
 from .engine.launch import launch
 from .engine.queues import registered_queues
-from .engine.registry import workflow_names
 from .engine.retention import parse_duration
+from .engine.runtime.registry import workflow_names
 from .engine.schedules import registered_schedules
 from .errors import DbosAgentError
 

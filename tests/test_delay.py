@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.core import Engine
-from dbos_agent.engine.queues import dispatch_once
-from dbos_agent.engine.state import current_engine, forget_queues
+from dbos_agent.engine.queues import dispatch_once, forget_queues
+from dbos_agent.engine.runtime.core import Engine
+from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import new_id
 from tests.processes import ROOT

@@ -12,7 +12,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.deploy_check import DeployCheck
-from dbos_agent.engine.state import current_engine
+from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import Inspector, check_replay, fresh_database
 from tests.helpers import SimulatedCrash, cli, new_id, ok, refused, wait_until
 from tests.processes import ROOT

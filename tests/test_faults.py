@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.state import current_engine
+from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests import fault_app
 from tests.fault_app import chain, expected, note, read_log

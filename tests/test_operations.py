@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.core import Engine
+from dbos_agent.engine.runtime.core import Engine
 from tests.helpers import SimulatedCrash, new_id
 
 RUNS: Counter[str] = Counter()

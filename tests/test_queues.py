@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.state import forget_queues
+from dbos_agent.engine.queues import forget_queues
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import new_id, wait_until
 

@@ -17,7 +17,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.retention import format_duration, parse_duration
-from dbos_agent.engine.state import current_engine
+from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import fresh_database
 from tests.helpers import cli, new_id, ok, refused, wait_until
 

@@ -21,14 +21,17 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine import state
-from dbos_agent.engine.core import Engine
 from dbos_agent.engine.cron import CronTimes
-from dbos_agent.engine.recovery import recover_pending
+from dbos_agent.engine.runtime.core import Engine
+from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent.engine.runtime.recovery import recover_pending
 from dbos_agent.engine.schedule_operations import get_schedule_db
 from dbos_agent.engine.scheduler import FiredSlot, fire_due
-from dbos_agent.engine.schedules import slot_workflow_id
-from dbos_agent.engine.state import current_engine
+from dbos_agent.engine.schedules import (
+    forget_schedules,
+    registered_schedules,
+    slot_workflow_id,
+)
 from dbos_agent.records import SlotOutcome
 from dbos_agent.testing import Inspector, RestartablePostgres, advance_clock
 from tests.helpers import cli, new_id, ok, refused, wait_until
@@ -45,11 +48,11 @@ GATES: dict[str, threading.Event] = {}
 def _clean_up() -> Iterator[None]:
     """Schedules defined by a test are forgotten after it (a later launch in this process
     must not fire them), and every run it held back is let go."""
-    before = set(state.schedules)
+    before = {s.name for s in registered_schedules()}
     yield
     for gate in GATES.values():
         gate.set()
-    state.forget_schedules(*(set(state.schedules) - before))
+    forget_schedules(*({s.name for s in registered_schedules()} - before))
 
 
 def define(cron: str = "* * * * *", *, gated: bool = False, **options: Any) -> str:

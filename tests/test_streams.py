@@ -21,7 +21,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
-from dbos_agent.engine.core import Engine
+from dbos_agent.engine.runtime.core import Engine
 from tests.helpers import cli, new_id, wait_until
 
 ROOT = Path(__file__).parent.parent

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.registry import code_version
-from dbos_agent.engine.state import current_engine
+from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.storage.rows import Runner
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until

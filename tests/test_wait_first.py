@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.core import Engine
+from dbos_agent.engine.runtime.core import Engine
 from tests.helpers import new_id
 
 GATES: dict[str, threading.Event] = {}

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.core import Engine
-from dbos_agent.engine.recovery import take_over_once
-from dbos_agent.engine.registry import code_version
-from dbos_agent.engine.state import current_engine
+from dbos_agent.engine.runtime.core import Engine
+from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent.engine.runtime.recovery import take_over_once
+from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.storage.database import SystemDatabase
 from tests.helpers import SimulatedCrash, new_id, wait_until
 
@@ -252,7 +252,8 @@ def test_a_hung_owner_loses_its_workflow_and_can_no_longer_write(
 
 
 def _hung_owner_scenario(url: str, executor_id: str) -> None:
-    from dbos_agent.engine.recovery import RecoveryReport, claim_and_recover
+    from dbos_agent.engine.runtime.recovery import claim_and_recover
+    from dbos_agent.records import RecoveryReport
 
     wid = new_id()
     hung = da.launch(url, executor_id=executor_id, workers=2)  # a 30 s lease

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..documents import BUDGET_EVENT
-from ..engine.context import WorkflowContext
+from ..engine.runtime.context import WorkflowContext
 from ..errors import BudgetExceededError
 from .accounting import MODEL_STEP_NAMES, PriceTable, Usage, usage_of_reply
 

@@ -20,9 +20,9 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from ..engine import tracing
-from ..engine.context import WorkflowContext, current_context, in_step
 from ..engine.messaging import recv, recv_async, set_event, set_event_async
+from ..engine.runtime import tracing
+from ..engine.runtime.context import WorkflowContext, current_context, in_step
 from ..engine.step import step as durable_step
 from ..engine.streams import write_stream, write_stream_async
 from ..errors import BudgetExceededError, ConfigurationError

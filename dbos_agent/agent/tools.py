@@ -19,7 +19,7 @@ import pydantic
 import pydantic_core
 from anthropic.types import ToolParam
 
-from ..engine.registry import NotDone
+from ..engine.runtime.registry import NotDone
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
 

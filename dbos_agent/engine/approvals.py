@@ -32,8 +32,8 @@ from ..serialization import codec_for
 from ..storage.approvals import ApprovalRequest
 from ..storage.database import SystemDatabase
 from .messaging import recv_plan
-from .plans import Io, Plan, run_plan, run_plan_async
-from .state import current_engine
+from .runtime.engine import current_engine
+from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import adopt_recorded
 from .timers import builtin_step, recorded, workflow_only
 

@@ -18,15 +18,15 @@ from datetime import UTC, datetime
 
 from ..limits import derived_identifier
 from ..serialization import codec_for
-from .context import (
+from .runtime.context import (
     WorkflowContext,
     assigned_workflow_id,
     current_context,
     in_step,
     take_workflow_id,
 )
-from .outcome import Outcome
-from .plans import Io, Plan, run_plan, run_plan_async
+from .runtime.outcome import Outcome
+from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import checkpoint
 from .timers import builtin_step, recorded
 

@@ -28,7 +28,6 @@ from ..storage.database import SystemDatabase
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from ..storage.rows import ForkResult, ResumeResult
 from .approvals import ApprovalRequest, decide
-from .context import current_workflow_timeout, take_workflow_id
 from .messaging import send_plain
 from .operations import (
     cancel_workflow,
@@ -36,11 +35,12 @@ from .operations import (
     resolve_in_doubt_step,
     resume_workflow,
 )
-from .plans import run_plan, run_plan_async
 from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, garbage_collect_db
+from .runtime.context import current_workflow_timeout, take_workflow_id
+from .runtime.plans import run_plan, run_plan_async
+from .runtime.waiting import finished_outcome
 from .streams import StreamItem, follow, follow_async
 from .timers import check_seconds
-from .waiting import finished_outcome
 
 #: How often a client looks again while it waits for an event.
 _POLL_S = 0.1

@@ -39,12 +39,12 @@ from ..errors import DbosAgentError, WorkflowDivergedError, WorkflowInputsError
 from ..records import Divergence, WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.histories import History
-from . import state
-from .context import PastLog, StopReason, WorkflowContext, entered_workflow
-from .core import Engine
-from .outcome import Outcome, capture, capture_async
-from .registry import WorkflowDefinition, code_version, find_workflow, workflow_names
-from .workers import WorkerPool
+from .runtime.context import PastLog, StopReason, WorkflowContext, entered_workflow
+from .runtime.core import Engine
+from .runtime.engine import replaying
+from .runtime.executors import WorkerPool
+from .runtime.outcome import Outcome, capture, capture_async
+from .runtime.registry import WorkflowDefinition, code_version, find_workflow, workflow_names
 
 #: Workflows read and replayed per page.
 PAGE_SIZE = 500
@@ -178,7 +178,7 @@ class ReplayChecker:
 
             async def body() -> Outcome:
                 try:
-                    with entered_workflow(ctx), state.replaying(self.engine):
+                    with entered_workflow(ctx), replaying(self.engine):
                         return await capture_async(definition.fn(*args, **kwargs))
                 except BaseException as exc:  # PastLog and other stops end the body
                     return Outcome(error=exc)
@@ -194,7 +194,7 @@ class ReplayChecker:
 
         def run() -> None:
             try:
-                with entered_workflow(ctx), state.replaying(self.engine):
+                with entered_workflow(ctx), replaying(self.engine):
                     done.set_result(capture(definition.fn, *args, **kwargs))
             except BaseException as exc:  # PastLog and other stops end the body
                 done.set_result(Outcome(error=exc))

@@ -17,15 +17,15 @@ from typing import Any, TypeVar
 
 from ..errors import DbosAgentError
 from ..serialization import codec_for
-from .context import WorkflowContext, current_context, in_step
 from .handle import WorkflowHandle
-from .notifications import Waiter
-from .outcome import Outcome
-from .plans import Io, Plan, Wait, run_plan, run_plan_async
-from .state import current_engine
+from .runtime.context import WorkflowContext, current_context, in_step
+from .runtime.engine import current_engine
+from .runtime.notifications import Waiter
+from .runtime.outcome import Outcome
+from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
+from .runtime.waiting import POLL_MAX_S, POLL_MIN_S
 from .step import checkpoint
 from .timers import builtin_step, cancel_key, recorded, stop_if_interrupted
-from .waiting import POLL_MAX_S, POLL_MIN_S
 
 FIRST_STEP = "dbos_agent.wait_first"
 _FIRST = builtin_step(FIRST_STEP, codec_for(str))

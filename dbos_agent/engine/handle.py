@@ -11,12 +11,12 @@ from ..errors import WorkflowInterruptedError, WorkflowNotFoundError
 from ..limits import check_identifier
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..storage.suspension import WaitCondition
-from .context import OwnershipLost, WorkflowContext, current_context, in_step
-from .core import Engine
-from .outcome import Outcome
-from .plans import Await, Io, Plan, run_plan, run_plan_async
-from .state import current_engine
-from .suspension import suspend_if_long
+from .runtime.context import OwnershipLost, WorkflowContext, current_context, in_step
+from .runtime.core import Engine
+from .runtime.engine import current_engine
+from .runtime.outcome import Outcome
+from .runtime.plans import Await, Io, Plan, run_plan, run_plan_async
+from .runtime.suspension import suspend_if_long
 
 R = TypeVar("R")
 

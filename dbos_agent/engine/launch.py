@@ -19,17 +19,18 @@ from types import TracebackType
 from ..errors import DbosAgentError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
 from ..postgres.embedded import resolve_url
+from ..records import RecoveryReport
 from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
-from . import state
-from .core import Engine
-from .queues import registered_queues, run_dispatcher
-from .recovery import RecoveryReport, keep_taking_back, keep_taking_over, recover_pending
+from .queues import any_queue, registered_queues, run_dispatcher
 from .retention import check_older_than, run_retention
+from .runtime.core import Engine
+from .runtime.engine import clear_engine, current_engine, launch_lock, launched, set_engine
+from .runtime.recovery import keep_taking_back, keep_taking_over, recover_pending
+from .runtime.waking import Waker
 from .scheduler import Scheduler
 from .schedules import registered_schedules
-from .waking import Waker
 
 
 def launch(
@@ -112,8 +113,8 @@ def launch(
     if not take_over_every > 0:
         raise ValueError(f"take_over_every must be > 0 seconds, got {take_over_every!r}")
 
-    with state.lock():
-        if state.launched() is not None:
+    with launch_lock():
+        if launched() is not None:
             raise DbosAgentError(
                 "dbos_agent is already launched in this process; "
                 "call shutdown() on the runtime first"
@@ -139,13 +140,15 @@ def launch(
                 suspend_after=suspend_after,
                 async_runs=async_runs,
             )
+            engine.queues_defined = any_queue
             if run_queues:  # registered from its first moment as serving them
                 engine.session.queues = [queue.name for queue in registered_queues()]
             engine.open()
         except BaseException:
             db.close()
             raise
-        state.set_engine(engine)
+        set_engine(engine)
+        engine.on_shutdown(lambda: clear_engine(engine))
     waker = Waker(engine) if wake_suspended else None
     if waker is not None:
         waker.start()
@@ -176,7 +179,7 @@ def launch(
 
 def current_runtime() -> Runtime:
     """The runtime this process launched (NotLaunchedError if none)."""
-    return Runtime(state.current_engine())
+    return Runtime(current_engine())
 
 
 class Runtime:

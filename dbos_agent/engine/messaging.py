@@ -35,12 +35,12 @@ from ..records import StepStatus
 from ..serialization import Codec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.suspension import WaitCondition
-from .context import WorkflowHost, current_context, in_step
-from .notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
-from .outcome import Outcome
-from .ownership import ensure_owned, owns_now
-from .plans import Io, Plan, run_plan, run_plan_async
-from .state import current_engine
+from .runtime.context import WorkflowHost, current_context, in_step
+from .runtime.engine import current_engine
+from .runtime.notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
+from .runtime.outcome import Outcome
+from .runtime.ownership import ensure_owned, owns_now
+from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import adopt_recorded, checkpoint
 from .timers import (
     builtin_step,

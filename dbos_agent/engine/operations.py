@@ -28,12 +28,12 @@ from ..records import StepStatus, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.rows import ForkResult, ResumeResult
-from .core import Engine
 from .handle import WorkflowHandle
-from .outcome import Outcome
-from .registry import WorkflowDefinition, find_workflow
-from .runs import Claim
-from .state import current_engine
+from .runtime.core import Engine
+from .runtime.engine import current_engine
+from .runtime.outcome import Outcome
+from .runtime.registry import WorkflowDefinition, find_workflow
+from .runtime.runs import Claim
 
 _UNSET: Any = object()
 

@@ -32,9 +32,9 @@ from datetime import UTC, datetime
 from ..errors import InvalidIdentifierError
 from ..limits import MAX_IDENTIFIER_BYTES, check_identifier
 from ..serialization import codec_for
-from .context import WorkflowContext
-from .outcome import Outcome
-from .plans import Io, Plan, run_plan, run_plan_async
+from .runtime.context import WorkflowContext
+from .runtime.outcome import Outcome
+from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import checkpoint
 from .timers import builtin_step, workflow_only
 

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import DbosAgentError, QueueConflictError
 from ..limits import check_delay, check_identifier, check_priority
-from . import state
-from .core import Engine
 from .handle import WorkflowHandle
-from .registry import find_workflow
-from .runs import Claim
-from .state import current_engine
+from .runtime.core import Engine
+from .runtime.engine import current_engine
+from .runtime.registry import find_workflow
+from .runtime.runs import Claim
 
 log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+#: ``Queue`` objects by queue name: one definition per name (see ``Queue``).
+_queues: dict[str, Queue] = {}
 
 
 class Queue:
@@ -71,14 +75,14 @@ class Queue:
         #: Where the queue is defined: the same definition run again (a module imported
         #: twice) is the same queue; another definition of the name is a conflict.
         self.origin = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-        with state.lock():
-            known = state.queues.get(name)
+        with _lock:
+            known = _queues.get(name)
             if known is not None and (known.origin != self.origin or repr(known) != repr(self)):
                 raise QueueConflictError(
                     f"queue {name!r} is defined twice: {known!r} at {known.origin} and "
                     f"{self!r} at {self.origin}; one name is one queue"
                 )
-            state.queues[name] = self
+            _queues[name] = self
 
     def __repr__(self) -> str:
         return (
@@ -129,12 +133,12 @@ class Queue:
 
 def registered_queues() -> list[Queue]:
     """Every queue created in this process."""
-    with state.lock():
-        return list(state.queues.values())
+    with _lock:
+        return list(_queues.values())
 
 
 def find_queue(name: str) -> Queue | None:
-    return state.queues.get(name)
+    return _queues.get(name)
 
 
 def dispatch_once(engine: Engine) -> int:
@@ -189,3 +193,14 @@ def run_dispatcher(engine: Engine, poll_seconds: float = 0.5) -> None:
             started = 0
         if not started:
             engine.wait_for_dispatch(poll_seconds)
+
+
+def any_queue() -> bool:
+    """Whether this process defined a queue (a run that ends may free a queue's slot)."""
+    return bool(_queues)
+
+
+def forget_queues() -> None:
+    """Forget every defined queue (for tests: the next test defines its own)."""
+    with _lock:
+        _queues.clear()

@@ -29,8 +29,8 @@ from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.outages import describe
 from ..storage.retention import GcCounts
-from .core import Engine
-from .state import current_engine
+from .runtime.core import Engine
+from .runtime.engine import current_engine
 
 log = logging.getLogger(__name__)
 

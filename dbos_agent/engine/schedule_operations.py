@@ -29,10 +29,10 @@ from ..records import ScheduleInfo
 from ..storage.database import SystemDatabase
 from ..storage.schedules import ScheduleRow
 from .cron import CronTimes
-from .registry import find_workflow
-from .runs import Claim
+from .runtime.engine import current_engine
+from .runtime.registry import find_workflow
+from .runtime.runs import Claim
 from .schedules import MAX_SLOTS, slot_inputs, slot_workflow_id
-from .state import current_engine
 
 
 @dataclass(frozen=True, slots=True)

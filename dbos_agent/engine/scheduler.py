@@ -30,10 +30,10 @@ from datetime import datetime, timedelta
 
 from ..records import SlotOutcome
 from ..storage.schedules import SlotWorkflow
-from .core import Engine
-from .runs import Claim
+from .runtime.core import Engine
+from .runtime.engine import current_engine
+from .runtime.runs import Claim
 from .schedules import MAX_SLOTS, Schedule, registered_schedules, slot_inputs, slot_workflow_id
-from .state import current_engine
 
 log = logging.getLogger(__name__)
 

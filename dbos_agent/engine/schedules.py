@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,9 +25,8 @@ from typing import Any, Literal, TypeVar, get_args
 from ..errors import DbosAgentError, InvalidIdentifierError, ScheduleError
 from ..limits import MAX_IDENTIFIER_BYTES, check_identifier
 from ..serialization import codec_for
-from . import state
 from .cron import CronTimes
-from .registry import WorkflowDefinition
+from .runtime.registry import WorkflowDefinition
 from .workflow import definition_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,6 +41,10 @@ MAX_SLOTS = 10_000
 #: ``@2026-12-04T17:30:00Z``: what a slot adds to the schedule's name in a workflow id.
 _SLOT_ID_BYTES = len("@2026-12-04T17:30:00Z")
 _SLOT_CODEC = codec_for(datetime)
+
+_lock = threading.Lock()
+#: ``@scheduled`` schedules by schedule name.
+_schedules: dict[str, Schedule] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,18 +209,33 @@ def _slot_param(definition: WorkflowDefinition, label: str) -> str:
 def register_schedule(schedule: Schedule) -> None:
     """Register ``schedule`` in this process; a name may not belong to two functions (the
     same function defined again, a module reloaded, replaces itself)."""
-    with state.lock():
-        existing = state.schedules.get(schedule.name)
+    with _lock:
+        existing = _schedules.get(schedule.name)
         if existing is not None and existing.workflow.origin != schedule.workflow.origin:
             raise ScheduleError(
                 f"two schedules are named {schedule.name!r}: one runs "
                 f"{existing.workflow.origin}, the other {schedule.workflow.origin}; give one "
                 f"of them another name with @scheduled(..., name=...)"
             )
-        state.schedules[schedule.name] = schedule
+        _schedules[schedule.name] = schedule
 
 
 def registered_schedules() -> list[Schedule]:
     """Every schedule defined in this process."""
-    with state.lock():
-        return list(state.schedules.values())
+    with _lock:
+        return list(_schedules.values())
+
+
+def find_schedule(name: str) -> Schedule | None:
+    """The schedule of that name defined in this process, if any."""
+    return _schedules.get(name)
+
+
+def forget_schedules(*names: str) -> None:
+    """Forget the named schedules, or every one (for tests that define them on the fly:
+    a later launch in the same process must not fire them)."""
+    with _lock:
+        if not names:
+            _schedules.clear()
+        for name in names:
+            _schedules.pop(name, None)

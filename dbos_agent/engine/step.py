@@ -27,8 +27,8 @@ from ..errors import (
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import dumps_error
 from ..storage.rows import StepWrite
-from . import tracing
-from .context import (
+from .runtime import tracing
+from .runtime.context import (
     OwnershipLost,
     RunningStep,
     StopReason,
@@ -39,9 +39,9 @@ from .context import (
     entered_step,
     in_step,
 )
-from .outcome import Outcome, capture, capture_async, step_outcome
-from .ownership import ensure_owned, owns_now, stop_for
-from .registry import NotDone, RetryPolicy, StepDefinition, step_definition
+from .runtime.outcome import Outcome, capture, capture_async, step_outcome
+from .runtime.ownership import ensure_owned, owns_now, stop_for
+from .runtime.registry import NotDone, RetryPolicy, StepDefinition, step_definition
 
 P = ParamSpec("P")
 R = TypeVar("R")

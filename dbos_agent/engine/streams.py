@@ -39,11 +39,11 @@ from ..errors import DbosAgentError, SerializationError, WorkflowNotFoundError
 from ..limits import check_identifier
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
-from .context import WorkflowContext, current_attempt, current_context, in_step
-from .notifications import Notifications, Waiter
-from .outcome import Outcome
-from .plans import Io, Plan, Wait, run_plan, run_plan_async
-from .state import current_engine
+from .runtime.context import WorkflowContext, current_attempt, current_context, in_step
+from .runtime.engine import current_engine
+from .runtime.notifications import Notifications, Waiter
+from .runtime.outcome import Outcome
+from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .step import adopt_recorded, checkpoint
 from .timers import builtin_step, cancel_key, recorded, stop_if_interrupted
 

@@ -27,13 +27,19 @@ from ..serialization import Codec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.rows import StepRow, StepWrite
 from ..storage.suspension import WaitCondition
-from .context import RuntimeStopping, WorkflowContext, WorkflowHost, current_context, in_step
-from .notifications import CANCEL_CHANNEL, Waiter
-from .outcome import Outcome, step_outcome
-from .plans import Io, Plan, Wait, run_plan, run_plan_async
-from .registry import RetryPolicy, StepDefinition
+from .runtime.context import (
+    RuntimeStopping,
+    WorkflowContext,
+    WorkflowHost,
+    current_context,
+    in_step,
+)
+from .runtime.notifications import CANCEL_CHANNEL, Waiter
+from .runtime.outcome import Outcome, step_outcome
+from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
+from .runtime.registry import RetryPolicy, StepDefinition
+from .runtime.suspension import suspend_if_long
 from .step import adopt_recorded, checkpoint
-from .suspension import suspend_if_long
 
 SLEEP_STEP = "dbos_agent.sleep"
 

@@ -12,11 +12,11 @@ from ..errors import DbosAgentError, WorkflowInterruptedError
 from ..limits import check_delay
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .children import workflow_id_for_start, workflow_id_for_start_async
-from .context import OwnershipLost
-from .core import Engine
 from .handle import WorkflowHandle
-from .registry import WorkflowDefinition, register_workflow
-from .state import current_engine
+from .runtime.context import OwnershipLost
+from .runtime.core import Engine
+from .runtime.engine import current_engine
+from .runtime.registry import WorkflowDefinition, register_workflow
 
 P = ParamSpec("P")
 R = TypeVar("R")

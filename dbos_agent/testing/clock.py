@@ -8,7 +8,7 @@ if the time had passed, for this process's connections only.
 
 from __future__ import annotations
 
-from ..engine.state import current_engine
+from ..engine.runtime.engine import current_engine
 
 
 def advance_clock(seconds: float) -> None:

@@ -8,7 +8,7 @@ times a minute and then checks, from outside the process, that no step ran twice
 
 from __future__ import annotations
 
-from ..engine.state import current_engine
+from ..engine.runtime.engine import current_engine
 
 
 def run_passes_every(seconds: float) -> None:

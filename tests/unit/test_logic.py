@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.engine.notifications import Waiter
-from dbos_agent.engine.plans import Io, Wait, run_plan, run_plan_async
-from dbos_agent.engine.registry import RetryPolicy
+from dbos_agent.engine.runtime.notifications import Waiter
+from dbos_agent.engine.runtime.plans import Io, Wait, run_plan, run_plan_async
+from dbos_agent.engine.runtime.registry import RetryPolicy
 from dbos_agent.errors import DatabaseUnavailableError, DbosAgentError
 from dbos_agent.processes import known_gone, process_key
 from dbos_agent.storage.dsn import redact_url, scrub

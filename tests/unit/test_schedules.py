@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine import state
 from dbos_agent.engine.cron import CronTimes
 from dbos_agent.engine.scheduler import ON_TIME, plan_slots
 from dbos_agent.engine.schedules import (
     MAX_SLOTS,
     Schedule,
     define_schedule,
+    find_schedule,
+    forget_schedules,
+    registered_schedules,
     slot_inputs,
     slot_workflow_id,
 )
@@ -28,9 +30,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 @pytest.fixture(autouse=True)
 def _forget_schedules() -> Iterator[None]:
-    before = set(state.schedules)
+    before = {s.name for s in registered_schedules()}
     yield
-    state.forget_schedules(*(set(state.schedules) - before))
+    forget_schedules(*({s.name for s in registered_schedules()} - before))
 
 
 @da.durable_workflow
@@ -155,7 +157,7 @@ def test_bad_schedules_are_refused_at_definition_naming_the_schedule() -> None:
     )
     _refused(lambda: da.scheduled("* * * * *", name="")(nightly), "must not be empty")
     _refused(lambda: da.scheduled("* * * * *", name="x" * 990)(nightly), "too long")
-    assert not {"s1", "s2", "s3", "s4", "s5", "s6", "s7"} & set(state.schedules)
+    assert not {"s1", "s2", "s3", "s4", "s5", "s6", "s7"} & {s.name for s in registered_schedules()}
 
 
 def test_the_workflow_must_take_the_slot_as_its_one_datetime_argument() -> None:
@@ -187,7 +189,8 @@ def test_two_functions_may_not_share_a_schedule_name() -> None:
 
     da.scheduled("*/5 * * * *", name="unit-shared")(first)
     da.scheduled("*/10 * * * *", name="unit-shared")(first)  # the same function: replaces
-    assert state.schedules["unit-shared"].cron == "*/10 * * * *"
+    shared = find_schedule("unit-shared")
+    assert shared is not None and shared.cron == "*/10 * * * *"
     _refused(
         lambda: da.scheduled("* * * * *", name="unit-shared")(second),
         "two schedules are named 'unit-shared'",

@@ -1,6 +1,6 @@
 """What the decorators know about each function: its name, codecs and policies.
 
-Workflow definitions are registered by name (in ``state.workflows``) so that
+Workflow definitions are registered by name (in ``_workflows``) so that
 recovery can find the function of a row written by another process.
 Registration is process-wide: decorators run at import time.
 """
@@ -13,16 +13,23 @@ import logging
 import math
 import random
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DbosAgentError
-from ..limits import check_identifier
-from ..serialization import Codec, InputsCodec, result_codec
-from . import state
+from ...errors import DbosAgentError
+from ...limits import check_identifier
+from ...serialization import Codec, InputsCodec, result_codec
 
 log = logging.getLogger(__name__)
+
+_lock = threading.RLock()
+#: ``@durable_workflow`` definitions by workflow name.
+_workflows: dict[str, WorkflowDefinition] = {}
+#: The modules that define durable code (workflows, steps), each with a digest of its
+#: source as imported: the process's code version is made of them.
+_code_modules: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +126,7 @@ def note_code(fn: Callable[..., Any]) -> None:
     """Count ``fn``'s module among those that make up this process's code version: the
     digest of the module's source file as it is imported (the decorators run then)."""
     module = getattr(fn, "__module__", None) or "?"
-    if module in state.code_modules:
+    if module in _code_modules:
         return
     path = getattr(sys.modules.get(module), "__file__", None)
     try:
@@ -127,8 +134,8 @@ def note_code(fn: Callable[..., Any]) -> None:
             digest = hashlib.sha256(source.read()).hexdigest()
     except OSError:  # no file (an interactive session): its name and the function's code
         digest = hashlib.sha256(getattr(fn, "__code__", fn).__repr__().encode()).hexdigest()
-    with state.lock():
-        state.code_modules.setdefault(module, digest)
+    with _lock:
+        _code_modules.setdefault(module, digest)
 
 
 def code_version() -> str:
@@ -140,8 +147,8 @@ def code_version() -> str:
     (``launch(app_version=)``), which routes work and is chosen by people, it changes by
     itself with the code.
     """
-    with state.lock():
-        modules = sorted(state.code_modules.items())
+    with _lock:
+        modules = sorted(_code_modules.items())
     lines = "\n".join(f"{module} {digest}" for module, digest in modules)
     return hashlib.sha256(lines.encode()).hexdigest()[:16]
 
@@ -212,23 +219,29 @@ def register_workflow(
         result=result_codec(fn),
         origin=origin,
     )
-    with state.lock():
-        existing = state.workflows.get(wf_name)
+    with _lock:
+        existing = _workflows.get(wf_name)
         if existing is not None and existing.origin != origin:
             raise DbosAgentError(
                 f"two workflows are named {wf_name!r}: {existing.origin} and {origin}; "
                 f"give one of them another name with @durable_workflow(name=...)"
             )
-        state.workflows[wf_name] = definition  # the same function defined again replaces itself
+        _workflows[wf_name] = definition  # the same function defined again replaces itself
     return definition
 
 
 def find_workflow(name: str) -> WorkflowDefinition | None:
     """The registered definition of that name, if this process has imported it."""
-    return state.workflows.get(name)
+    return _workflows.get(name)
 
 
 def workflow_names() -> list[str]:
     """Names of every registered workflow."""
-    with state.lock():
-        return list(state.workflows)
+    with _lock:
+        return list(_workflows)
+
+
+def forget_workflows() -> None:
+    """Forget every registered workflow (for tests that define them on the fly)."""
+    with _lock:
+        _workflows.clear()

@@ -7,13 +7,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (
+from ...errors import (
     MaxRecoveryAttemptsExceededError,
     WorkflowCancelledError,
     WorkflowDivergedError,
 )
-from ..records import Divergence, StepStatus, WorkflowStatus
-from ..serialization import Codec, error_from_json, loads_error
+from ...records import Divergence, StepStatus, WorkflowStatus
+from ...serialization import Codec, error_from_json, loads_error
 
 
 @dataclass(slots=True)

@@ -25,8 +25,8 @@ from typing import Any
 
 import psycopg
 
-from ..storage.database import SystemDatabase
-from ..storage.outages import describe, is_transient
+from ...storage.database import SystemDatabase
+from ...storage.outages import describe, is_transient
 
 log = logging.getLogger(__name__)
 

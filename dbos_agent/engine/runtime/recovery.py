@@ -19,12 +19,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
-from ..errors import DatabaseUnavailableError, WorkflowInputsError
-from ..records import WorkflowStatus
-from ..storage.rows import Runner
-from ..storage.session import end_dead_local_sessions
+from ...errors import DatabaseUnavailableError, WorkflowInputsError
+from ...records import RecoveryReport, WorkflowStatus
+from ...storage.rows import Runner
+from ...storage.session import end_dead_local_sessions
 from .core import Engine
 from .notifications import CLAIMABLE_CHANNEL
 from .registry import find_workflow, workflow_names
@@ -34,19 +33,6 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 200
 _PROGRESS_EVERY_S = 5.0
-
-
-@dataclass
-class RecoveryReport:
-    """What one recovery pass did."""
-
-    recovered: int = 0
-    #: DIVERGED workflows this process's code took up again.
-    continued_diverged: int = 0
-    dead_lettered: int = 0
-    failed_inputs: int = 0
-    unknown: int = 0
-    seconds: float = 0.0
 
 
 def recover_pending(engine: Engine) -> RecoveryReport:

@@ -25,7 +25,7 @@ their caller waits for them.
 
 from __future__ import annotations
 
-from ..storage.suspension import WaitCondition
+from ...storage.suspension import WaitCondition
 from .context import StopReason, WorkflowContext
 from .plans import Io, Plan
 

@@ -17,9 +17,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from ..errors import DatabaseUnavailableError
+from ...errors import DatabaseUnavailableError
 from .context import StopReason, current_context, in_step
-from .event_loop import refuse_blocking_wait
+from .executors import refuse_blocking_wait
 from .notifications import Waiter
 
 T = TypeVar("T")

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from ..errors import WorkflowNotFoundError
-from ..records import WorkflowStatus
-from ..storage.database import SystemDatabase
+from ...errors import WorkflowNotFoundError
+from ...records import WorkflowStatus
+from ...storage.database import SystemDatabase
 from .outcome import Outcome, held_error, workflow_outcome
 from .plans import Await, Io, Plan, Wait
 from .registry import find_workflow

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 
-from ..errors import WorkflowCancelledError
-from ..records import WorkflowStatus
+from ...errors import WorkflowCancelledError
+from ...records import WorkflowStatus
 from .context import OwnershipLost, RuntimeStopping, StopReason, WorkflowContext
 
 

@@ -16,24 +16,24 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ..errors import (
+from ...errors import (
     DatabaseUnavailableError,
     DbosAgentError,
     PatchError,
     WorkflowDivergedError,
 )
-from ..limits import check_identifier
-from ..records import StepStatus
-from ..storage.rows import StepRow
+from ...limits import check_identifier
+from ...records import StepStatus
+from ...storage.rows import StepRow
 
 log = logging.getLogger(__name__)
 
 V = TypeVar("V")
 
 if TYPE_CHECKING:
-    from ..errors import WorkflowCancelledError
-    from ..storage.database import SystemDatabase
-    from ..storage.session import ExecutorSession
+    from ...errors import WorkflowCancelledError
+    from ...storage.database import SystemDatabase
+    from ...storage.session import ExecutorSession
     from .notifications import Notifications
 
 

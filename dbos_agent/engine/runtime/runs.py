@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import WorkflowIdConflictError
-from ..storage.rows import StepRow
+from ...errors import WorkflowIdConflictError
+from ...storage.rows import StepRow
 from .outcome import Outcome
 from .registry import WorkflowDefinition
 

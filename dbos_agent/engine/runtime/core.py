@@ -27,9 +27,9 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import (
+from ...errors import (
     ConfigurationError,
     DatabaseUnavailableError,
     NotLaunchedError,
@@ -39,13 +39,13 @@ from ..errors import (
     WorkflowInputsError,
     WorkflowInterruptedError,
 )
-from ..limits import check_identifier
-from ..records import WorkflowStatus
-from ..serialization import dumps_error
-from ..storage.database import SystemDatabase
-from ..storage.rows import Runner, WorkflowRow
-from ..storage.session import ExecutorSession, end_dead_local_sessions
-from . import state, tracing
+from ...limits import check_identifier
+from ...records import RecoveryReport, WorkflowStatus
+from ...serialization import dumps_error
+from ...storage.database import SystemDatabase
+from ...storage.rows import Runner, WorkflowRow
+from ...storage.session import ExecutorSession, end_dead_local_sessions
+from . import tracing
 from .context import (
     OwnershipLost,
     StopReason,
@@ -55,7 +55,7 @@ from .context import (
     current_workflow_timeout,
     entered_workflow,
 )
-from .event_loop import EventLoop
+from .executors import EventLoop, WorkerPool
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import (
     Outcome,
@@ -70,10 +70,6 @@ from .registry import WorkflowDefinition, code_version, workflow_names
 from .runs import Admission, Claim, RunTable, WorkflowRun, check_same_call
 from .suspension import Suspended
 from .waiting import finished_outcome
-from .workers import WorkerPool
-
-if TYPE_CHECKING:
-    from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +139,16 @@ class Engine:
         self.passes = PassIntervals()
         self._background: list[threading.Thread] = []
         self._dispatch_wanted = threading.Event()
+        #: Whether the process defined a queue (launch sets it from queues.py; the
+        #: machinery does not know the API's queues).
+        self.queues_defined: Callable[[], bool] = lambda: False
         #: Woken when this process may own workflows it does not run (after an outage).
         self.take_back_wanted = threading.Event()
         #: The take-back should look at once, without letting stopping runs settle.
         self.take_back_urgent = False
         #: Called when every wait is woken (shutdown, a moved clock): the waker's poke.
         self._wake_hooks: list[Callable[[], None]] = []
+        self._shutdown_hooks: list[Callable[[], None]] = []
         self._suspend_hooks: list[Callable[[], None]] = []
         self._shut_down = False
 
@@ -184,6 +184,10 @@ class Engine:
         if wake_at is not None:
             for hook in self._suspend_hooks:
                 hook()
+
+    def on_shutdown(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once the engine has shut down (the launch forgets it then)."""
+        self._shutdown_hooks.append(hook)
 
     def on_wake_all(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` too whenever every wait is woken (shutdown, a moved clock)."""
@@ -679,10 +683,8 @@ class Engine:
 
     def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
         self.runs.release(run)
-        if (
-            state.queues
-        ):  # a slot may have freed up (without queues, waking it costs a thread switch)
-            self._dispatch_wanted.set()
+        if self.queues_defined():  # a slot may have freed up (without queues, waking
+            self._dispatch_wanted.set()  # the dispatcher costs a thread switch)
         if not run.future.done():
             run.future.set_result(outcome)
 
@@ -790,7 +792,8 @@ class Engine:
         self.pool.stop()
         self.session.close()
         self.db.close()
-        state.clear_engine(self)
+        for hook in self._shutdown_hooks:
+            hook()
 
     def _shutdown_at_exit(self) -> None:
         """A runtime launched without ``with`` ends cleanly when the program does, before
