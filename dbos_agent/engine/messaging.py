@@ -41,7 +41,7 @@ from .outcome import Outcome
 from .ownership import ensure_owned, owns_now
 from .plans import Io, Plan, run_plan, run_plan_async
 from .state import current_engine
-from .step import adopt_recorded, checkpoint
+from .step import adopt_recorded, checkpoint, where
 from .timers import (
     builtin_step,
     cancel_key,
@@ -50,7 +50,6 @@ from .timers import (
     durable_wait,
     recorded,
     wait_once,
-    where,
     workflow_only,
 )
 

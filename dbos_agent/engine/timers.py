@@ -32,7 +32,7 @@ from .notifications import CANCEL_CHANNEL, Waiter
 from .outcome import Outcome, step_outcome
 from .plans import Io, Plan, Wait, run_plan, run_plan_async
 from .registry import RetryPolicy, StepDefinition
-from .step import adopt_recorded, checkpoint
+from .step import adopt_recorded, checkpoint, where
 from .suspension import suspend_if_long
 
 SLEEP_STEP = "dbos_agent.sleep"
@@ -50,11 +50,6 @@ def builtin_step(name: str, result: Codec) -> StepDefinition:
 
 
 _SLEEP = builtin_step(SLEEP_STEP, codec_for(float))
-
-
-def where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
-    """The place named in errors about a built-in step."""
-    return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
 
 
 def recorded(ctx: WorkflowContext, step: StepDefinition, seq: int, row: StepRow) -> Outcome:
