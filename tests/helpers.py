@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -40,6 +41,17 @@ def wait_until(
             raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
         time.sleep(delay)
         delay = min(delay * 1.5, every)
+
+
+def blocked_in(thread: threading.Thread, function: Callable[..., object]) -> bool:
+    """Whether ``thread`` is inside ``function`` now (on its stack): a positive signal that
+    it got as far as a blocking call, where a negative check would otherwise sleep."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code is function.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def cli(url: str | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.queues import forget_queues
-from dbos_agent.testing import Inspector, advance_clock, clock_offset
+from dbos_agent.testing import Inspector, advance_clock, clock_offset, dispatch_once
 from tests.helpers import new_id, wait_until
 
 ORDER: list[str] = []
@@ -202,7 +202,7 @@ def test_a_suspended_workflow_frees_its_queue_slot_unless_the_queue_counts_it(
     )
     second = q.enqueue(queued, "second")
     if count_suspended:
-        time.sleep(2.0)  # a negative check: the dispatcher would have started it by now
+        dispatch_once()  # a dispatcher pass, now: the suspended one holds the only slot
         assert inspector.status(second.workflow_id) == da.WorkflowStatus.ENQUEUED
     else:
         assert second.result(10) == "second"  # the suspended one holds no slot

@@ -21,10 +21,11 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent.engine.runtime.notifications import Waiter
 from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.storage.rows import Runner
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id, wait_until
+from tests.helpers import blocked_in, new_id, wait_until
 from tests.processes import ROOT
 
 SUSPENDED = da.WorkflowStatus.SUSPENDED
@@ -297,7 +298,8 @@ def test_a_process_launched_without_waking_leaves_suspended_workflows_to_others(
         handle = da.start(mailbox, "w", workflow_id=wid)
         wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
         da.send(wid, "nobody here wakes it", topic="w")
-        time.sleep(2.5)  # a negative check: longer than a waker's sweep
+        # nothing here would wake it: no waker thread (it alone wakes suspended workflows)
+        assert "dbos-agent-waker" not in {thread.name for thread in threading.enumerate()}
         assert inspector.status(wid) == SUSPENDED
     finally:
         rt.shutdown()
@@ -350,11 +352,16 @@ def test_a_direct_call_waits_in_its_caller_and_is_never_suspended(
     wid = new_id("direct")
     seen: list[da.WorkflowStatus | None] = []
 
+    caller = threading.current_thread()
+
     def watch_and_send() -> None:
-        wait_until(lambda: BODY_RUNS[wid] == 1, 10, "the direct call waiting")
-        time.sleep(2.0)  # longer than suspend_after: a background run would have suspended
-        seen.append(inspector.status(wid))
-        da.send(wid, "direct", topic="d")
+        # blocked on its waiter: past the point where a background run suspends (recv
+        # decides before its first wait)
+        try:
+            wait_until(lambda: blocked_in(caller, Waiter.wait), 10, "the direct call waiting")
+            seen.append(inspector.status(wid))
+        finally:  # never leave the caller waiting: a failure shows in ``seen``
+            da.send(wid, "direct", topic="d")
 
     sender = threading.Thread(target=watch_and_send)
     sender.start()

@@ -41,7 +41,7 @@ from .runtime.notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .runtime.outcome import Outcome
 from .runtime.ownership import ensure_owned, owns_now
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
-from .step import adopt_recorded, checkpoint
+from .step import adopt_recorded, checkpoint, where
 from .timers import (
     builtin_step,
     cancel_key,
@@ -50,7 +50,6 @@ from .timers import (
     durable_wait,
     recorded,
     wait_once,
-    where,
     workflow_only,
 )
 

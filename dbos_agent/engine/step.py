@@ -49,7 +49,8 @@ R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
-def _where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
+def where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
+    """The place named in errors about a step's recorded outcome (user or built-in)."""
     return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
 
 
@@ -81,7 +82,7 @@ def adopt_recorded(
     if existing.status is StepStatus.PENDING:  # an intent without a result: it may have happened
         raise ctx.halt(StopReason.IN_DOUBT, StepInDoubtError(ctx.workflow_id, seq, step.name))
     return step_outcome(
-        existing.status, existing.output, existing.error, step.result, _where(ctx, seq, step)
+        existing.status, existing.output, existing.error, step.result, where(ctx, seq, step)
     )
 
 
@@ -101,9 +102,9 @@ def checkpoint(
     SerializationError and writes nothing; a database failure stops the run
     unfinished (PENDING).
     """
-    where = _where(ctx, seq, step)
     if outcome.error is None:
-        status, output, error = StepStatus.SUCCESS, step.result.dumps(outcome.value, where), None
+        output = step.result.dumps(outcome.value, where(ctx, seq, step))
+        status, error = StepStatus.SUCCESS, None
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
     with ctx.noting_database_failures():
@@ -152,7 +153,7 @@ def _position(
     seq, row = ctx.begin_step(step.name)
     if row is not None and row.status is not StepStatus.PENDING:
         return seq, step_outcome(
-            row.status, row.output, row.error, step.result, _where(ctx, seq, step)
+            row.status, row.output, row.error, step.result, where(ctx, seq, step)
         )
     if row is not None:
         return seq, _resolve_in_doubt(ctx, step, seq, args, kwargs)

@@ -39,7 +39,7 @@ from .runtime.outcome import Outcome, step_outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .runtime.registry import RetryPolicy, StepDefinition
 from .runtime.suspension import suspend_if_long
-from .step import adopt_recorded, checkpoint
+from .step import adopt_recorded, checkpoint, where
 
 SLEEP_STEP = "dbos_agent.sleep"
 
@@ -56,11 +56,6 @@ def builtin_step(name: str, result: Codec) -> StepDefinition:
 
 
 _SLEEP = builtin_step(SLEEP_STEP, codec_for(float))
-
-
-def where(ctx: WorkflowContext, seq: int, step: StepDefinition) -> str:
-    """The place named in errors about a built-in step."""
-    return f"workflow {ctx.workflow_id!r} step {seq} ({step.name})"
 
 
 def recorded(ctx: WorkflowContext, step: StepDefinition, seq: int, row: StepRow) -> Outcome:

@@ -8,7 +8,7 @@ from .clock import advance_clock, clock_offset
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector, RowCounts, SentMessage
-from .passes import run_passes_every
+from .passes import dispatch_once, run_passes_every, sweep_once, take_over_once
 from .plugin import postgres_server
 from .replay import check_replay
 
@@ -20,7 +20,10 @@ __all__ = [
     "advance_clock",
     "check_replay",
     "clock_offset",
+    "dispatch_once",
     "fresh_database",
     "postgres_server",
     "run_passes_every",
+    "sweep_once",
+    "take_over_once",
 ]

@@ -45,11 +45,15 @@ class WorkflowHost(Protocol):
     session: ExecutorSession
     session_key: int | None
     notifications: Notifications
-    stopping: bool
     #: A background run whose wait is longer than this (seconds) suspends.
     suspend_after: float
     #: A replay check's engine: it runs nothing live (see deploy_check.py).
     replay_only: bool
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the process is shutting down."""
+        ...
 
     def cancellation(self, workflow_id: str) -> WorkflowCancelledError | None:
         """The error that stops a run of ``workflow_id`` if it was cancelled, else None."""

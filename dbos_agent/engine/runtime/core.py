@@ -128,7 +128,7 @@ class Engine:
         self.loop = EventLoop(io_threads=db.pool_size, max_runs=async_runs)
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
         self.notifications = Notifications(db)
-        self.stopping = False
+        #: Set once, when shutdown begins: the one shutdown flag (``stopping`` reads it).
         self._stopped = threading.Event()
         self.recovery_done = threading.Event()
         self.last_recovery: RecoveryReport | None = None
@@ -150,7 +150,11 @@ class Engine:
         self._wake_hooks: list[Callable[[], None]] = []
         self._shutdown_hooks: list[Callable[[], None]] = []
         self._suspend_hooks: list[Callable[[], None]] = []
-        self._shut_down = False
+
+    @property
+    def stopping(self) -> bool:
+        """Whether shutdown has begun: passes and runs stop at their next look."""
+        return self._stopped.is_set()
 
     def open(self) -> Engine:
         """Register this process's executor session (it heartbeats from now on)."""
@@ -773,13 +777,11 @@ class Engine:
         by ``with``/``async with launch()``, and at interpreter exit for a runtime that
         was never shut down. A second call does nothing.
         """
-        with self._lock:
-            if self._shut_down:
+        with self._lock:  # the first call sets the flag; a second one sees it set
+            if self._stopped.is_set():
                 return
-            self._shut_down = True
+            self._stopped.set()
         atexit.unregister(self._shutdown_at_exit)
-        self.stopping = True
-        self._stopped.set()
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
         self.take_back_wanted.set()

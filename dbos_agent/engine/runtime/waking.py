@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 from .core import Engine
 from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL
@@ -76,11 +77,10 @@ class Waker:
             sweep = sweep or time.monotonic() - self._swept_at >= every
             try:
                 if targets:
-                    self._wake(sorted(targets))
+                    wake(engine, sorted(targets))
                 if sweep:
                     self._swept_at = time.monotonic()
-                    self._cancel_overdue()
-                    self._wake(None)
+                    sweep_once(engine)
                 next_in = engine.db.suspension.next_wake_in(engine.runner())
             except Exception as exc:  # an outage: look again soon
                 log.warning("waking suspended workflows failed (retrying): %s", exc)
@@ -94,36 +94,63 @@ class Waker:
                 with self._lock:
                     self._sweep = True  # a timer came due, or it is time to sweep
 
-    def _cancel_overdue(self) -> None:
-        """Cancel the workflows past their deadline (see context.workflow_timeout); a run
-        of one here stops before its next step."""
-        engine = self._engine
-        while not engine.stopping:
-            cancelled = engine.db.operations.cancel_overdue(limit=_WAKE_PAGE)
-            for workflow_id in cancelled:
-                engine.note_cancelled(workflow_id)
-            if len(cancelled) < _WAKE_PAGE:
-                return
 
-    def _wake(self, targets: list[str] | None) -> None:
-        """Wake and run every workflow that can run now: those waiting on ``targets``,
-        or any (None). One statement per page of workflows, one read of their logs."""
-        engine = self._engine
-        while not engine.stopping and engine.session_key is not None:
-            woken = engine.db.suspension.wake(
-                owner_key=engine.session_key,
-                executor_id=engine.executor_id,
-                runner=engine.runner(),
-                targets=targets,
-                limit=_WAKE_PAGE,
-            )
-            engine.start_claimed(
-                [
-                    Claim(definition, workflow.workflow_id, workflow.inputs)
-                    for workflow in woken
-                    # unregistered since: recovery will see it
-                    if (definition := find_workflow(workflow.name)) is not None
-                ]
-            )
-            if len(woken) < _WAKE_PAGE:
-                return
+@dataclass(frozen=True)
+class Sweep:
+    """What one sweep did: the workflows it cancelled (past their deadline) and those it
+    woke and started here."""
+
+    cancelled: list[str]
+    woken: list[str]
+
+
+def sweep_once(engine: Engine) -> Sweep:
+    """One sweep of the waker, now: cancel the workflows past their deadline, then wake
+    and run every suspended workflow whose wait can be met.
+
+    The waker thread runs it every ``passes.sweep`` seconds; tests call it (through
+    ``dbos_agent.testing.sweep_once``) to say at once what a sweep does, or does not do,
+    instead of sleeping past the next one.
+    """
+    return Sweep(cancelled=cancel_overdue(engine), woken=wake(engine, None))
+
+
+def cancel_overdue(engine: Engine) -> list[str]:
+    """Cancel the workflows past their deadline (see context.workflow_timeout); a run
+    of one here stops before its next step. Returns their ids."""
+    cancelled: list[str] = []
+    while not engine.stopping:
+        page = engine.db.operations.cancel_overdue(limit=_WAKE_PAGE)
+        for workflow_id in page:
+            engine.note_cancelled(workflow_id)
+        cancelled += page
+        if len(page) < _WAKE_PAGE:
+            break
+    return cancelled
+
+
+def wake(engine: Engine, targets: list[str] | None) -> list[str]:
+    """Wake and run every workflow that can run now: those waiting on ``targets``,
+    or any (None). One statement per page of workflows, one read of their logs.
+    Returns the ids of the workflows woken here."""
+    woken_ids: list[str] = []
+    while not engine.stopping and engine.session_key is not None:
+        woken = engine.db.suspension.wake(
+            owner_key=engine.session_key,
+            executor_id=engine.executor_id,
+            runner=engine.runner(),
+            targets=targets,
+            limit=_WAKE_PAGE,
+        )
+        engine.start_claimed(
+            [
+                Claim(definition, workflow.workflow_id, workflow.inputs)
+                for workflow in woken
+                # unregistered since: recovery will see it
+                if (definition := find_workflow(workflow.name)) is not None
+            ]
+        )
+        woken_ids += [workflow.workflow_id for workflow in woken]
+        if len(woken) < _WAKE_PAGE:
+            break
+    return woken_ids
