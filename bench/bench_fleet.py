@@ -13,6 +13,15 @@ Scenarios (``--scenarios``, default both):
   queue     N (default 5,000) one-step workflows are enqueued by a client; four
             worker daemons start; timed from their start until all are SUCCESS.
             Reports the enqueue rate and the dispatch throughput (workflows/s).
+  scale     how throughput grows with worker processes on one Postgres: for each P in
+            ``--process-list`` (default 1,2,4,8) a fresh database gets N (``--scale-n``,
+            default 2,000) enqueued workflows of 10 no-op steps, P worker daemons
+            (``--workers`` threads each, default 8) start, and the rate is taken between
+            10 % and 90 % SUCCESS (so process start-up is not counted): workflows/s,
+            steps/s and the server's commits/s (``pg_stat_database.xact_commit``). Then the
+            commit limit of the same server: T connections looping BEGIN; INSERT one row;
+            COMMIT for ``--raw-seconds`` (T in ``--raw-threads``, default 8,32,64), from
+            pgbench when ``--pgbench PATH`` is given, else from Python threads.
 
 Each run uses its own database ``dbos_agent_bench_fleet`` (dropped and created).
 Prints one JSON line per scenario. Run from the repository root.
@@ -26,6 +35,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -173,21 +184,213 @@ def scenario_queue(server: str, n: int) -> dict[str, object]:
     }
 
 
+def xact_commits(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def postmaster_pid(url: str) -> int | None:
+    """The server's postmaster pid when it runs on this machine (to count its CPU)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT current_setting('data_directory')").fetchone()
+    pidfile = Path(str(row[0]) if row else "") / "postmaster.pid"
+    try:
+        return int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_ticks(pids: set[int], parent: int | None) -> tuple[int, int, int]:
+    """(ticks of pids, ticks of parent's children, busy ticks of the machine): the CPU
+    the workers, Postgres' backends and everything used so far (/proc, Linux only)."""
+    ours = server = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        pid, ppid, ticks = int(stat.parent.name), int(fields[1]), int(fields[11]) + int(fields[12])
+        if pid in pids:
+            ours += ticks
+        if parent is not None and (ppid == parent or pid == parent):
+            server += ticks
+    cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    busy = sum(cpu) - cpu[3] - cpu[4]  # all but idle and iowait
+    return ours, server, busy
+
+
+def scenario_scale_one(server: str, n: int, processes: int, threads: int) -> dict[str, object]:
+    """One point of the curve: P worker processes drain n enqueued 10-step workflows."""
+    url = fresh_db(server)
+    sys.path.insert(0, str(ROOT))
+    import dbos_agent as da
+
+    with da.Client(url, pool_size=8) as client:
+        for i in range(n):
+            client.enqueue("bench-fleet", "fleet_job", 10, workflow_id=f"scale-{i:05d}")
+    low, high = n // 10, n - n // 10
+    server_pid = postmaster_pid(url)
+    workers = start_workers(url, processes, "--workers", str(threads))
+    pids = {w.pid for w in workers}
+    try:
+        marks: dict[str, tuple[float, int]] = {}
+        ticks: dict[str, tuple[int, int, int]] = {}
+        deadline = time.perf_counter() + 900
+        while "high" not in marks:
+            done = count(url, "SUCCESS")
+            if "low" not in marks and done >= low:
+                marks["low"] = (time.perf_counter(), done)
+                commits_low = xact_commits(url)
+                ticks["low"] = cpu_ticks(pids, server_pid)
+            if done >= high:
+                marks["high"] = (time.perf_counter(), done)
+                commits_high = xact_commits(url)
+                ticks["high"] = cpu_ticks(pids, server_pid)
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"only {done} of {n} finished")
+            time.sleep(0.05)
+        wait_all(url, n, 600)
+    finally:
+        stop_workers(workers)
+    seconds = marks["high"][0] - marks["low"][0]
+    finished = marks["high"][1] - marks["low"][1]
+    hz = os.sysconf("SC_CLK_TCK")
+    workers_cpu, server_cpu, machine_cpu = (
+        (b - a) / hz / seconds for a, b in zip(ticks["low"], ticks["high"], strict=True)
+    )
+    return {
+        "scenario": "scale",
+        "processes": processes,
+        "threads_per_process": threads,
+        "workflows": n,
+        "window_workflows": finished,
+        "window_seconds": round(seconds, 3),
+        "wf_per_s": round(finished / seconds, 1),
+        "steps_per_s": round(10 * finished / seconds, 1),
+        "commits_per_s": round((commits_high - commits_low) / seconds, 1),
+        # CPU in cores (1.0 = one core busy) over the window.
+        "workers_cores": round(workers_cpu, 2),
+        "postgres_cores": round(server_cpu, 2) if server_pid else None,
+        "machine_busy_cores": round(machine_cpu, 2),
+    }
+
+
+def raw_commits_python(url: str, threads: int, seconds: float) -> float:
+    """T connections, each looping BEGIN; INSERT one row; COMMIT: commits/s."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (id bigserial, v int)")
+    counts = [0] * threads
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        with psycopg.connect(url) as conn:
+            while not stop.is_set():
+                conn.execute("INSERT INTO bench_raw (v) VALUES (1)")
+                conn.commit()
+                counts[i] += 1
+
+    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    time.sleep(seconds)  # the measuring window itself, not a synchronisation
+    stop.set()
+    for t in pool:
+        t.join()
+    return sum(counts) / seconds
+
+
+def raw_commits_pgbench(url: str, pgbench: str, threads: int, seconds: float) -> float:
+    """The same loop from pgbench (-c T -j 2, one INSERT per transaction): commits/s."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (id bigserial, v int)")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write("INSERT INTO bench_raw (v) VALUES (1);\n")
+        script.flush()
+        out = subprocess.run(
+            [
+                pgbench,
+                "-n",
+                "-f",
+                script.name,
+                "-c",
+                str(threads),
+                "-j",
+                "2",
+                "-T",
+                str(int(seconds)),
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    for line in out.splitlines():
+        if line.startswith("tps = "):
+            return float(line.split()[2])
+    raise RuntimeError(f"pgbench printed no tps: {out}")
+
+
+def scenario_scale(args: argparse.Namespace) -> list[dict[str, object]]:
+    results: list[dict[str, object]] = []
+    for p in (int(x) for x in args.process_list.split(",")):
+        results.append(scenario_scale_one(args.dsn, args.scale_n, p, args.workers))
+    url = fresh_db(args.dsn)
+    for t in (int(x) for x in args.raw_threads.split(",")):
+        rate = (
+            raw_commits_pgbench(url, args.pgbench, t, args.raw_seconds)
+            if args.pgbench
+            else raw_commits_python(url, t, args.raw_seconds)
+        )
+        results.append(
+            {
+                "scenario": "raw_commit_limit",
+                "connections": t,
+                "client": "pgbench" if args.pgbench else "python",
+                "commits_per_s": round(rate, 1),
+            }
+        )
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True, help="a Postgres server URL")
     parser.add_argument("--scenarios", default="orphans,queue")
     parser.add_argument("--orphans", type=int, default=10_000)
     parser.add_argument("--queued", type=int, default=5_000)
+    parser.add_argument("--scale-n", type=int, default=2_000)
+    parser.add_argument("--process-list", default="1,2,4,8")
+    parser.add_argument("--workers", type=int, default=8, help="threads per worker process")
+    parser.add_argument("--raw-threads", default="8,32,64")
+    parser.add_argument("--raw-seconds", type=float, default=5.0)
+    parser.add_argument("--pgbench", default=None, help="pgbench binary for the raw limit")
     args = parser.parse_args()
+    loadavg = Path("/proc/loadavg")
+    print(
+        json.dumps(
+            {
+                "meta": True,
+                "cpus": os.cpu_count(),
+                "loadavg_before": loadavg.read_text().split()[:3] if loadavg.exists() else None,
+            }
+        ),
+        flush=True,
+    )
     for name in args.scenarios.split(","):
         if name == "orphans":
-            result = scenario_orphans(args.dsn, args.orphans)
+            results = [scenario_orphans(args.dsn, args.orphans)]
         elif name == "queue":
-            result = scenario_queue(args.dsn, args.queued)
+            results = [scenario_queue(args.dsn, args.queued)]
+        elif name == "scale":
+            results = scenario_scale(args)
         else:
             parser.error(f"unknown scenario {name!r}")
-        print(json.dumps(result), flush=True)
+        for result in results:
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -553,7 +553,7 @@ WITH ready AS (
     SET consumed_seq = r.seq, consumed_at = now()
     FROM received AS r
     JOIN delivery AS d USING (workflow_id)
-    WHERE m.message_id = d.message_id
+    WHERE m.destination_id = d.workflow_id AND m.message_id = d.message_id
     RETURNING m.message_id
 )
 SELECT workflow_id, name, inputs::text FROM woken;
@@ -1119,7 +1119,8 @@ WITH workflow AS (
     UPDATE dbos_agent.messages AS m
     SET consumed_seq = %(seq)s, consumed_at = now()
     FROM candidate AS c
-    WHERE m.message_id = c.message_id AND EXISTS (SELECT 1 FROM written)
+    WHERE m.destination_id = %(workflow_id)s AND m.message_id = c.message_id
+      AND EXISTS (SELECT 1 FROM written)
     RETURNING m.message_id
 )
 SELECT (SELECT count(*) FROM consumed) = 1 AS written,

@@ -292,7 +292,7 @@ $$;
 -- trigger, in the inserting transaction); waiters also poll, so a lost
 -- notification only delays them.
 CREATE TABLE dbos_agent.messages (
-    message_id      bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id      bigint      GENERATED ALWAYS AS IDENTITY,
     destination_id  text        NOT NULL,
     -- '' is the default topic (topic=None).
     topic           text        NOT NULL DEFAULT '',
@@ -305,7 +305,10 @@ CREATE TABLE dbos_agent.messages (
     CONSTRAINT messages_consumed_together CHECK ((consumed_seq IS NULL) = (consumed_at IS NULL)),
     -- Same key, same destination: one message. NULL keys never collide. Its
     -- index (destination_id first) also serves retention.
-    CONSTRAINT messages_idempotency_key UNIQUE (destination_id, idempotency_key)
+    CONSTRAINT messages_idempotency_key UNIQUE (destination_id, idempotency_key),
+    -- Keyed by the workflow it belongs to, as every workflow's table is (see
+    -- docs/scale-out.md: a table distributed by workflow id needs it in every key).
+    CONSTRAINT messages_pkey PRIMARY KEY (destination_id, message_id)
 );
 -- recv: the oldest unconsumed message of (workflow, topic).
 CREATE INDEX messages_unconsumed
