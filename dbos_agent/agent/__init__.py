@@ -60,7 +60,6 @@ _MODULES = {
     ),
     "replay": (
         "ReplayReport",
-        "Spend",
         "last_replay_report",
         "next_step_replays",
         "note_step",
