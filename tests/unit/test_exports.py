@@ -81,3 +81,14 @@ def test_the_agent_spend_is_the_budget_spend() -> None:
     from dbos_agent.agent.budget import Spend as BudgetSpend
 
     assert Spend is BudgetSpend
+
+
+def test_recorded_errors_have_their_own_module_and_keep_their_old_path() -> None:
+    import dbos_agent.serialization as serialization
+
+    codec = importlib.import_module("dbos_agent.errors_codec")
+    for name in ("dumps_error", "error_from_json", "loads_error"):
+        assert getattr(serialization, name) is getattr(codec, name)
+    assert "pydantic" not in codec.__dict__  # it needs no value codec
+    error = codec.loads_error(codec.dumps_error(ValueError("bad input")))
+    assert isinstance(error, ValueError) and str(error) == "bad input"
