@@ -37,6 +37,7 @@ from .engine.context import (
 from .engine.first import wait_first, wait_first_async
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
+from .engine.launch_options import LaunchOptions
 from .engine.messaging import (
     get_event,
     get_event_async,
@@ -178,6 +179,7 @@ __all__ += [
     "Client",
     "ClientHandle",
     "Divergence",
+    "LaunchOptions",
     "Queue",
     "RecoveryReport",
     "Runtime",
