@@ -102,6 +102,42 @@ def test_tool_options_and_validation() -> None:
         tool(name="bad name!")(lambda: None)
 
 
+def test_tool_options_are_said_once_and_the_step_ones_default_as_a_step_does() -> None:
+    from dbos_agent.agent import ToolOptions
+
+    assert set(ToolOptions.__optional_keys__) == {
+        "name",
+        "description",
+        "requires_approval",
+        "idempotent",
+        "guard",
+        "retries",
+        "interval",
+        "backoff",
+        "max_interval",
+        "retry_on",
+        "timeout",
+    }
+
+    def plain(x: int) -> int:
+        return x
+
+    bare, stepped = tool(plain), da.step(name="plain_as_a_step")(plain)
+    assert bare._step.__dbos_agent_step__.retry == stepped.__dbos_agent_step__.retry  # type: ignore[attr-defined]
+    assert (bare.idempotent, bare.guard, bare.requires_approval) == (True, None, False)
+
+    def guard(x: int) -> object:
+        return da.NotDone
+
+    tuned = tool(retries=2, interval=0.5, idempotent=False, guard=guard, requires_approval=True)
+    made = tuned(plain)
+    definition = made._step.__dbos_agent_step__  # type: ignore[attr-defined]
+    assert (definition.retry.retries, definition.retry.interval) == (2, 0.5)
+    assert (made.idempotent, made.guard, made.requires_approval) == (False, guard, True)
+    with pytest.raises(TypeError, match=r"tool 'plain': unknown options \['retires'\]"):
+        tool(retires=3)(plain)  # type: ignore[call-overload]
+
+
 # --------------------------------------------------------------------------- dispatch
 
 

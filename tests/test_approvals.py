@@ -116,6 +116,26 @@ def test_a_replayed_approval_is_neither_asked_for_nor_acted_on_twice(
     assert handle.workflow_id == wid
 
 
+@da.durable_workflow(name="approvals_async_deploy")
+async def async_guarded_deploy(env: str) -> str:
+    ticket = await da.ask_approval_async("deploy", {"env": env})
+    decision = await da.wait_for_approval_async(ticket)
+    return f"{env}: {decision.approved} ({decision.reason}) at step {ticket.seq}"
+
+
+def test_async_workflows_ask_and_wait_for_approval(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    handle = da.start(async_guarded_deploy, "prod")
+    request = waiting_request(handle.workflow_id)
+    assert request.digest == da.approval_digest("deploy", {"env": "prod"})
+    wait_until(lambda: inspector.status(handle.workflow_id) == "SUSPENDED", 15, "suspended")
+    da.approve(handle.workflow_id, request.seq, request.digest, reason="fine")
+    assert handle.result(timeout=30) == "prod: True (fine) at step 0"
+    # the same steps as the sync forms record: a run may switch between them
+    assert [s.name for s in handle.steps()] == ["dbos_agent.request_approval", "dbos_agent.recv"]
+
+
 @tool(requires_approval=True)
 def delete_branch(name: str) -> str:
     """Delete a git branch."""

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     )
     from .retrying import ModelRetryPolicy, is_retryable, retry_after_seconds
     from .tool_registry import ToolRegistry
-    from .tools import NotDone, Tool, ToolCallRejected, ToolInputError, tool
+    from .tools import NotDone, Tool, ToolCallRejected, ToolInputError, ToolOptions, tool
 
 _MODULES = {
     "budget": ("Budget", "Spend", "raise_budget"),
@@ -60,7 +60,6 @@ _MODULES = {
     ),
     "replay": (
         "ReplayReport",
-        "Spend",
         "last_replay_report",
         "next_step_replays",
         "note_step",
@@ -70,7 +69,7 @@ _MODULES = {
     ),
     "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
     "tool_registry": ("ToolRegistry",),
-    "tools": ("NotDone", "Tool", "ToolCallRejected", "ToolInputError", "tool"),
+    "tools": ("NotDone", "Tool", "ToolCallRejected", "ToolInputError", "ToolOptions", "tool"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -99,6 +98,7 @@ __all__ = [
     "Tool",
     "ToolCallRejected",
     "ToolInputError",
+    "ToolOptions",
     "ToolRegistry",
     "Usage",
     "UsageTotals",

@@ -10,21 +10,35 @@ Before a live model call the spend is read, and the call is refused with
 ``max_tokens`` would pass ``max_tokens``, or the cost spent has reached ``max_cost_usd``.
 The refusal is the model step's recorded (not retried) error: the workflow ends in
 ERROR unless it catches it, and a replay raises the same error again.
+
+:class:`BudgetGuard` is a :class:`~dbos_agent.agent.Model`'s budget in the runs that call
+it: published once per run, checked before each live call, raised by a message while the
+run waits (``wait_for_raise``). The model step itself knows nothing else of budgets.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..documents import BUDGET_EVENT
-from ..engine.runtime.context import WorkflowContext
+from ..engine.messaging import recv, recv_async, send, set_event, set_event_async
+from ..engine.runtime.context import WorkflowContext, current_context, in_step
 from ..errors import BudgetExceededError
 from .accounting import MODEL_STEP_NAMES, PriceTable, Usage, usage_of_reply
 
-__all__ = ["BUDGET_EVENT", "BUDGET_TOPIC", "Budget", "Spend", "family_spend", "raise_budget"]
+__all__ = [
+    "BUDGET_EVENT",
+    "BUDGET_TOPIC",
+    "Budget",
+    "BudgetGuard",
+    "Spend",
+    "family_spend",
+    "raise_budget",
+]
 
 #: The topic of the message that raises a waiting workflow's budget.
 BUDGET_TOPIC = "dbos_agent.budget"
@@ -36,8 +50,6 @@ def raise_budget(
     """Raise the budget of a workflow waiting for it (``Budget(wait_for_raise=True)``):
     it tries the refused call again under the new limits. The same as ``dbos-agent send
     ID '{"max_tokens": N}' --topic dbos_agent.budget``."""
-    from ..engine.messaging import send
-
     limits: dict[str, Any] = {}
     if max_tokens is not None:
         limits["max_tokens"] = max_tokens
@@ -122,3 +134,80 @@ def family_spend(ctx: WorkflowContext, prices: PriceTable | None = None) -> Spen
         + usage.cache_read_input_tokens
     )
     return Spend(tokens, usage.cost(prices), len(rows))
+
+
+class BudgetGuard:
+    """A model's :class:`Budget` in the runs that call the model.
+
+    Per run (weakly keyed by its context, so a finished run leaves nothing behind) it
+    remembers whether the budget was published and what a raise made of it.
+    """
+
+    def __init__(self, budget: Budget | None) -> None:
+        self.budget = budget
+        self._published: weakref.WeakSet[WorkflowContext] = weakref.WeakSet()
+        self._raised: weakref.WeakKeyDictionary[WorkflowContext, Budget] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _to_publish(self) -> Budget | None:
+        """The budget, the first time a run's body calls the model (None otherwise)."""
+        ctx = current_context()
+        if self.budget is None or ctx is None or in_step() or ctx in self._published:
+            return None
+        self._published.add(ctx)
+        return self.budget
+
+    def publish(self) -> None:
+        """Say the budget once per run, as an event (a step: replayed like the others)."""
+        budget = self._to_publish()
+        if budget is not None:
+            set_event(BUDGET_EVENT, budget.document())
+
+    async def publish_async(self) -> None:
+        """:meth:`publish` for async workflows."""
+        budget = self._to_publish()
+        if budget is not None:
+            await set_event_async(BUDGET_EVENT, budget.document())
+
+    def of(self, ctx: WorkflowContext) -> Budget | None:
+        """This run's budget: the model's, or what a raise made of it."""
+        return self._raised.get(ctx, self.budget)
+
+    def check(self, request: dict[str, Any]) -> None:
+        """Inside the model step, before the API call: refuse what the budget cannot cover."""
+        ctx = current_context()
+        budget = None if ctx is None else self.of(ctx)
+        if budget is not None and ctx is not None:
+            budget.check(ctx, int(request.get("max_tokens") or 0))
+
+    def _waiting_run(self) -> tuple[WorkflowContext, Budget] | None:
+        """The run and its budget, if a refused call should wait for a raised budget (from
+        the run's body, not a step)."""
+        ctx = current_context()
+        if ctx is None or in_step() or self.budget is None or not self.budget.wait_for_raise:
+            return None
+        current = self.of(ctx)
+        assert current is not None  # waiting needs a budget
+        return ctx, current
+
+    def wait_for_raise(self, refused: BudgetExceededError) -> None:
+        """After a refused call: wait (suspended) for :func:`raise_budget` and publish the
+        raised budget, or raise ``refused`` when this budget does not wait."""
+        waiting = self._waiting_run()
+        if waiting is None:
+            raise refused
+        ctx, current = waiting
+        raised = current.raised_to(recv(BUDGET_TOPIC, timeout=None))
+        self._raised[ctx] = raised
+        set_event(BUDGET_EVENT, raised.document())
+
+    async def wait_for_raise_async(self, refused: BudgetExceededError) -> None:
+        """:meth:`wait_for_raise` for async workflows."""
+        waiting = self._waiting_run()
+        if waiting is None:
+            raise refused
+        ctx, current = waiting
+        raised = current.raised_to(await recv_async(BUDGET_TOPIC, timeout=None))
+        self._raised[ctx] = raised
+        await set_event_async(BUDGET_EVENT, raised.document())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
@@ -20,14 +19,12 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from ..engine.messaging import recv, recv_async, set_event, set_event_async
 from ..engine.runtime import tracing
-from ..engine.runtime.context import WorkflowContext, current_context, in_step
 from ..engine.step import step as durable_step
 from ..engine.streams import write_stream, write_stream_async
 from ..errors import BudgetExceededError, ConfigurationError
 from .accounting import MODEL_STEP_NAMES
-from .budget import BUDGET_EVENT, BUDGET_TOPIC, Budget
+from .budget import Budget, BudgetGuard
 from .replay import note_step
 from .retrying import RETRYABLE_TYPES, ModelRetryPolicy
 from .tool_registry import ToolRegistry
@@ -143,12 +140,7 @@ class Model:
         self.tools = tools
         self.timeout = timeout
         self.step_name = step_name
-        #: Refuses calls past this budget, counted over the workflow's family (budget.py).
-        self.budget = budget
-        self._published: weakref.WeakSet[WorkflowContext] = weakref.WeakSet()
-        self._raised: weakref.WeakKeyDictionary[WorkflowContext, Budget] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._budget = BudgetGuard(budget)
         self._client = client
         self._async_client = async_client
         self._bound: tuple[anthropic.Anthropic, anthropic.Anthropic] | None = None
@@ -213,72 +205,34 @@ class Model:
         request.update(overrides)
         return request
 
-    def _publish_budget(self) -> None:
-        """Say the budget once per run, as an event (a step: replayed like the others)."""
-        ctx = current_context()
-        if self.budget is None or ctx is None or in_step() or ctx in self._published:
-            return
-        self._published.add(ctx)
-        set_event(BUDGET_EVENT, self.budget.document())
+    @property
+    def budget(self) -> Budget | None:
+        """Refuses calls past this budget, counted over the workflow's family (budget.py)."""
+        return self._budget.budget
 
-    async def _publish_budget_async(self) -> None:
-        ctx = current_context()
-        if self.budget is None or ctx is None or in_step() or ctx in self._published:
-            return
-        self._published.add(ctx)
-        await set_event_async(BUDGET_EVENT, self.budget.document())
-
-    def _budget_of(self, ctx: WorkflowContext) -> Budget | None:
-        """This run's budget: the model's, or what a raise made of it."""
-        return self._raised.get(ctx, self.budget)
-
-    def _check_budget(self, request: dict[str, Any]) -> None:
-        """Inside the model step, before the API call: refuse what the budget cannot cover."""
-        ctx = current_context()
-        budget = None if ctx is None else self._budget_of(ctx)
-        if budget is not None and ctx is not None:
-            budget.check(ctx, int(request.get("max_tokens") or 0))
-
-    def _waits_for_raise(self) -> WorkflowContext | None:
-        """The run, if a refused call should wait for a raised budget (from its body)."""
-        ctx = current_context()
-        if ctx is None or in_step() or self.budget is None or not self.budget.wait_for_raise:
-            return None
-        return ctx
+    @budget.setter
+    def budget(self, budget: Budget | None) -> None:
+        self._budget.budget = budget
 
     def _call_step(self, request: dict[str, Any], stream: bool) -> Message:
         while True:
             try:
                 result: Message = self._step(request, stream)
                 return result
-            except BudgetExceededError:
-                ctx = self._waits_for_raise()
-                if ctx is None:
-                    raise
-                current = self._budget_of(ctx)
-                assert current is not None  # waiting needs a budget
-                raised = current.raised_to(recv(BUDGET_TOPIC, timeout=None))
-                self._raised[ctx] = raised
-                set_event(BUDGET_EVENT, raised.document())
+            except BudgetExceededError as refused:
+                self._budget.wait_for_raise(refused)
 
     async def _call_step_async(self, request: dict[str, Any], stream: bool) -> Message:
         while True:
             try:
                 result: Message = await self._step_async(request, stream)
                 return result
-            except BudgetExceededError:
-                ctx = self._waits_for_raise()
-                if ctx is None:
-                    raise
-                current = self._budget_of(ctx)
-                assert current is not None  # waiting needs a budget
-                raised = current.raised_to(await recv_async(BUDGET_TOPIC, timeout=None))
-                self._raised[ctx] = raised
-                await set_event_async(BUDGET_EVENT, raised.document())
+            except BudgetExceededError as refused:
+                await self._budget.wait_for_raise_async(refused)
 
     def create(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
         """One model call as a step (``messages.create``); ``overrides`` go into the request."""
-        self._publish_budget()
+        self._budget.publish()
         note_step()
         return self._call_step(self.request(messages, **overrides), False)
 
@@ -298,7 +252,7 @@ class Model:
         (``da.read_stream``), tagged with this step: a retried or re-run call's earlier
         deltas are voided by a reset item, and a replayed call publishes nothing.
         """
-        self._publish_budget()
+        self._budget.publish()
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
@@ -310,7 +264,7 @@ class Model:
 
     async def create_async(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
         """:meth:`create` for async workflows: the call awaits, holding no thread."""
-        await self._publish_budget_async()
+        await self._budget.publish_async()
         note_step()
         return await self._call_step_async(self.request(messages, **overrides), False)
 
@@ -323,7 +277,7 @@ class Model:
         **overrides: Any,
     ) -> Message:
         """:meth:`stream` for async workflows (``on_text`` is called on the event loop)."""
-        await self._publish_budget_async()
+        await self._budget.publish_async()
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
@@ -335,7 +289,7 @@ class Model:
 
     async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
         if self.budget is not None:
-            await asyncio.to_thread(self._check_budget, request)
+            await asyncio.to_thread(self._budget.check, request)
         with tracing.span(_chat_span, request) as current, _configuration_errors():
             client = self.async_client()
             if not stream:
@@ -353,7 +307,7 @@ class Model:
             return reply
 
     def _call(self, request: dict[str, Any], stream: bool) -> Message:
-        self._check_budget(request)
+        self._budget.check(request)
         with tracing.span(_chat_span, request) as current, _configuration_errors():
             client = self.client()
             if not stream:

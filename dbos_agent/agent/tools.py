@@ -13,17 +13,17 @@ import inspect
 import re
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Annotated, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
 import pydantic_core
 from anthropic.types import ToolParam
 
-from ..engine.runtime.registry import NotDone
+from ..engine.runtime.registry import NotDone, StepDefinition
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
 
-__all__ = ["NotDone", "Tool", "ToolCallRejected", "ToolInputError", "tool"]
+__all__ = ["NotDone", "Tool", "ToolCallRejected", "ToolInputError", "ToolOptions", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -101,58 +101,80 @@ def _format_validation_error(name: str, error: pydantic.ValidationError) -> str:
     return f"invalid input for tool {name!r}: {problems}"
 
 
+class ToolOptions(TypedDict, total=False):
+    """The options of a tool, said once: ``@tool(...)`` and ``Tool(fn, ...)`` take them as
+    keywords. The step options left out take ``@da.step``'s defaults (one retry policy's
+    defaults for steps and tools alike)."""
+
+    name: str | None
+    """The name the model calls (default: the function's); the step is ``tool:<name>``."""
+    description: str | None
+    """What the model reads (default: the docstring without its ``Args:`` section)."""
+    requires_approval: bool
+    """A call the model asks for runs only once a human approved that exact call (tool and
+    arguments, see ``da.request_approval``); a rejection goes back to the model as an
+    ``is_error`` result with the human's reason."""
+    idempotent: bool
+    """False: the intent is recorded before the tool runs (at most once, see ``guard``)."""
+    guard: Callable[..., Any] | None
+    """``guard(**input)`` of a non-idempotent tool found in doubt after a crash: the earlier
+    result if the effect happened, else :data:`NotDone`."""
+    retries: int
+    """Attempts after the first, for exceptions in ``retry_on``."""
+    interval: float
+    """Seconds before the first retry, times ``backoff`` each time, at most
+    ``max_interval``."""
+    backoff: float
+    max_interval: float
+    retry_on: tuple[type[BaseException], ...]
+    timeout: float | None
+    """Seconds an attempt of an ``async def`` tool may take before it is cancelled: the
+    model gets the TimeoutError as an ``is_error`` result, after ``retries``."""
+
+
+#: The options that are the tool's own; every other one is its step's.
+_TOOL_OWN = frozenset({"name", "description", "requires_approval"})
+
+
 class Tool(Generic[P, R]):
     """A function the model can call, run as a durable step named ``tool:<name>``.
 
     ``def`` and ``async def`` functions both work. Calling the tool inside a workflow is a
-    step (checkpointed, replayed); outside it is a plain call. ``idempotent=False`` (with an
-    optional ``guard``) is passed to the step: the intent is recorded before the tool runs,
-    and after a crash the guard decides whether the effect already happened.
+    step (checkpointed, replayed); outside it is a plain call. The options are
+    :class:`ToolOptions`: the step's (``idempotent``, ``guard``, retries, ``timeout``) are
+    passed to ``@da.step`` as they are.
     """
 
-    def __init__(
-        self,
-        fn: Callable[P, R],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        idempotent: bool = True,
-        guard: Callable[..., Any] | None = None,
-        retries: int = 0,
-        interval: float = 1.0,
-        backoff: float = 2.0,
-        max_interval: float = 60.0,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
-        timeout: float | None = None,
-        requires_approval: bool = False,
-    ) -> None:
-        self.name = name or fn.__name__
+    def __init__(self, fn: Callable[P, R], **options: Unpack[ToolOptions]) -> None:
+        unknown = sorted(set(options) - ToolOptions.__optional_keys__)
+        name = options.get("name") or fn.__name__
+        if unknown:
+            raise TypeError(f"tool {name!r}: unknown options {unknown}; see ToolOptions")
+        self.name = name
         if not _NAME.match(self.name):
             raise ValueError(f"tool name {self.name!r} must match {_NAME.pattern}")
         doc, arg_docs = _split_docstring(inspect.getdoc(fn) or "")
+        description = options.get("description")
         self.description = description if description is not None else doc
         self.fn = fn
         #: An ``async def`` tool: calling it returns a coroutine (run it with
         #: ``ToolRegistry.call_async`` / ``call_all_async``, or ``await`` it).
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.idempotent = idempotent
-        self.guard = guard
         #: A human approves each call first (see ToolRegistry and da.request_approval).
-        self.requires_approval = requires_approval
+        self.requires_approval = bool(options.get("requires_approval", False))
         self.input_model = _input_model(fn, self.name, arg_docs)
         self.input_schema: dict[str, Any] = _clean_schema(self.input_model.model_json_schema())
 
+        step_options: dict[str, Any] = {
+            key: value for key, value in options.items() if key not in _TOOL_OWN
+        }
         self._step: Callable[..., R] = engine_step(
-            name=TOOL_STEP_PREFIX + self.name,
-            retries=retries,
-            interval=interval,
-            backoff=backoff,
-            max_interval=max_interval,
-            retry_on=retry_on,
-            idempotent=idempotent,
-            guard=guard,
-            timeout=timeout,
+            name=TOOL_STEP_PREFIX + self.name, **step_options
         )(fn)
+        # what the step made of the options (its defaults for those not given)
+        definition: StepDefinition = getattr(self._step, "__dbos_agent_step__")  # noqa: B009
+        self.idempotent = definition.idempotent
+        self.guard = definition.guard
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -192,66 +214,21 @@ def tool(fn: Callable[P, R], /) -> Tool[P, R]: ...
 
 
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    idempotent: bool = True,
-    guard: Callable[..., Any] | None = None,
-    retries: int = 0,
-    interval: float = 1.0,
-    backoff: float = 2.0,
-    max_interval: float = 60.0,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
-    timeout: float | None = None,
-    requires_approval: bool = False,
-) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
 def tool(
-    fn: Callable[P, R] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    idempotent: bool = True,
-    guard: Callable[..., Any] | None = None,
-    retries: int = 0,
-    interval: float = 1.0,
-    backoff: float = 2.0,
-    max_interval: float = 60.0,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
-    timeout: float | None = None,
-    requires_approval: bool = False,
+    fn: Callable[P, R] | None = None, /, **options: Unpack[ToolOptions]
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
-    """Make a typed function a model tool and a durable step (bare or with options).
+    """Make a typed function a model tool and a durable step (bare, or with the options of
+    :class:`ToolOptions`).
 
     Idempotent tools (the default) are at-least-once: cut off by a crash, they run again.
     For effects that must not repeat, pass ``idempotent=False`` and a ``guard(**input)``
     that checks the world and returns the earlier result or :data:`NotDone`.
-
-    ``timeout`` (``async def`` tools) cancels an attempt after that many seconds: the
-    model gets the TimeoutError as an ``is_error`` result, after ``retries``.
-
-    ``requires_approval=True``: a call the model asks for runs only once a human approved
-    that exact call (tool and arguments, see ``da.request_approval``); a rejection goes back
-    to the model as an ``is_error`` result with the human's reason.
     """
 
     def decorate(func: Callable[P, R]) -> Tool[P, R]:
-        return Tool(
-            func,
-            name=name,
-            description=description,
-            idempotent=idempotent,
-            guard=guard,
-            retries=retries,
-            interval=interval,
-            backoff=backoff,
-            max_interval=max_interval,
-            retry_on=retry_on,
-            timeout=timeout,
-            requires_approval=requires_approval,
-        )
+        return Tool(func, **options)
 
     return decorate(fn) if fn is not None else decorate

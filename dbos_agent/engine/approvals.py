@@ -48,12 +48,14 @@ __all__ = [
     "approval_digest",
     "approve",
     "ask_approval",
+    "ask_approval_async",
     "decide",
     "list_approvals",
     "reject",
     "request_approval",
     "request_approval_async",
     "wait_for_approval",
+    "wait_for_approval_async",
 ]
 
 
@@ -140,9 +142,19 @@ def ask_approval(tool: str, arguments: Any) -> ApprovalTicket:
     return run_plan(_ask_plan(tool, arguments))
 
 
+async def ask_approval_async(tool: str, arguments: Any) -> ApprovalTicket:
+    """:func:`ask_approval` for async workflows (the same plan: the same recorded step)."""
+    return await run_plan_async(_ask_plan(tool, arguments))
+
+
 def wait_for_approval(ticket: ApprovalTicket) -> Approval:
     """Wait (suspended, in a background run) for the decision on ``ticket`` (a step)."""
     return run_plan(_wait_plan(ticket))
+
+
+async def wait_for_approval_async(ticket: ApprovalTicket) -> Approval:
+    """:func:`wait_for_approval` for async workflows: the wait holds no thread."""
+    return await run_plan_async(_wait_plan(ticket))
 
 
 def request_approval(tool: str, arguments: Any) -> Approval:

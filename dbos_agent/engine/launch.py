@@ -13,18 +13,19 @@ table) stays inside the engine.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from dataclasses import replace
 from types import TracebackType
+from typing import Unpack
 
 from ..errors import DbosAgentError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_identifier
+from ..limits import check_identifier
 from ..postgres.embedded import resolve_url
 from ..records import RecoveryReport
 from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
-from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
+from .launch_options import LaunchKeywords, LaunchOptions, option_names
 from .queues import any_queue, registered_queues, run_dispatcher
-from .retention import check_older_than, run_retention
+from .retention import run_retention
 from .runtime.core import Engine
 from .runtime.engine import clear_engine, current_engine, launch_lock, launched, set_engine
 from .runtime.recovery import keep_taking_back, keep_taking_over, recover_pending
@@ -35,83 +36,23 @@ from .schedules import registered_schedules
 
 def launch(
     database_url: str | None = None,
-    *,
-    executor_id: str = "local",
-    app_version: str | None = None,
-    recover: bool = True,
-    workers: int = 16,
-    pool_size: int | None = None,
-    lease_seconds: float = 30.0,
-    session_grace: float = 3.0,
-    outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
-    max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
-    run_queues: bool = True,
-    retention: timedelta | None = None,
-    take_over: bool = True,
-    take_over_every: float = 2.0,
-    suspend_after: float = 1.0,
-    wake_suspended: bool = True,
-    async_runs: int = 1000,
-    run_schedules: bool = True,
+    options: LaunchOptions | None = None,
+    **keywords: Unpack[LaunchKeywords],
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
     ``database_url`` defaults to ``$DBOS_AGENT_DATABASE_URL`` and then to an
-    embedded Postgres kept under ``./.dbos_agent/``. Recovery of this
-    executor's PENDING workflows runs in the background: ``launch`` returns
-    at once. ``workers`` bounds the threads that run background and recovered sync
-    workflows; ``pool_size`` the database connections (default: workers + 4).
-    Background async workflows share one event loop of this process instead, as
-    tasks (at most ``async_runs`` at once; recovery and wake-ups wait for room): their
-    model calls overlap without a thread each.
-
-    Taking over: other executors take this process's workflows over only once
-    its session is dead: its heartbeat lease (``lease_seconds``) ran out (a hung
-    or partitioned process), or its advisory lock has been free for longer than
-    ``session_grace`` seconds (a dead process; a live one whose connection
-    dropped re-opens it within moments and keeps its workflows). A process on
-    the same host that sees the pid gone does not wait at all.
-
-    Outages: every database call is retried through an outage for up to
-    ``outage_timeout`` seconds before raising DatabaseUnavailableError; a
-    workflow cut off by one stays PENDING and this process takes it back when
-    the database answers. ``max_checkpoint_bytes`` bounds one stored JSON value
-    (a step output, a workflow's inputs or output, a message, an event).
-
-    With ``run_queues`` this process also runs the workflows of the queues it
-    defines, as its free worker slots and the queues' limits allow.
-
-    With ``run_schedules`` this process also fires the slots of the cron schedules it
-    defines (``@scheduled``, defined before launch), each slot once across every process
-    that defines them (see engine/scheduler.py).
-
-    With ``retention`` (e.g. ``timedelta(days=30)``) this process also deletes
-    finished workflows (SUCCESS, ERROR, CANCELLED, dead letters) older than that,
-    with their steps, messages and events, in the background: every tenth of
-    ``retention`` and at least hourly, in short batches (see engine/retention.py).
-    Without it nothing is ever deleted.
-
-    Waiting costs nothing: a workflow run in the background (``da.start``, recovery,
-    a queue) whose ``sleep``, ``recv`` or ``get_event`` would wait longer than
-    ``suspend_after`` seconds is SUSPENDED instead of holding a thread, and this
-    process (or any other that knows the workflow) wakes it and continues it from
-    its log when the wait can be met (see engine/suspension.py). With
-    ``wake_suspended=False`` this process wakes none (e.g. a web process that only
-    starts workflows; its workers wake them).
-
-    Failover: every launched process takes over the workflows of dead sessions, of
-    any executor, that it can run (a registered name, its application version): it
-    looks every ``take_over_every`` seconds (one cheap statement while there is
-    nothing to take) and at once when a session ends leaving work or a workflow is
-    resumed without an owner. A fleet of application processes needs no separate
-    worker to survive the death of one of them. ``take_over=False`` leaves that to
-    others (the process still recovers its own executor's workflows at launch).
+    embedded Postgres kept under ``./.dbos_agent/``. The rest is
+    :class:`~dbos_agent.LaunchOptions`, given as ``options`` or as keywords
+    (``launch(url, workers=32)``); keywords given with ``options`` replace those fields.
+    Recovery, failover, queues, schedules, suspension and retention then run in the
+    background: ``launch`` returns at once, with this process's :class:`Runtime`.
     """
 
-    if retention is not None:
-        check_older_than(retention)  # a bad age fails here, not in a background thread
-    if not take_over_every > 0:
-        raise ValueError(f"take_over_every must be > 0 seconds, got {take_over_every!r}")
+    unknown = sorted(set(keywords) - option_names())
+    if unknown:
+        raise TypeError(f"launch() got unknown options {unknown}; see LaunchOptions")
+    o = replace(options or LaunchOptions(), **keywords)  # checked when made
 
     with launch_lock():
         if launched() is not None:
@@ -119,29 +60,29 @@ def launch(
                 "dbos_agent is already launched in this process; "
                 "call shutdown() on the runtime first"
             )
-        check_identifier(executor_id, "executor id")
+        check_identifier(o.executor_id, "executor id")
         url = resolve_url(database_url)
         db = SystemDatabase(
             url,
-            pool_size=pool_size or workers + 4,
-            outage_timeout=outage_timeout,
-            max_checkpoint_bytes=max_checkpoint_bytes,
+            pool_size=o.pool_size or o.workers + 4,
+            outage_timeout=o.outage_timeout,
+            max_checkpoint_bytes=o.max_checkpoint_bytes,
         )
         db.open()
         try:
             db.migrate()
             engine = Engine(
                 db,
-                executor_id=executor_id,
-                app_version=app_version,
-                workers=workers,
-                lease_seconds=lease_seconds,
-                session_grace=session_grace,
-                suspend_after=suspend_after,
-                async_runs=async_runs,
+                executor_id=o.executor_id,
+                app_version=o.app_version,
+                workers=o.workers,
+                lease_seconds=o.lease_seconds,
+                session_grace=o.session_grace,
+                suspend_after=o.suspend_after,
+                async_runs=o.async_runs,
             )
             engine.queues_defined = any_queue
-            if run_queues:  # registered from its first moment as serving them
+            if o.run_queues:  # registered from its first moment as serving them
                 engine.session.queues = [queue.name for queue in registered_queues()]
             engine.open()
         except BaseException:
@@ -149,30 +90,30 @@ def launch(
             raise
         set_engine(engine)
         engine.on_shutdown(lambda: clear_engine(engine))
-    waker = Waker(engine) if wake_suspended else None
+    waker = Waker(engine) if o.wake_suspended else None
     if waker is not None:
         waker.start()
         engine.on_wake_all(waker.poke)
         engine.on_suspended(lambda: waker.poke(sweep=False))  # a new timer: sleep until it
     engine.notifications.start()
-    if recover:
+    if o.recover:
         engine.run_in_background(lambda: recover_pending(engine), "dbos-agent-recovery")
     else:
         engine.recovery_done.set()
     engine.run_in_background(lambda: keep_taking_back(engine), "dbos-agent-take-back")
     if waker is not None:
         engine.run_in_background(waker.run, "dbos-agent-waker")
-    if run_queues:
+    if o.run_queues:
         engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
-    if run_schedules and registered_schedules():
+    if o.run_schedules and registered_schedules():
         scheduler = Scheduler(engine)
         engine.on_wake_all(scheduler.poke)  # a moved clock, shutdown: look again now
         engine.run_in_background(scheduler.run, "dbos-agent-scheduler")
-    if take_over:
-        engine.passes.take_over = take_over_every
+    if o.take_over:
+        engine.passes.take_over = o.take_over_every
         engine.run_in_background(lambda: keep_taking_over(engine), "dbos-agent-take-over")
-    if retention is not None:
-        age = retention
+    if o.retention is not None:
+        age = o.retention
         engine.run_in_background(lambda: run_retention(engine, age), "dbos-agent-retention")
     return Runtime(engine)
 

@@ -24,8 +24,8 @@ from ..errors import (
     StepInDoubtError,
     WorkflowDivergedError,
 )
+from ..errors_codec import dumps_error
 from ..records import StepStatus, WorkflowStatus
-from ..serialization import dumps_error
 from ..storage.rows import StepWrite
 from .runtime import tracing
 from .runtime.context import (

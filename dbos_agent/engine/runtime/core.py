@@ -39,9 +39,9 @@ from ...errors import (
     WorkflowInputsError,
     WorkflowInterruptedError,
 )
+from ...errors_codec import dumps_error
 from ...limits import check_identifier
 from ...records import RecoveryReport, WorkflowStatus
-from ...serialization import dumps_error
 from ...storage.database import SystemDatabase
 from ...storage.rows import Runner, WorkflowRow
 from ...storage.session import ExecutorSession, end_dead_local_sessions

@@ -12,8 +12,9 @@ from ...errors import (
     WorkflowCancelledError,
     WorkflowDivergedError,
 )
+from ...errors_codec import error_from_json, loads_error
 from ...records import Divergence, StepStatus, WorkflowStatus
-from ...serialization import Codec, error_from_json, loads_error
+from ...serialization import Codec
 
 
 @dataclass(slots=True)

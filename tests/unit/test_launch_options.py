@@ -1,0 +1,67 @@
+"""launch()'s options said once (engine/launch_options.py): the keyword form names
+exactly the dataclass's fields with the same types, bad values fail when the options are
+made, an unknown option is a TypeError naming it.
+
+No Postgres here (``pytest tests/unit``): every refusal comes before a connection."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields
+from datetime import timedelta
+
+import pytest
+
+import dbos_agent as da
+from dbos_agent.engine import launch_options
+from dbos_agent.engine.launch_options import LaunchKeywords, LaunchOptions
+
+#: launch()'s keywords before LaunchOptions: every one still works.
+KEYWORDS = {
+    "executor_id",
+    "app_version",
+    "recover",
+    "workers",
+    "pool_size",
+    "lease_seconds",
+    "session_grace",
+    "outage_timeout",
+    "max_checkpoint_bytes",
+    "run_queues",
+    "retention",
+    "take_over",
+    "take_over_every",
+    "suspend_after",
+    "wake_suspended",
+    "async_runs",
+    "run_schedules",
+}
+
+
+def test_the_keyword_form_is_the_dataclass() -> None:
+    assert {f.name for f in fields(LaunchOptions)} == KEYWORDS
+    assert LaunchKeywords.__optional_keys__ == KEYWORDS
+    assert typing.get_type_hints(LaunchKeywords) == typing.get_type_hints(
+        LaunchOptions, vars(launch_options)
+    )
+    assert da.LaunchOptions is LaunchOptions
+
+
+def test_bad_values_fail_when_made() -> None:
+    with pytest.raises(ValueError, match="take_over_every must be > 0"):
+        LaunchOptions(take_over_every=0)
+    with pytest.raises(ValueError, match="positive duration"):
+        LaunchOptions(retention=timedelta(0))
+    with pytest.raises(ValueError, match="take_over_every must be > 0"):
+        da.launch("postgresql://nowhere.invalid/db", LaunchOptions(), take_over_every=-1)
+
+
+def test_an_unknown_option_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match=r"unknown options \['wokers'\]"):
+        da.launch("postgresql://nowhere.invalid/db", wokers=2)  # type: ignore[call-arg]
+
+
+def test_options_are_frozen() -> None:
+    options = LaunchOptions(workers=2)
+    with pytest.raises(AttributeError):
+        options.workers = 3  # type: ignore[misc]
