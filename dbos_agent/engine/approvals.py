@@ -35,7 +35,7 @@ from .messaging import recv_plan
 from .runtime.engine import current_engine
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import adopt_recorded
-from .timers import builtin_step, recorded, workflow_only
+from .waits import builtin_step, recorded, workflow_only
 
 APPROVAL_STEP = "dbos_agent.request_approval"
 _REQUEST = builtin_step(APPROVAL_STEP, codec_for(str))

@@ -28,7 +28,7 @@ from .runtime.context import (
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import checkpoint
-from .timers import builtin_step, recorded
+from .waits import builtin_step, recorded
 
 #: The step that records the id of a workflow started from a workflow.
 START_CHILD_STEP = "dbos_agent.start_child"

@@ -40,7 +40,7 @@ from .runtime.context import current_workflow_timeout, take_workflow_id
 from .runtime.plans import run_plan, run_plan_async
 from .runtime.waiting import finished_outcome
 from .streams import StreamItem, follow, follow_async
-from .timers import check_seconds
+from .waits import check_seconds
 
 #: How often a client looks again while it waits for an event.
 _POLL_S = 0.1

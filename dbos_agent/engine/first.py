@@ -25,7 +25,7 @@ from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .runtime.waiting import POLL_MAX_S, POLL_MIN_S
 from .step import checkpoint
-from .timers import builtin_step, cancel_key, recorded, stop_if_interrupted
+from .waits import builtin_step, cancel_key, recorded, stop_if_interrupted
 
 FIRST_STEP = "dbos_agent.wait_first"
 _FIRST = builtin_step(FIRST_STEP, codec_for(str))

@@ -42,7 +42,7 @@ from .runtime.outcome import Outcome
 from .runtime.ownership import ensure_owned, owns_now
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import adopt_recorded, checkpoint, where
-from .timers import (
+from .waits import (
     builtin_step,
     cancel_key,
     check_seconds,

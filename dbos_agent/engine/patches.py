@@ -36,7 +36,7 @@ from .runtime.context import WorkflowContext
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
 from .step import checkpoint
-from .timers import builtin_step, workflow_only
+from .waits import builtin_step, workflow_only
 
 #: The name of a patch's marker step is this prefix and the patch name.
 PATCH_PREFIX = "dbos_agent.patch:"

@@ -45,7 +45,7 @@ from .runtime.notifications import Notifications, Waiter
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .step import adopt_recorded, checkpoint
-from .timers import builtin_step, cancel_key, recorded, stop_if_interrupted
+from .waits import builtin_step, cancel_key, recorded, stop_if_interrupted
 
 STREAM_STEP = "dbos_agent.write_stream"
 CLOSE_STEP = "dbos_agent.close_stream"
