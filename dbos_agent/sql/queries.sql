@@ -219,17 +219,16 @@ WHERE workflow_id = %(workflow_id)s;
 
 -- name: list_workflows
 -- scope: many
--- Newest first. A NULL filter matches everything.
+-- Newest first, matching every given filter. storage/workflows.py puts the filters
+-- given, and only those, in place of {filters} (each a fixed fragment there, joined
+-- with AND): each combination is its own statement with its own plan, which walks the
+-- index of its filter (workflows_by_status, workflows_by_name, workflows_by_created)
+-- instead of a generic plan for "the parameter is NULL or matches" that can use none.
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
        finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
 FROM dbos_agent.workflows
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(name)s::text IS NULL OR name = %(name)s::text)
-  AND (%(executor_id)s::text IS NULL OR executor_id = %(executor_id)s::text)
-  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
-  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
-  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+WHERE {filters}
 ORDER BY created_at DESC, workflow_id DESC
 LIMIT %(limit)s;
 
@@ -1436,14 +1435,25 @@ SELECT (SELECT count(*) FROM decided) = 1 AS decided,
 FROM (SELECT 1) AS one
 LEFT JOIN target AS t ON true;
 
--- name: list_approvals
--- scope: many
--- Approval requests, newest first: of one workflow, or PENDING ones of all.
+-- name: list_workflow_approvals
+-- scope: one workflow
+-- The approval requests of one workflow, newest first (its primary key).
 SELECT workflow_id, seq, tool, arguments::text, digest, status, reason, requested_at,
        decided_at
 FROM dbos_agent.approvals
-WHERE (%(workflow_id)s::text IS NULL AND status = 'PENDING')
-   OR workflow_id = %(workflow_id)s::text
+WHERE workflow_id = %(workflow_id)s
+ORDER BY requested_at DESC, seq DESC
+LIMIT %(limit)s;
+
+-- name: list_pending_approvals
+-- scope: many
+-- The PENDING approval requests of every workflow, newest first (approvals_pending).
+-- Apart from list_workflow_approvals: one statement with an OR between the two shapes
+-- gets one plan, which cannot use both indexes.
+SELECT workflow_id, seq, tool, arguments::text, digest, status, reason, requested_at,
+       decided_at
+FROM dbos_agent.approvals
+WHERE status = 'PENDING'
 ORDER BY requested_at DESC, seq DESC
 LIMIT %(limit)s;
 
