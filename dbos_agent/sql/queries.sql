@@ -1292,6 +1292,10 @@ WITH picked AS (
     DELETE FROM dbos_agent.approvals
     WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
     RETURNING 1
+), usage AS (  -- the same: the model usage of the families these were the roots of
+    DELETE FROM dbos_agent.family_usage
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted) AS workflows,
        (SELECT count(*) FROM steps) AS steps,
@@ -1459,32 +1463,21 @@ LIMIT %(limit)s;
 
 -- == budgets ==
 
--- name: list_family_model_usage
+-- name: get_family_model_usage
 -- scope: a family
--- The model and usage of every recorded model reply of a workflow's family: its
--- root ancestor (up parent_id) and every workflow started below that root, so that
--- neither a recovery, a fork (which copies the recorded steps) nor a child workflow
--- starts a budget over.
-WITH RECURSIVE up AS (
-    SELECT workflow_id, parent_id, 0 AS depth
-    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
-    UNION ALL
-    SELECT w.workflow_id, w.parent_id, u.depth + 1
-    FROM dbos_agent.workflows AS w JOIN up AS u ON w.workflow_id = u.parent_id
-    WHERE u.depth < 1000
-), root AS (
-    SELECT workflow_id FROM up ORDER BY depth DESC LIMIT 1
-), family AS (
-    SELECT workflow_id, 0 AS depth FROM root
-    UNION
-    SELECT c.workflow_id, f.depth + 1
-    FROM dbos_agent.workflows AS c JOIN family AS f ON c.parent_id = f.workflow_id
-    WHERE f.depth < 1000
-)
-SELECT s.output->>'model' AS model, (s.output->'usage')::text AS usage
-FROM dbos_agent.steps AS s
-JOIN (SELECT DISTINCT workflow_id FROM family) AS f USING (workflow_id)
-WHERE s.name = ANY(%(names)s) AND s.status = 'SUCCESS';
+-- What the model replies (steps named in `names`) of a workflow's family spent, per
+-- model: its root ancestor (up parent_id) and every workflow started below that root,
+-- so that neither a recovery, a fork (which copies the recorded steps) nor a child
+-- workflow starts a budget over. The family's running total (family_usage, kept by
+-- trigger as each reply is recorded, migration 019): a few rows, however long the log.
+SELECT model, sum(replies)::bigint AS replies, sum(input_tokens)::bigint AS input_tokens,
+       sum(output_tokens)::bigint AS output_tokens,
+       sum(cache_creation_input_tokens)::bigint AS cache_creation_input_tokens,
+       sum(cache_read_input_tokens)::bigint AS cache_read_input_tokens
+FROM dbos_agent.family_usage
+WHERE workflow_id = dbos_agent.family_root(%(workflow_id)s) AND step_name = ANY(%(names)s)
+GROUP BY model
+ORDER BY model;
 
 
 -- == histories: deploy checks, export and import ==
