@@ -262,6 +262,14 @@ ORDER BY seq;
 -- back. Without `orphans` only the caller's own executor id is looked at (a
 -- restart recovering what its previous process left). SKIP LOCKED: two
 -- claimers never take the same row.
+-- The candidates are each dead session's first page (and that of the PENDING
+-- workflows owned by nobody), read in order from workflows_pending_by_owner
+-- (migration 020): the PENDING workflows of live sessions, however many, are not
+-- walked. The owner is pinned by a range (>= and <=), not =, and the order names it
+-- first: only that index gives the order, so the plan cannot be a walk of every
+-- PENDING row in created_at order, which a planner that cannot know that the dead
+-- own few would otherwise pick. The page is locked on the table, re-checking the
+-- status and the owner.
 WITH locked AS (
     SELECT dbos_agent.locked_sessions() AS session_key
 ), stamped AS (
@@ -269,18 +277,43 @@ WITH locked AS (
     SET lock_lost_at = dbos_agent.now()
     WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
     RETURNING e.session_key
+), candidates AS (
+    (SELECT c.workflow_id, c.owner_key, c.created_at
+     FROM dbos_agent.dead_sessions() AS d(owner_key)
+     CROSS JOIN LATERAL (
+         SELECT w.workflow_id, w.owner_key, w.created_at
+         FROM dbos_agent.workflows AS w
+         WHERE w.status = 'PENDING'
+           AND w.owner_key >= d.owner_key AND w.owner_key <= d.owner_key
+           AND w.owner_key IS DISTINCT FROM %(owner_key)s
+           AND (%(orphans)s OR w.executor_id = %(executor_id)s)
+           AND w.name = ANY(%(names)s)
+           AND NOT (w.workflow_id = ANY(%(skip_ids)s))
+           AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                                  %(app_version)s, %(code_version)s)
+           AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+         ORDER BY w.owner_key, w.created_at, w.workflow_id
+         LIMIT %(limit)s
+     ) AS c)
+    UNION ALL
+    (SELECT w.workflow_id, w.owner_key, w.created_at
+     FROM dbos_agent.workflows AS w
+     WHERE w.status = 'PENDING' AND w.owner_key IS NULL
+       AND (%(orphans)s OR w.executor_id = %(executor_id)s)
+       AND w.name = ANY(%(names)s)
+       AND NOT (w.workflow_id = ANY(%(skip_ids)s))
+       AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                              %(app_version)s, %(code_version)s)
+       AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+     ORDER BY w.owner_key, w.created_at, w.workflow_id
+     LIMIT %(limit)s)
+    ORDER BY created_at, workflow_id
+    LIMIT %(limit)s
 ), page AS (
     SELECT w.workflow_id
-    FROM dbos_agent.workflows AS w
-    WHERE w.status = 'PENDING'
-      AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
-      AND w.owner_key IS DISTINCT FROM %(owner_key)s
-      AND (%(orphans)s OR w.executor_id = %(executor_id)s)
-      AND w.name = ANY(%(names)s)
-      AND NOT (w.workflow_id = ANY(%(skip_ids)s))
-      AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
-                             %(app_version)s, %(code_version)s)
-      AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+    FROM candidates AS c
+    JOIN dbos_agent.workflows AS w USING (workflow_id)
+    WHERE w.status = 'PENDING' AND w.owner_key IS NOT DISTINCT FROM c.owner_key
     ORDER BY w.created_at, w.workflow_id
     LIMIT %(limit)s
     FOR UPDATE OF w SKIP LOCKED
@@ -316,6 +349,7 @@ RETURNING w.workflow_id, w.name, w.status, w.inputs::text, w.created_at,
 -- first time (their grace starts now, as in claim_workflows), and whether any
 -- workflow the caller could run waits to be taken over. An idle process pays
 -- this one statement per pass; claim_workflows runs only when there is work.
+-- It reads the dead sessions' PENDING workflows as claim_workflows does (see there).
 WITH locked AS (
     SELECT dbos_agent.locked_sessions() AS session_key
 ), stamped AS (
@@ -326,13 +360,29 @@ WITH locked AS (
 )
 SELECT EXISTS (
            SELECT 1
+           FROM dbos_agent.dead_sessions() AS d(owner_key)
+           CROSS JOIN LATERAL (
+               SELECT 1
+               FROM dbos_agent.workflows AS w
+               WHERE w.status = 'PENDING'
+                 AND w.owner_key >= d.owner_key AND w.owner_key <= d.owner_key
+                 AND w.owner_key IS DISTINCT FROM %(owner_key)s
+                 AND w.name = ANY(%(names)s)
+                 AND dbos_agent.may_run(w.app_version, w.accepted_versions,
+                                        w.diverged_versions, %(app_version)s,
+                                        %(code_version)s)
+               ORDER BY w.owner_key, w.created_at, w.workflow_id
+               LIMIT 1
+           ) AS found
+       ) OR EXISTS (
+           SELECT 1
            FROM dbos_agent.workflows AS w
-           WHERE w.status = 'PENDING'
-             AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
-             AND w.owner_key IS DISTINCT FROM %(owner_key)s
+           WHERE w.status = 'PENDING' AND w.owner_key IS NULL
              AND w.name = ANY(%(names)s)
              AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
                                     %(app_version)s, %(code_version)s)
+           ORDER BY w.owner_key, w.created_at, w.workflow_id
+           LIMIT 1
        ) OR EXISTS (
            SELECT 1
            FROM dbos_agent.workflows AS w

@@ -129,9 +129,9 @@ CREATE UNIQUE INDEX workflows_queue_dedup
 -- Diverged workflows, for the processes whose code may fit them.
 CREATE INDEX workflows_diverged ON dbos_agent.workflows (created_at)
     WHERE status = 'DIVERGED';
--- Claims: the PENDING workflows of dead sessions.
+-- Claims: the PENDING workflows of dead sessions, each session's oldest first.
 CREATE INDEX workflows_pending_by_owner
-    ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';
+    ON dbos_agent.workflows (owner_key, created_at, workflow_id) WHERE status = 'PENDING';
 -- Queues: what waits, what runs, what started within a rate-limit period.
 CREATE INDEX workflows_enqueued
     ON dbos_agent.workflows (queue_name, priority, created_at) WHERE status = 'ENQUEUED';
