@@ -30,18 +30,28 @@ CREATE TABLE dbos_agent.family_usage (
 );
 
 -- The root of a workflow's family: its topmost ancestor still recorded (itself without a
--- parent; NULL for an unknown id).
+-- parent; NULL for an unknown id). A loop of primary-key lookups, planned once per
+-- session: the trigger below runs it for every model reply.
 CREATE FUNCTION dbos_agent.family_root(id text) RETURNS text
-LANGUAGE sql STABLE AS $$
-    WITH RECURSIVE up AS (
-        SELECT workflow_id, parent_id, 0 AS depth
-        FROM dbos_agent.workflows WHERE workflow_id = id
-        UNION ALL
-        SELECT w.workflow_id, w.parent_id, u.depth + 1
-        FROM dbos_agent.workflows AS w JOIN up AS u ON w.workflow_id = u.parent_id
-        WHERE u.depth < 1000
-    )
-    SELECT workflow_id FROM up ORDER BY depth DESC LIMIT 1
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    root text;
+    parent text;
+    next_root text;
+    next_parent text;
+BEGIN
+    SELECT w.workflow_id, w.parent_id INTO root, parent
+    FROM dbos_agent.workflows AS w WHERE w.workflow_id = id;
+    FOR depth IN 1..1000 LOOP
+        EXIT WHEN parent IS NULL;
+        SELECT w.workflow_id, w.parent_id INTO next_root, next_parent
+        FROM dbos_agent.workflows AS w WHERE w.workflow_id = parent;
+        EXIT WHEN NOT FOUND;
+        root := next_root;
+        parent := next_parent;
+    END LOOP;
+    RETURN root;
+END
 $$;
 
 -- One token count of a reply's usage object, as usage_of_reply reads it; clamped, so that
