@@ -5,7 +5,9 @@ ancestor and every workflow started below it. A recovered run reads the same log
 copies the steps it reuses (and their usage with them), and a child workflow counts
 against its parent's family: none of them starts the count over.
 
-Before a live model call the spend is read, and the call is refused with
+Before a live model call the spend is read (the family's running total, which the
+database adds each reply to as it is recorded: a few rows, however long the log), and
+the call is refused with
 :class:`~dbos_agent.BudgetExceededError` when the tokens spent plus the call's
 ``max_tokens`` would pass ``max_tokens``, or the cost spent has reached ``max_cost_usd``.
 The refusal is the model step's recorded (not retried) error: the workflow ends in
@@ -18,7 +20,6 @@ run waits (``wait_for_raise``). The model step itself knows nothing else of budg
 
 from __future__ import annotations
 
-import json
 import math
 import weakref
 from dataclasses import dataclass, replace
@@ -28,7 +29,7 @@ from ..documents import BUDGET_EVENT
 from ..engine.messaging import recv, recv_async, send, set_event, set_event_async
 from ..engine.runtime.context import WorkflowContext, current_context, in_step
 from ..errors import BudgetExceededError
-from .accounting import MODEL_STEP_NAMES, PriceTable, Usage, usage_of_reply
+from .accounting import MODEL_STEP_NAMES, PriceTable, Usage
 
 __all__ = [
     "BUDGET_EVENT",
@@ -122,18 +123,24 @@ class Budget:
 
 
 def family_spend(ctx: WorkflowContext, prices: PriceTable | None = None) -> Spend:
-    """The model spend of the running workflow's family, from the step log."""
+    """The model spend of the running workflow's family, from its running total."""
     rows = ctx.engine.db.steps.family_model_usage(ctx.workflow_id, sorted(MODEL_STEP_NAMES))
     usage = Usage()
-    for model, text in rows:
-        usage = usage + usage_of_reply({"model": model, "usage": json.loads(text)})
+    for r in rows:
+        counts = (
+            r.input_tokens,
+            r.output_tokens,
+            r.cache_creation_input_tokens,
+            r.cache_read_input_tokens,
+        )
+        usage = usage + Usage(*counts, by_model=((r.model, *counts),))
     tokens = (
         usage.input_tokens
         + usage.output_tokens
         + usage.cache_creation_input_tokens
         + usage.cache_read_input_tokens
     )
-    return Spend(tokens, usage.cost(prices), len(rows))
+    return Spend(tokens, usage.cost(prices), sum(r.replies for r in rows))
 
 
 class BudgetGuard:

@@ -1,9 +1,18 @@
--- Every statement dbos_agent sends, named. storage/queries.py loads this file;
+-- Every statement dbos_agent sends, named. storage/sql_files.py loads this file;
 -- each query starts at a "-- name: verb_noun" line and runs to the next one.
+-- The line after the name says the query's scope, what rows it may touch (a unit
+-- test holds every query to exactly one; a sharded design starts from them):
+--   -- scope: one workflow   rows keyed by one workflow id (its row, steps, the
+--                            messages sent to it, events, streams, approvals)
+--   -- scope: a family       one workflow and those linked to it: its parent and
+--                            children, the workflow it waits on, a fork's original
+--   -- scope: many           anything else: a scan, a set of unrelated workflows,
+--                            or no workflow at all (sessions, queues, schedules)
 -- Parameters use psycopg's %(name)s style. JSON travels as text and is cast
 -- to jsonb here, so Python never parses a checkpoint twice.
 
 -- name: insert_workflow
+-- scope: one workflow
 -- Record a new workflow (PENDING and owned by the caller's session, or
 -- ENQUEUED and owned by nobody), with its deadline if it has a timeout. No row
 -- back: the id is taken, and find_workflow_call reads what holds it (idempotent
@@ -25,6 +34,7 @@ ON CONFLICT (workflow_id) DO NOTHING
 RETURNING true AS inserted;
 
 -- name: find_workflow_call
+-- scope: one workflow
 -- The workflow holding an id that insert_workflow found taken, with whether its
 -- owner is alive (no row: it was deleted since, and the insert is tried again).
 SELECT name, status, inputs::text, output::text, error::text, owner_key,
@@ -33,6 +43,7 @@ FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
 -- name: append_step
+-- scope: one workflow
 -- The checkpoint in its common case and cheapest form: a plain insert,
 -- guarded on the workflow being PENDING and owned by the caller's session.
 -- No row back (the guard failed, or the position is taken) sends the caller to
@@ -48,6 +59,7 @@ ON CONFLICT (workflow_id, seq) DO NOTHING
 RETURNING workflow_id, seq;
 
 -- name: append_steps
+-- scope: many
 -- append_step for a group commit of several steps (storage/group_commit.py), given as
 -- one JSON array of rows: each insert guarded on its own workflow.
 INSERT INTO dbos_agent.steps
@@ -64,6 +76,7 @@ ON CONFLICT (workflow_id, seq) DO NOTHING
 RETURNING workflow_id, seq;
 
 -- name: record_step
+-- scope: one workflow
 -- Record step `seq`'s result: the checkpoint. Only while the workflow is
 -- PENDING and owned by the caller's session (else its status reads NOT_OWNER),
 -- and only if that position holds nothing or this step's own intent
@@ -92,6 +105,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
 
 -- name: record_step_intent
+-- scope: one workflow
 -- Before a non-idempotent step runs: durably say "about to run step `seq`
 -- with these inputs". Returns whether the intent was written and whatever
 -- already held the position (a concurrent run's intent or result). The same
@@ -115,6 +129,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
 
 -- name: resolve_step_intent
+-- scope: one workflow
 -- An operator resolves an in-doubt step by giving it the result it had.
 UPDATE dbos_agent.steps
 SET status = 'SUCCESS', output = %(output)s::jsonb, finished_at = now()
@@ -122,6 +137,7 @@ WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
 RETURNING seq;
 
 -- name: delete_step_intent
+-- scope: one workflow
 -- An operator allows an in-doubt step to run again: its intent is removed
 -- (a recorded result is never removed).
 DELETE FROM dbos_agent.steps
@@ -129,6 +145,7 @@ WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'PENDING'
 RETURNING seq;
 
 -- name: reopen_in_doubt_workflow
+-- scope: one workflow
 -- After its in-doubt step is resolved the workflow is PENDING again, owned by
 -- the caller's session when it can run it (else by nobody, for recovery).
 UPDATE dbos_agent.workflows
@@ -138,6 +155,7 @@ WHERE workflow_id = %(workflow_id)s AND status = 'IN_DOUBT'
 RETURNING name, inputs::text;
 
 -- name: load_steps
+-- scope: one workflow
 -- The whole log of one workflow, for replay: one query, not one per step. An
 -- intent (PENDING) comes with its inputs: a waiting recv keeps its deadline there.
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts,
@@ -147,6 +165,7 @@ WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;
 
 -- name: load_steps_of_many
+-- scope: many
 -- The logs of a batch of workflows being recovered or woken, in one query (as
 -- load_steps).
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts,
@@ -156,6 +175,7 @@ WHERE workflow_id = ANY(%(workflow_ids)s)
 ORDER BY workflow_id, seq;
 
 -- name: load_owned_logs
+-- scope: many
 -- The logs of workflows a statement just gave the caller's session (a wake, a
 -- claim, a dequeue, a take-back), read after this process registered their runs:
 -- only those still PENDING and the caller's (another run of this process may have
@@ -171,6 +191,7 @@ WHERE w.workflow_id = ANY(%(workflow_ids)s) AND w.status = 'PENDING'
 ORDER BY w.workflow_id, s.seq;
 
 -- name: finish_workflow
+-- scope: one workflow
 -- Record a PENDING workflow's outcome. Guarded on status and owner: a
 -- workflow that another session took over, finished, or that an operator
 -- cancelled keeps its state, and the caller gets that state back instead.
@@ -189,6 +210,7 @@ FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 
 -- name: get_workflow
+-- scope: one workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
        finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
@@ -196,21 +218,22 @@ FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
 -- name: list_workflows
--- Newest first. A NULL filter matches everything.
+-- scope: many
+-- Newest first, matching every given filter. storage/workflows.py puts the filters
+-- given, and only those, in place of {filters} (each a fixed fragment there, joined
+-- with AND): each combination is its own statement with its own plan, which walks the
+-- index of its filter (workflows_by_status, workflows_by_name, workflows_by_created)
+-- instead of a generic plan for "the parameter is NULL or matches" that can use none.
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
        finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
 FROM dbos_agent.workflows
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(name)s::text IS NULL OR name = %(name)s::text)
-  AND (%(executor_id)s::text IS NULL OR executor_id = %(executor_id)s::text)
-  AND (%(queue_name)s::text IS NULL OR queue_name = %(queue_name)s::text)
-  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
-  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+WHERE {filters}
 ORDER BY created_at DESC, workflow_id DESC
 LIMIT %(limit)s;
 
 -- name: first_finished_workflow
+-- scope: many
 -- Of the given workflows, the one that finished first (earliest finished_at, then
 -- the earliest in the given order), or no row while none has (da.wait_first).
 SELECT w.workflow_id
@@ -221,6 +244,7 @@ ORDER BY w.finished_at NULLS LAST, given.n
 LIMIT 1;
 
 -- name: list_steps
+-- scope: one workflow
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts, started_at,
        finished_at, inputs::text
 FROM dbos_agent.steps
@@ -228,6 +252,7 @@ WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;
 
 -- name: claim_workflows
+-- scope: many
 -- Take over the next page of PENDING workflows whose session is dead (see
 -- migration 006 for when a session counts as dead), for the caller's session,
 -- counting one recovery attempt on each; a workflow that has used up its
@@ -237,6 +262,14 @@ ORDER BY seq;
 -- back. Without `orphans` only the caller's own executor id is looked at (a
 -- restart recovering what its previous process left). SKIP LOCKED: two
 -- claimers never take the same row.
+-- The candidates are each dead session's first page (and that of the PENDING
+-- workflows owned by nobody), read in order from workflows_pending_by_owner
+-- (migration 021): the PENDING workflows of live sessions, however many, are not
+-- walked. The owner is pinned by a range (>= and <=), not =, and the order names it
+-- first: only that index gives the order, so the plan cannot be a walk of every
+-- PENDING row in created_at order, which a planner that cannot know that the dead
+-- own few would otherwise pick. The page is locked on the table, re-checking the
+-- status and the owner.
 WITH locked AS (
     SELECT dbos_agent.locked_sessions() AS session_key
 ), stamped AS (
@@ -244,18 +277,43 @@ WITH locked AS (
     SET lock_lost_at = dbos_agent.now()
     WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
     RETURNING e.session_key
+), candidates AS (
+    (SELECT c.workflow_id, c.owner_key, c.created_at
+     FROM dbos_agent.dead_sessions() AS d(owner_key)
+     CROSS JOIN LATERAL (
+         SELECT w.workflow_id, w.owner_key, w.created_at
+         FROM dbos_agent.workflows AS w
+         WHERE w.status = 'PENDING'
+           AND w.owner_key >= d.owner_key AND w.owner_key <= d.owner_key
+           AND w.owner_key IS DISTINCT FROM %(owner_key)s
+           AND (%(orphans)s OR w.executor_id = %(executor_id)s)
+           AND w.name = ANY(%(names)s)
+           AND NOT (w.workflow_id = ANY(%(skip_ids)s))
+           AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                                  %(app_version)s, %(code_version)s)
+           AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+         ORDER BY w.owner_key, w.created_at, w.workflow_id
+         LIMIT %(limit)s
+     ) AS c)
+    UNION ALL
+    (SELECT w.workflow_id, w.owner_key, w.created_at
+     FROM dbos_agent.workflows AS w
+     WHERE w.status = 'PENDING' AND w.owner_key IS NULL
+       AND (%(orphans)s OR w.executor_id = %(executor_id)s)
+       AND w.name = ANY(%(names)s)
+       AND NOT (w.workflow_id = ANY(%(skip_ids)s))
+       AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                              %(app_version)s, %(code_version)s)
+       AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+     ORDER BY w.owner_key, w.created_at, w.workflow_id
+     LIMIT %(limit)s)
+    ORDER BY created_at, workflow_id
+    LIMIT %(limit)s
 ), page AS (
     SELECT w.workflow_id
-    FROM dbos_agent.workflows AS w
-    WHERE w.status = 'PENDING'
-      AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
-      AND w.owner_key IS DISTINCT FROM %(owner_key)s
-      AND (%(orphans)s OR w.executor_id = %(executor_id)s)
-      AND w.name = ANY(%(names)s)
-      AND NOT (w.workflow_id = ANY(%(skip_ids)s))
-      AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
-                             %(app_version)s, %(code_version)s)
-      AND (w.created_at, w.workflow_id) > (%(after_created_at)s, %(after_workflow_id)s)
+    FROM candidates AS c
+    JOIN dbos_agent.workflows AS w USING (workflow_id)
+    WHERE w.status = 'PENDING' AND w.owner_key IS NOT DISTINCT FROM c.owner_key
     ORDER BY w.created_at, w.workflow_id
     LIMIT %(limit)s
     FOR UPDATE OF w SKIP LOCKED
@@ -284,12 +342,14 @@ RETURNING w.workflow_id, w.name, w.status, w.inputs::text, w.created_at,
           w.recovery_attempts, w.max_recovery_attempts;
 
 -- name: probe_orphans
+-- scope: many
 -- A take-over pass's one look while nothing is wrong: the sessions whose lock is
 -- free and that are not yet known dead (with what tells whether their process
 -- still runs, for a caller on the same host), stamping those seen free for the
 -- first time (their grace starts now, as in claim_workflows), and whether any
 -- workflow the caller could run waits to be taken over. An idle process pays
 -- this one statement per pass; claim_workflows runs only when there is work.
+-- It reads the dead sessions' PENDING workflows as claim_workflows does (see there).
 WITH locked AS (
     SELECT dbos_agent.locked_sessions() AS session_key
 ), stamped AS (
@@ -300,13 +360,29 @@ WITH locked AS (
 )
 SELECT EXISTS (
            SELECT 1
+           FROM dbos_agent.dead_sessions() AS d(owner_key)
+           CROSS JOIN LATERAL (
+               SELECT 1
+               FROM dbos_agent.workflows AS w
+               WHERE w.status = 'PENDING'
+                 AND w.owner_key >= d.owner_key AND w.owner_key <= d.owner_key
+                 AND w.owner_key IS DISTINCT FROM %(owner_key)s
+                 AND w.name = ANY(%(names)s)
+                 AND dbos_agent.may_run(w.app_version, w.accepted_versions,
+                                        w.diverged_versions, %(app_version)s,
+                                        %(code_version)s)
+               ORDER BY w.owner_key, w.created_at, w.workflow_id
+               LIMIT 1
+           ) AS found
+       ) OR EXISTS (
+           SELECT 1
            FROM dbos_agent.workflows AS w
-           WHERE w.status = 'PENDING'
-             AND (w.owner_key IS NULL OR w.owner_key IN (SELECT dbos_agent.dead_sessions()))
-             AND w.owner_key IS DISTINCT FROM %(owner_key)s
+           WHERE w.status = 'PENDING' AND w.owner_key IS NULL
              AND w.name = ANY(%(names)s)
              AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
                                     %(app_version)s, %(code_version)s)
+           ORDER BY w.owner_key, w.created_at, w.workflow_id
+           LIMIT 1
        ) OR EXISTS (
            SELECT 1
            FROM dbos_agent.workflows AS w
@@ -323,6 +399,7 @@ SELECT EXISTS (
                 '[]'::json) AS unlocked;
 
 -- name: claim_diverged_workflows
+-- scope: many
 -- Take the next page of DIVERGED workflows this process's code may fit (its code
 -- version is not among those that diverged on them, see may_run) for the caller's
 -- session: each becomes PENDING and the caller's, and is run from its log. Not a
@@ -348,6 +425,7 @@ WHERE w.workflow_id = page.workflow_id
 RETURNING w.workflow_id, w.name, w.inputs::text;
 
 -- name: take_diverged_workflow
+-- scope: one workflow
 -- A direct call of a DIVERGED workflow this process's code may fit: the caller's
 -- session takes it (compare-and-set on the status) and runs it from its log.
 UPDATE dbos_agent.workflows AS w
@@ -359,6 +437,7 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'DIVERGED'
 RETURNING w.workflow_id;
 
 -- name: hold_diverged_workflow
+-- scope: one workflow
 -- The run's code called another step than the log recorded at a position (a code
 -- change, see WorkflowDivergedError): the workflow is held DIVERGED, unfinished and
 -- owned by nobody, saying where and how (`detail`), and the caller's code version
@@ -383,6 +462,7 @@ WHERE w.workflow_id = before.workflow_id
 RETURNING NOT before.known AS first_time;
 
 -- name: count_claimable_soon
+-- scope: many
 -- PENDING workflows of this executor id (other than the caller's) whose session
 -- lost its lock but is still within its grace: a restart waits for them a little.
 SELECT count(*)
@@ -396,6 +476,7 @@ WHERE w.status = 'PENDING' AND w.executor_id = %(executor_id)s
   AND e.session_key NOT IN (SELECT dbos_agent.dead_sessions());
 
 -- name: list_owned_idle
+-- scope: many
 -- PENDING workflows this session owns but does not run (a run cut off by an
 -- outage, a claim whose reply was lost): it takes them back.
 SELECT workflow_id, name, inputs::text
@@ -406,11 +487,13 @@ ORDER BY created_at, workflow_id
 LIMIT %(limit)s;
 
 -- name: get_workflow_owner
+-- scope: one workflow
 -- Who may run a workflow now: a run checks this before its next live step
 -- whenever its session's fence lapsed (see storage/session.py).
 SELECT status, owner_key FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s;
 
 -- name: take_over_workflow
+-- scope: one workflow
 -- A direct call of a PENDING workflow whose session is not certainly alive:
 -- the caller's session takes it over (compare-and-set on the old owner).
 UPDATE dbos_agent.workflows
@@ -423,6 +506,7 @@ WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
 RETURNING workflow_id;
 
 -- name: count_unrecoverable_pending
+-- scope: many
 -- PENDING workflows of this executor whose function this process does not
 -- know (renamed, deleted, or not imported): left alone, reported by name.
 SELECT name, count(*) AS pending
@@ -437,6 +521,7 @@ ORDER BY name;
 -- == suspension ==
 
 -- name: suspend_workflow
+-- scope: a family
 -- A background run whose wait cannot be met now gives its workflow up: it
 -- becomes SUSPENDED, owned by no session, with what would wake it (see
 -- migration 008). Guarded on status and owner like every write, and on the
@@ -467,6 +552,7 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
 RETURNING w.workflow_id;
 
 -- name: wake_notified
+-- scope: many
 -- Wake the SUSPENDED workflows waiting on `targets` (the payloads of NOTIFYs: a
 -- message's destination, an event's publisher, a finished workflow; or what the
 -- sweep's list_wake_targets found) whose wait can be met now: an unconsumed
@@ -559,6 +645,7 @@ WITH ready AS (
 SELECT workflow_id, name, inputs::text FROM woken;
 
 -- name: list_wake_targets
+-- scope: many
 -- The sweep: what can wake SUSPENDED workflows the caller could run, whatever woke
 -- them (a due timer, a message or an event whose NOTIFY was lost or went to a
 -- process that could not wake it), named as NOTIFY payloads name it: a timer's or
@@ -598,6 +685,7 @@ UNION
  LIMIT %(limit)s);
 
 -- name: next_wake_at
+-- scope: many
 -- When the earliest timer of a SUSPENDED workflow the caller could wake is due
 -- (NULL: none), in seconds from now on the database clock: a waker sleeps
 -- until then.
@@ -610,9 +698,11 @@ WHERE status = 'SUSPENDED' AND name = ANY(%(names)s)
 -- == executors ==
 
 -- name: next_session_key
+-- scope: many
 SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
 
 -- name: register_executor
+-- scope: many
 -- A new session, or its own key taken back after a reconnect (the lock is held
 -- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
@@ -628,6 +718,7 @@ ON CONFLICT (session_key) DO UPDATE
         heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = EXCLUDED.queues;
 
 -- name: heartbeat_executor
+-- scope: many
 -- Renew the lease (on the connection that holds the lock), and say again which
 -- queues the session serves. Returns whether the
 -- session could have been declared dead before this renewal: then its
@@ -650,6 +741,7 @@ WHERE e.session_key = before.session_key
 RETURNING before.was_dead;
 
 -- name: forget_idle_executor
+-- scope: many
 -- A clean exit that owns nothing: the row goes.
 DELETE FROM dbos_agent.executors AS e
 WHERE e.session_key = %(session_key)s
@@ -657,12 +749,14 @@ WHERE e.session_key = %(session_key)s
                   WHERE w.status = 'PENDING' AND w.owner_key = e.session_key);
 
 -- name: end_executor
+-- scope: many
 -- A clean exit that leaves PENDING workflows: the session is dead at once, so
 -- they are claimable without waiting for its lease.
 UPDATE dbos_agent.executors SET heartbeat_at = '-infinity'
 WHERE session_key = %(session_key)s;
 
 -- name: list_unlocked_sessions
+-- scope: many
 -- Sessions without their lock and not yet known dead, with what tells whether
 -- their process still runs (when it ran on the caller's host).
 SELECT session_key, pid, process_key
@@ -671,6 +765,7 @@ WHERE heartbeat_at > '-infinity'
   AND session_key NOT IN (SELECT dbos_agent.locked_sessions());
 
 -- name: end_dead_session
+-- scope: many
 -- The caller saw that a session's process is gone (same host, pid not running):
 -- the session is dead at once. Guarded on the lock still being free.
 UPDATE dbos_agent.executors SET heartbeat_at = '-infinity'
@@ -679,6 +774,7 @@ WHERE session_key = %(session_key)s AND process_key = %(process_key)s
 RETURNING session_key;
 
 -- name: delete_dead_executors
+-- scope: many
 -- Forget dead sessions that own nothing any more. A PENDING workflow whose
 -- owner has no row at all (deleted by hand) gets a dead one back, so that it
 -- can be claimed.
@@ -701,12 +797,14 @@ WHERE e.session_key IN (SELECT dbos_agent.dead_sessions())
 -- == queues ==
 
 -- name: lock_queue
+-- scope: many
 -- Serialises dequeues of one queue for the rest of the transaction, so the
 -- limits below are counted and applied atomically across all workers (the
 -- lock class: storage/locks.py).
 SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue_name)s));
 
 -- name: dequeue_workflows
+-- scope: many
 -- Hand the caller's session as many ENQUEUED workflows of a queue as every
 -- limit allows: global concurrency (PENDING across all sessions, and SUSPENDED
 -- ones when the queue counts them), this worker's concurrency, the rate limit
@@ -769,6 +867,7 @@ RETURNING w.workflow_id, w.name, w.inputs::text;
 -- recovery, or any worker daemon, claims it.
 
 -- name: cancel_workflow
+-- scope: a family
 -- Stop a workflow that has not finished, or drop one that is stuck (IN_DOUBT,
 -- dead-lettered), and with it every unfinished workflow it started, and theirs
 -- (parent_id, walked in this statement). A running process stops at its next
@@ -813,6 +912,7 @@ FROM target
 WHERE target.is_root;
 
 -- name: cancel_overdue_workflows
+-- scope: many
 -- Cancel a page of unfinished workflows past their deadline, with every
 -- unfinished workflow they started (and theirs), as cancel_workflow does; rows
 -- another caller is cancelling are skipped. Returns the ids cancelled.
@@ -856,6 +956,7 @@ WHERE w.workflow_id = target.workflow_id
 RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id);
 
 -- name: resume_workflow
+-- scope: one workflow
 -- Make a CANCELLED or dead-lettered workflow (or an IN_DOUBT one whose intents
 -- are all resolved, or a DIVERGED one) PENDING again, so that it continues from
 -- its log. A dead letter gets its recovery attempts back; a diverged one forgets
@@ -898,10 +999,12 @@ FROM target
 JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;
 
 -- name: get_workflow_dedup
+-- scope: one workflow
 -- The queue and deduplication id of a workflow whose resume the dedup index refused.
 SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s;
 
 -- name: fork_workflow
+-- scope: a family
 -- A new PENDING workflow with the original's name and inputs whose log is a
 -- copy of the original's recorded results below its fork point: it replays those
 -- and runs live from there. One statement, so the checks, the insert and the
@@ -1047,27 +1150,32 @@ SELECT (SELECT count(*) FROM inserted) = 1 AS forked,
 FROM checked AS c;
 
 -- name: get_fork_origin
+-- scope: one workflow
 -- Where a forked workflow came from (NULLs for one that was not forked).
 SELECT forked_from, forked_from_step
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
 -- name: has_schema
+-- scope: many
 -- Whether `migrate` ever ran on this database.
 SELECT to_regclass('dbos_agent.schema_migrations') IS NOT NULL AS present;
 
 -- name: get_schema_version
+-- scope: many
 -- The newest applied migration (only after has_schema).
 SELECT coalesce(max(version), 0) AS version FROM dbos_agent.schema_migrations;
 
 -- == messages, events and timers ==
 
 -- name: get_database_time
+-- scope: many
 -- The database's clock, in seconds since the epoch: durable timers and
 -- deadlines use it, so every executor agrees on when a workflow wakes.
 SELECT extract(epoch FROM dbos_agent.now())::float8 AS now;
 
 -- name: insert_message
+-- scope: one workflow
 -- Send a message to a workflow (which must exist). A repeated idempotency
 -- key for the same destination inserts nothing. The messages_notify trigger
 -- NOTIFYs waiters in the same transaction. The destination row is share-locked,
@@ -1086,6 +1194,7 @@ SELECT EXISTS (SELECT 1 FROM destination) AS destination_exists,
        (SELECT count(*) FROM inserted) = 1 AS inserted;
 
 -- name: receive_message
+-- scope: one workflow
 -- recv: consume the oldest unconsumed message of (workflow, topic) and record
 -- it as the result of step `seq`, in one statement, so a message is consumed
 -- exactly when its step is recorded. The step row is new, or fills this
@@ -1131,6 +1240,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
 
 -- name: set_event
+-- scope: one workflow
 -- set_event: record step `seq` and upsert the event in one statement; the
 -- event is written only if the step was (a run that lost the position never
 -- overwrites a newer value). Same guard as record_step. The events_notify
@@ -1160,11 +1270,13 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
 
 -- name: get_event
+-- scope: one workflow
 -- The current value of a workflow's event (NULL: never set; 'null': set to None).
 SELECT value::text FROM dbos_agent.events
 WHERE workflow_id = %(workflow_id)s AND key = %(key)s;
 
 -- name: get_step_inputs
+-- scope: one workflow
 -- The inputs of one step row: a waiting recv/get_event keeps its durable
 -- deadline in its intent's inputs.
 SELECT inputs::text FROM dbos_agent.steps
@@ -1179,6 +1291,7 @@ WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s;
 -- purge never holds locks or a snapshot for long.
 
 -- name: delete_finished_workflows
+-- scope: many
 -- Delete one batch: the oldest batch_size workflows with one of `statuses`
 -- that finished more than older_than seconds ago, with their steps, messages
 -- and events. created_at <= finished_at, so the redundant bound on created_at
@@ -1225,6 +1338,10 @@ WITH picked AS (
     DELETE FROM dbos_agent.approvals
     WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
     RETURNING 1
+), usage AS (  -- the same: the model usage of the families these were the roots of
+    DELETE FROM dbos_agent.family_usage
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted) AS workflows,
        (SELECT count(*) FROM steps) AS steps,
@@ -1232,6 +1349,7 @@ SELECT (SELECT count(*) FROM deleted) AS workflows,
        (SELECT count(*) FROM events) AS events;
 
 -- name: count_finished_workflows
+-- scope: many
 -- What delete_finished_workflows would delete, batch after batch, if it ran
 -- now (a dry run): the same workflows and their rows. Reads only. NOT
 -- MATERIALIZED lets the planner join each table to the workflows it counts
@@ -1256,6 +1374,7 @@ SELECT (SELECT count(*) FROM picked) AS workflows,
 -- by column name, without reaching into the tables from outside the package.
 
 -- name: inspect_messages
+-- scope: one workflow
 -- Every message sent to a workflow, oldest first, consumed or not.
 SELECT topic, message::text AS message, idempotency_key, consumed_seq
 FROM dbos_agent.messages
@@ -1263,11 +1382,13 @@ WHERE destination_id = %(workflow_id)s
 ORDER BY message_id;
 
 -- name: inspect_event
+-- scope: one workflow
 SELECT value::text AS value
 FROM dbos_agent.events
 WHERE workflow_id = %(workflow_id)s AND key = %(key)s;
 
 -- name: inspect_owner_pid
+-- scope: one workflow
 -- The pid of the process whose session owns the workflow now (NULL: none).
 SELECT e.pid
 FROM dbos_agent.workflows AS w
@@ -1275,6 +1396,7 @@ JOIN dbos_agent.executors AS e ON e.session_key = w.owner_key
 WHERE w.workflow_id = %(workflow_id)s;
 
 -- name: inspect_rows_of
+-- scope: one workflow
 -- How many rows a workflow has in each table (0 everywhere once deleted).
 SELECT (SELECT count(*) FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s)
            AS workflows,
@@ -1284,17 +1406,20 @@ SELECT (SELECT count(*) FROM dbos_agent.workflows WHERE workflow_id = %(workflow
        (SELECT count(*) FROM dbos_agent.events WHERE workflow_id = %(workflow_id)s) AS events;
 
 -- name: inspect_recovery_attempts
+-- scope: many
 -- Recovery attempts of each workflow (of every workflow with a NULL list).
 SELECT workflow_id, recovery_attempts
 FROM dbos_agent.workflows
 WHERE %(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]);
 
 -- name: inspect_locked_sessions
+-- scope: many
 SELECT dbos_agent.locked_sessions() AS session_key;
 
 -- == streams ==
 
 -- name: append_stream_item
+-- scope: one workflow
 -- One item at the stream's next offset (see dbos_agent.append_stream): -1 when
 -- the stream is closed, -2 when a step's writer no longer owns the workflow.
 SELECT dbos_agent.append_stream(%(workflow_id)s, %(key)s, %(kind)s, %(value)s::jsonb,
@@ -1302,6 +1427,7 @@ SELECT dbos_agent.append_stream(%(workflow_id)s, %(key)s, %(kind)s, %(value)s::j
        AS "offset";
 
 -- name: read_stream_items
+-- scope: one workflow
 -- Items of a stream from an offset on, in order, with the workflow's status read
 -- in the same snapshot (a finished workflow with nothing more to read ends it).
 SELECT s."offset", s.kind, s.value::text, s.step_seq, s.attempt,
@@ -1320,6 +1446,7 @@ ORDER BY s."offset";
 -- == approvals ==
 
 -- name: request_approval
+-- scope: one workflow
 -- Record what step `seq` asks a human (the request is new; the same request again,
 -- from a run that retries its write, changes nothing).
 INSERT INTO dbos_agent.approvals (workflow_id, seq, tool, arguments, digest)
@@ -1327,6 +1454,7 @@ VALUES (%(workflow_id)s, %(seq)s, %(tool)s, %(arguments)s::jsonb, %(digest)s)
 ON CONFLICT (workflow_id, seq) DO NOTHING;
 
 -- name: decide_approval
+-- scope: one workflow
 -- Approve or reject the request at (workflow, seq), only if it is PENDING, its
 -- digest is the one given and the workflow still waits (PENDING or SUSPENDED),
 -- and send the decision to the workflow on the request's topic, in one
@@ -1357,48 +1485,51 @@ SELECT (SELECT count(*) FROM decided) = 1 AS decided,
 FROM (SELECT 1) AS one
 LEFT JOIN target AS t ON true;
 
--- name: list_approvals
--- Approval requests, newest first: of one workflow, or PENDING ones of all.
+-- name: list_workflow_approvals
+-- scope: one workflow
+-- The approval requests of one workflow, newest first (its primary key).
 SELECT workflow_id, seq, tool, arguments::text, digest, status, reason, requested_at,
        decided_at
 FROM dbos_agent.approvals
-WHERE (%(workflow_id)s::text IS NULL AND status = 'PENDING')
-   OR workflow_id = %(workflow_id)s::text
+WHERE workflow_id = %(workflow_id)s
+ORDER BY requested_at DESC, seq DESC
+LIMIT %(limit)s;
+
+-- name: list_pending_approvals
+-- scope: many
+-- The PENDING approval requests of every workflow, newest first (approvals_pending).
+-- Apart from list_workflow_approvals: one statement with an OR between the two shapes
+-- gets one plan, which cannot use both indexes.
+SELECT workflow_id, seq, tool, arguments::text, digest, status, reason, requested_at,
+       decided_at
+FROM dbos_agent.approvals
+WHERE status = 'PENDING'
 ORDER BY requested_at DESC, seq DESC
 LIMIT %(limit)s;
 
 -- == budgets ==
 
--- name: list_family_model_usage
--- The model and usage of every recorded model reply of a workflow's family: its
--- root ancestor (up parent_id) and every workflow started below that root, so that
--- neither a recovery, a fork (which copies the recorded steps) nor a child workflow
--- starts a budget over.
-WITH RECURSIVE up AS (
-    SELECT workflow_id, parent_id, 0 AS depth
-    FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s
-    UNION ALL
-    SELECT w.workflow_id, w.parent_id, u.depth + 1
-    FROM dbos_agent.workflows AS w JOIN up AS u ON w.workflow_id = u.parent_id
-    WHERE u.depth < 1000
-), root AS (
-    SELECT workflow_id FROM up ORDER BY depth DESC LIMIT 1
-), family AS (
-    SELECT workflow_id, 0 AS depth FROM root
-    UNION
-    SELECT c.workflow_id, f.depth + 1
-    FROM dbos_agent.workflows AS c JOIN family AS f ON c.parent_id = f.workflow_id
-    WHERE f.depth < 1000
-)
-SELECT s.output->>'model' AS model, (s.output->'usage')::text AS usage
-FROM dbos_agent.steps AS s
-JOIN (SELECT DISTINCT workflow_id FROM family) AS f USING (workflow_id)
-WHERE s.name = ANY(%(names)s) AND s.status = 'SUCCESS';
+-- name: get_family_model_usage
+-- scope: a family
+-- What the model replies (steps named in `names`) of a workflow's family spent, per
+-- model: its root ancestor (up parent_id) and every workflow started below that root,
+-- so that neither a recovery, a fork (which copies the recorded steps) nor a child
+-- workflow starts a budget over. The family's running total (family_usage, kept by
+-- trigger as each reply is recorded, migration 020): a few rows, however long the log.
+SELECT model, sum(replies)::bigint AS replies, sum(input_tokens)::bigint AS input_tokens,
+       sum(output_tokens)::bigint AS output_tokens,
+       sum(cache_creation_input_tokens)::bigint AS cache_creation_input_tokens,
+       sum(cache_read_input_tokens)::bigint AS cache_read_input_tokens
+FROM dbos_agent.family_usage
+WHERE workflow_id = dbos_agent.family_root(%(workflow_id)s) AND step_name = ANY(%(names)s)
+GROUP BY model
+ORDER BY model;
 
 
 -- == histories: deploy checks, export and import ==
 
 -- name: list_workflows_to_check
+-- scope: many
 -- The next page of unfinished workflows of the given names whose logs a deploy
 -- check replays: PENDING, SUSPENDED, DIVERGED, and ENQUEUED ones that have a log
 -- (a resumed one back in its queue). Oldest first, after the cursor.
@@ -1414,6 +1545,7 @@ ORDER BY w.created_at, w.workflow_id
 LIMIT %(limit)s;
 
 -- name: export_workflows
+-- scope: many
 -- Workflows as self-contained JSON documents (one per row, oldest first): the row
 -- (every column but its owner), its steps, the messages sent to it, its events,
 -- streams and approvals, values as stored. import_workflow reads them back.
@@ -1443,6 +1575,7 @@ WHERE w.workflow_id = ANY(%(workflow_ids)s)
 ORDER BY w.created_at, w.workflow_id;
 
 -- name: list_unfinished_ids
+-- scope: many
 -- The next page of unfinished workflows (of `name`, when given), oldest first after
 -- the cursor, for `dbos-agent export --unfinished`.
 SELECT workflow_id, created_at
@@ -1454,6 +1587,7 @@ ORDER BY created_at, workflow_id
 LIMIT %(limit)s;
 
 -- name: import_workflow
+-- scope: one workflow
 -- One exported document into this database, whole or not at all: the workflow
 -- (owned by nobody: an unfinished one is run by a process that has its code, as a
 -- resumed one is; columns an older export lacks take their defaults), then its
@@ -1514,6 +1648,7 @@ SELECT workflow_id,
 FROM workflow;
 
 -- name: adopt_workflow_version
+-- scope: one workflow
 -- check-deploy --adopt: processes of application version `version` may run this
 -- workflow from now on, since its log was checked to fit their code. Guarded on the
 -- log being the one checked (its number of steps and its last position) and on the
@@ -1532,6 +1667,7 @@ RETURNING w.workflow_id;
 -- == schedules ==
 
 -- name: register_schedule
+-- scope: many
 -- A process that defines a schedule records it at launch, or brings the recorded
 -- description up to date (the last process to launch describes it). A new schedule's
 -- cursor starts at now: slots before its first registration run only by a backfill.
@@ -1558,6 +1694,7 @@ ON CONFLICT (name) DO UPDATE
            EXCLUDED.overlap, EXCLUDED.executor_id, EXCLUDED.app_version);
 
 -- name: list_schedule_cursors
+-- scope: many
 -- What the scheduler reads on each look at its schedules: the database clock, and per
 -- schedule whether it is paused, its cursor and its buffered slot (a row with a NULL
 -- name when none of them is recorded).
@@ -1566,12 +1703,14 @@ FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.schedules AS s ON s.name = ANY(%(names)s);
 
 -- name: lock_schedule
+-- scope: many
 -- The first statement of a slot's transaction: the schedule's row, locked, so that the
 -- next statement (decide_schedule_slot) sees everything other processes committed
 -- before it, their started workflows included.
 SELECT name FROM dbos_agent.schedules WHERE name = %(name)s FOR UPDATE;
 
 -- name: decide_schedule_slot
+-- scope: many
 -- Decide what becomes of one slot and record it, in lock_schedule's transaction:
 -- 'fired' (the caller then inserts the slot's workflow, in the same transaction),
 -- 'skipped' or 'buffered' (the overlap policy: an earlier run is unfinished, or a
@@ -1615,6 +1754,7 @@ WHERE sc.name = d.name AND d.outcome IS NOT NULL
 RETURNING d.outcome;
 
 -- name: pass_schedule_slots
+-- scope: many
 -- The catch-up policy passes over the slots up to `slot` without running them (after
 -- downtime: older than the window, or every missed one with catch_up = 'none').
 UPDATE dbos_agent.schedules
@@ -1622,6 +1762,7 @@ SET handled_through = %(slot)s, updated_at = now()
 WHERE name = %(name)s AND NOT paused AND handled_through < %(slot)s;
 
 -- name: set_schedule_paused
+-- scope: many
 -- Pause or resume a schedule; returns whether it was paused before (no row: unknown).
 -- Resuming moves the cursor to now: the slots that came due while it was paused are
 -- not caught up.
@@ -1639,6 +1780,7 @@ WHERE sc.name = before.name
 RETURNING before.paused AS was_paused;
 
 -- name: list_schedules
+-- scope: many
 -- Every schedule (or the one named), with the status of its latest run and the
 -- database clock (for the next slot).
 SELECT s.name, s.workflow_name, s.slot_param, s.max_recovery_attempts, s.cron, s.timezone,
@@ -1652,6 +1794,7 @@ WHERE %(name)s::text IS NULL OR s.name = %(name)s::text
 ORDER BY s.name;
 
 -- name: insert_slot_workflows
+-- scope: many
 -- A backfill: the workflows of many slots of one schedule in one statement, PENDING and
 -- owned by the caller's session (which runs them) or by none (then any process that
 -- takes over orphans runs them). A slot whose workflow exists is left alone: each
@@ -1668,6 +1811,7 @@ RETURNING workflow_id;
 -- == application versions ==
 
 -- name: summarize_app_versions
+-- scope: many
 -- Every application version (NULL: none) that has unfinished workflows or live
 -- executor sessions: its unfinished workflows by status, how many of them other
 -- versions may run too (accepted_versions, see may_run) and which versions those

@@ -129,9 +129,9 @@ CREATE UNIQUE INDEX workflows_queue_dedup
 -- Diverged workflows, for the processes whose code may fit them.
 CREATE INDEX workflows_diverged ON dbos_agent.workflows (created_at)
     WHERE status = 'DIVERGED';
--- Claims: the PENDING workflows of dead sessions.
+-- Claims: the PENDING workflows of dead sessions, each session's oldest first.
 CREATE INDEX workflows_pending_by_owner
-    ON dbos_agent.workflows (owner_key) WHERE status = 'PENDING';
+    ON dbos_agent.workflows (owner_key, created_at, workflow_id) WHERE status = 'PENDING';
 -- Queues: what waits, what runs, what started within a rate-limit period.
 CREATE INDEX workflows_enqueued
     ON dbos_agent.workflows (queue_name, priority, created_at) WHERE status = 'ENQUEUED';
@@ -192,6 +192,96 @@ CREATE FUNCTION dbos_agent.may_run(
             OR process_version = ANY(accepted))
            AND NOT coalesce(process_code = ANY(diverged), false)
 $$;
+
+-- == model usage per family ============================================================
+
+-- A running total of the model replies of each workflow family (its root ancestor and
+-- every workflow below it), per step name and model, kept by trigger in the statement
+-- that records each reply: a model budget reads a few rows here instead of summing the
+-- family's log before every call (see migration 020).
+CREATE TABLE dbos_agent.family_usage (
+    workflow_id                 text   NOT NULL,
+    step_name                   text   NOT NULL,
+    model                       text   NOT NULL,
+    replies                     bigint NOT NULL,
+    input_tokens                bigint NOT NULL,
+    output_tokens               bigint NOT NULL,
+    cache_creation_input_tokens bigint NOT NULL,
+    cache_read_input_tokens     bigint NOT NULL,
+    PRIMARY KEY (workflow_id, step_name, model)
+);
+
+-- The root of a workflow's family: its topmost ancestor still recorded (itself without a
+-- parent; NULL for an unknown id). A loop of primary-key lookups, planned once per
+-- session: the trigger below runs it for every model reply.
+CREATE FUNCTION dbos_agent.family_root(id text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    root text;
+    parent text;
+    next_root text;
+    next_parent text;
+BEGIN
+    SELECT w.workflow_id, w.parent_id INTO root, parent
+    FROM dbos_agent.workflows AS w WHERE w.workflow_id = id;
+    FOR depth IN 1..1000 LOOP
+        EXIT WHEN parent IS NULL;
+        SELECT w.workflow_id, w.parent_id INTO next_root, next_parent
+        FROM dbos_agent.workflows AS w WHERE w.workflow_id = parent;
+        EXIT WHEN NOT FOUND;
+        root := next_root;
+        parent := next_parent;
+    END LOOP;
+    RETURN root;
+END
+$$;
+
+-- One token count of a reply's usage object, as usage_of_reply reads it; clamped, so that
+-- a reply with an absurd count can never fail the checkpoint that records it.
+CREATE FUNCTION dbos_agent.usage_tokens(usage jsonb, key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE jsonb_typeof(usage -> key)
+               WHEN 'number' THEN least(greatest(trunc((usage ->> key)::numeric),
+                                                 -1e18), 1e18)::bigint
+               WHEN 'boolean' THEN (usage ->> key)::boolean::integer
+               ELSE 0
+           END
+$$;
+
+CREATE FUNCTION dbos_agent.count_family_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO dbos_agent.family_usage AS f
+        (workflow_id, step_name, model, replies, input_tokens, output_tokens,
+         cache_creation_input_tokens, cache_read_input_tokens)
+    VALUES (coalesce(dbos_agent.family_root(NEW.workflow_id), NEW.workflow_id), NEW.name,
+            coalesce(nullif(NEW.output ->> 'model', ''), 'unknown'), 1,
+            dbos_agent.usage_tokens(NEW.output -> 'usage', 'input_tokens'),
+            dbos_agent.usage_tokens(NEW.output -> 'usage', 'output_tokens'),
+            dbos_agent.usage_tokens(NEW.output -> 'usage', 'cache_creation_input_tokens'),
+            dbos_agent.usage_tokens(NEW.output -> 'usage', 'cache_read_input_tokens'))
+    ON CONFLICT (workflow_id, step_name, model) DO UPDATE
+        SET replies = f.replies + 1,
+            input_tokens = f.input_tokens + EXCLUDED.input_tokens,
+            output_tokens = f.output_tokens + EXCLUDED.output_tokens,
+            cache_creation_input_tokens
+                = f.cache_creation_input_tokens + EXCLUDED.cache_creation_input_tokens,
+            cache_read_input_tokens
+                = f.cache_read_input_tokens + EXCLUDED.cache_read_input_tokens;
+    RETURN NULL;
+END
+$$;
+
+-- The WHEN clauses keep every other step (no usage object, or not a success) from
+-- running the function at all.
+CREATE TRIGGER steps_count_family_usage AFTER INSERT ON dbos_agent.steps
+    FOR EACH ROW
+    WHEN (NEW.status = 'SUCCESS' AND jsonb_typeof(NEW.output -> 'usage') = 'object')
+    EXECUTE FUNCTION dbos_agent.count_family_usage();
+CREATE TRIGGER steps_count_family_usage_on_success AFTER UPDATE OF status ON dbos_agent.steps
+    FOR EACH ROW
+    WHEN (OLD.status <> 'SUCCESS' AND NEW.status = 'SUCCESS'
+          AND jsonb_typeof(NEW.output -> 'usage') = 'object')
+    EXECUTE FUNCTION dbos_agent.count_family_usage();
 
 -- == executor sessions =================================================================
 

@@ -115,9 +115,15 @@ class ApprovalStore:
 
     def list(self, workflow_id: str | None = None, limit: int = 100) -> list[ApprovalRequest]:
         """The requests of one workflow, or the PENDING ones of all, newest first."""
-        rows = self._db.all(
-            "list_approvals", "list approval requests", workflow_id=workflow_id, limit=limit
-        )
+        if workflow_id is None:
+            rows = self._db.all("list_pending_approvals", "list approval requests", limit=limit)
+        else:
+            rows = self._db.all(
+                "list_workflow_approvals",
+                f"list the approval requests of workflow {workflow_id!r}",
+                workflow_id=workflow_id,
+                limit=limit,
+            )
         return [
             ApprovalRequest(
                 r["workflow_id"],

@@ -15,6 +15,12 @@ from importlib.resources.abc import Traversable
 from typing import LiteralString
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_SCOPE_LINE = re.compile(r"^--\s*scope:(.*)$", re.MULTILINE)
+
+#: What a named query may touch, as its ``-- scope:`` line says: the rows of one
+#: workflow, of one workflow and those linked to it, or anything else. Which statements
+#: stay on one workflow's rows is what decides whether they can go to one shard.
+SCOPES = ("one workflow", "a family", "many")
 
 
 def _sql_dir() -> Traversable:
@@ -35,10 +41,24 @@ def parse_named_queries(text: str) -> dict[str, str]:
     return found
 
 
+def query_scopes(text: str) -> dict[str, list[str]]:
+    """``{name: [scope, ...]}``: every ``-- scope:`` line of each named query, as written
+    (a well-tagged file has exactly one per query, one of :data:`SCOPES`)."""
+    return {
+        name: [m.group(1).strip() for m in _SCOPE_LINE.finditer(body)]
+        for name, body in parse_named_queries(text).items()
+    }
+
+
+def queries_text() -> str:
+    """``queries.sql`` as shipped."""
+    return _sql_dir().joinpath("queries.sql").read_text(encoding="utf-8")
+
+
 @cache
 def queries() -> dict[str, str]:
     """Every named query in ``queries.sql``."""
-    return parse_named_queries(_sql_dir().joinpath("queries.sql").read_text(encoding="utf-8"))
+    return parse_named_queries(queries_text())
 
 
 def query(name: str) -> LiteralString:

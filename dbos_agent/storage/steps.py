@@ -25,6 +25,18 @@ from .sql_files import query
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """The model replies of a family recorded under one model, and their tokens."""
+
+    model: str
+    replies: int
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+
+
 class StepStore:
     """The ``steps`` table: one row per position, written once."""
 
@@ -51,16 +63,26 @@ class StepStore:
         done = set(written)
         return [(r["workflow_id"], r["seq"]) in done for r in rows]
 
-    def family_model_usage(self, workflow_id: str, names: list[str]) -> list[tuple[str, str]]:
-        """``(model, usage JSON)`` of every recorded model reply (steps named in
-        ``names``) of the workflow's family: its root ancestor and all below it."""
+    def family_model_usage(self, workflow_id: str, names: list[str]) -> list[ModelUsage]:
+        """What the recorded model replies (steps named in ``names``) of the workflow's
+        family (its root ancestor and all below it) spent, per model: its running total."""
         rows = self._db.all(
-            "list_family_model_usage",
+            "get_family_model_usage",
             f"read the model usage of workflow {workflow_id!r} and its family",
             workflow_id=workflow_id,
             names=names,
         )
-        return [(str(r["model"] or "unknown"), str(r["usage"] or "{}")) for r in rows]
+        return [
+            ModelUsage(
+                str(r["model"]),
+                int(r["replies"]),
+                int(r["input_tokens"]),
+                int(r["output_tokens"]),
+                int(r["cache_creation_input_tokens"]),
+                int(r["cache_read_input_tokens"]),
+            )
+            for r in rows
+        ]
 
     @staticmethod
     def _document(rows: Sequence[dict[str, Any]]) -> dict[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -12,6 +12,18 @@ from ..records import WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
 from .rows import Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
+from .sql_files import query
+
+#: list_workflows' filters, each a fixed fragment: only the given ones go in the
+#: statement, so its plan is the one for those filters (see list_workflows).
+_LIST_FILTERS: dict[str, LiteralString] = {
+    "status": "status = %(status)s",
+    "name": "name = %(name)s",
+    "executor_id": "executor_id = %(executor_id)s",
+    "queue_name": "queue_name = %(queue_name)s",
+    "created_after": "created_at >= %(created_after)s",
+    "created_before": "created_at < %(created_before)s",
+}
 
 
 class WorkflowStore:
@@ -215,15 +227,20 @@ class WorkflowStore:
         queue_name: str | None = None,
     ) -> list[WorkflowInfo]:
         """Workflows matching every given filter, newest first."""
-        rows = self._db.all(
-            "list_workflows",
-            "list workflows",
-            status=status,
-            name=name,
-            executor_id=executor_id,
-            queue_name=queue_name,
-            created_after=created_after,
-            created_before=created_before,
-            limit=limit,
-        )
+        given: dict[str, Any] = {
+            key: value
+            for key, value in {
+                "status": status,
+                "name": name,
+                "executor_id": executor_id,
+                "queue_name": queue_name,
+                "created_after": created_after,
+                "created_before": created_before,
+            }.items()
+            if value is not None
+        }
+        filters = " AND ".join(f for key, f in _LIST_FILTERS.items() if key in given)
+        sql = query("list_workflows").replace("{filters}", filters or "true")
+        params = {**given, "limit": limit}
+        rows = self._db.run("list workflows", lambda c: c.execute(sql, params).fetchall())
         return [workflow_info(row) for row in rows]

@@ -26,6 +26,8 @@ DISTRIBUTED: dict[str, str] = {
     "events": "workflow_id",
     "streams": "workflow_id",
     "approvals": "workflow_id",
+    # keyed by the family's root: a child's model reply updates its root's row
+    "family_usage": "workflow_id",
 }
 
 #: Small tables, one full copy on every node (Citus reference tables).
