@@ -142,6 +142,19 @@ def test_every_api_call_needs_the_token_and_errors_are_json(
     assert openapi.status_code == 200 and "/api/workflows/{workflow_id}/fork" in openapi.text
 
 
+def test_the_api_is_documented_by_what_its_routes_act_on(api: httpx.Client) -> None:
+    paths = api.get("/api/openapi.json").json()["paths"]
+    tags = {
+        path: {t for op in ops.values() for t in op.get("tags", [])} for path, ops in paths.items()
+    }
+    assert tags["/api/workflows"] == {"workflows"}
+    assert tags["/api/workflows/{workflow_id}/fork"] == {"workflows"}
+    assert tags["/api/approvals"] == {"approvals"}
+    assert tags["/api/workflows/{workflow_id}/approvals/{seq}"] == {"approvals"}
+    assert tags["/api/workflows/{workflow_id}/streams/{key}"] == {"streams"}
+    assert "/" not in paths  # the dashboard's page is not part of the API
+
+
 def test_operator_actions_over_http(api: httpx.Client) -> None:
     wid = new_id("web")
     with da.workflow_id(wid):

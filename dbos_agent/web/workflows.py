@@ -1,0 +1,150 @@
+"""The workflow routes: list, show, steps, and the operator's actions (cancel, resume,
+fork, send, resolve an in-doubt step), each through the app's :class:`Client`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, Field
+
+from .. import documents
+from ..engine.operations import CANCELLABLE, RESUMABLE
+from ..engine.retention import parse_moment
+from ..limits import check_identifier
+from ..records import WorkflowStatus, describe_step
+from ..storage.rows import ForkResult, ResumeResult
+from .common import CHECKED, ONE, ClientOf, json_response, workflow_document
+
+router = APIRouter(tags=["workflows"], dependencies=CHECKED)
+
+
+class ForkBody(BaseModel):
+    from_step: int = Field(ge=0, description="the first step to run live")
+    new_id: str | None = Field(default=None, description="id of the new workflow")
+
+
+class SendBody(BaseModel):
+    message: Any = Field(description="any JSON value")
+    topic: str | None = None
+    idempotency_key: str | None = None
+
+
+class ResolveBody(BaseModel):
+    result: Any = Field(default=None, description="the result the step had (it happened)")
+    rerun: bool = Field(default=False, description="it did not happen: run it again")
+
+
+@router.get("/api/workflows")
+def list_workflows(
+    client: ClientOf,
+    status: WorkflowStatus | None = None,
+    name: str | None = None,
+    queue: str | None = None,
+    executor: str | None = None,
+    since: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
+    until: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> Response:
+    """Workflows matching every given filter, newest first (the CLI's filters)."""
+    found = client.list_workflows(
+        status=status,
+        name=None if name is None else check_identifier(name, "workflow name"),
+        queue=None if queue is None else check_identifier(queue, "queue name"),
+        executor_id=None if executor is None else check_identifier(executor, "executor id"),
+        created_after=None if since is None else parse_moment(since),
+        created_before=None if until is None else parse_moment(until),
+        limit=limit,
+    )
+    return json_response([workflow_document(info) for info in found])
+
+
+@router.get(ONE)
+def show(workflow_id: str, client: ClientOf) -> Response:
+    """One workflow with its steps (timings, attempts, tokens) and its token usage."""
+    info = client.get_workflow(workflow_id)
+    steps = client.list_steps(workflow_id)
+    digests = [describe_step(step) for step in steps]
+    origin = client.fork_origin(workflow_id)
+    document = workflow_document(info)
+    document["forked_from"] = origin[0] if origin else None
+    document["forked_from_step"] = origin[1] if origin else None
+    document["actions"] = {  # what the dashboard offers: what the status allows
+        "cancel": info.status in CANCELLABLE,
+        "resume": info.status in RESUMABLE,
+    }
+    document["steps"] = [
+        {
+            **documents.step_json(s, d),
+            "summary": d.summary if d else None,
+            "replayed": info.replayed(s),
+        }
+        for s, d in zip(steps, digests, strict=True)
+    ]
+    document["usage"] = documents.token_totals(digests)
+    budget = client.get_event(workflow_id, documents.BUDGET_EVENT)
+    document["budget"] = documents.budget_json(
+        None if budget is None else json.dumps(budget), document["usage"]
+    )
+    return json_response(document)
+
+
+@router.get(ONE + "/steps")
+def steps(workflow_id: str, client: ClientOf) -> Response:
+    """The recorded steps of a workflow, in order."""
+    found = client.list_steps(workflow_id)
+    return json_response([documents.step_json(s, describe_step(s)) for s in found])
+
+
+@router.post(ONE + "/cancel")
+def cancel(workflow_id: str, client: ClientOf) -> Response:
+    """Cancel a workflow (and the ones it started); cancelling again changes nothing."""
+    previous = client.cancel(workflow_id)
+    return json_response({"workflow_id": workflow_id, "previous_status": previous})
+
+
+@router.post(ONE + "/resume")
+def resume(workflow_id: str, client: ClientOf) -> Response:
+    """Make a cancelled or dead-lettered workflow PENDING again (a worker continues it)."""
+    report = client.resume(workflow_id).report
+    assert isinstance(report, ResumeResult)
+    return json_response({"workflow_id": workflow_id, "previous_status": report.previous})
+
+
+@router.post(ONE + "/fork")
+def fork(workflow_id: str, body: ForkBody, client: ClientOf) -> Response:
+    """A new workflow that reuses the steps before ``from_step`` and runs live from it."""
+    handle = client.fork(workflow_id, body.from_step, new_workflow_id=body.new_id)
+    result = handle.report
+    assert isinstance(result, ForkResult)
+    return json_response(
+        {
+            "workflow_id": handle.workflow_id,
+            "status": WorkflowStatus.PENDING,
+            "forked_from": workflow_id,
+            "forked_from_step": result.from_step,
+            "requested_from_step": body.from_step,
+            "copied_steps": result.copied_steps,
+            "executor_id": result.executor_id,
+        }
+    )
+
+
+@router.post(ONE + "/send")
+def send(workflow_id: str, body: SendBody, client: ClientOf) -> Response:
+    """Send a message to the workflow (it receives it with ``recv(topic)``)."""
+    sent = client.send(workflow_id, body.message, body.topic, body.idempotency_key)
+    return json_response({"workflow_id": workflow_id, "topic": body.topic, "sent": sent})
+
+
+@router.post(ONE + "/steps/{seq}/resolve")
+def resolve(workflow_id: str, seq: int, body: ResolveBody, client: ClientOf) -> Response:
+    """Resolve an in-doubt step: record the result it had, or let it run again."""
+    if body.rerun == ("result" in body.model_fields_set):
+        raise ValueError('give exactly one of "result" (it happened) or "rerun": true')
+    if body.rerun:
+        handle = client.resolve_in_doubt(workflow_id, seq, rerun=True)
+    else:
+        handle = client.resolve_in_doubt(workflow_id, seq, result=body.result)
+    return json_response({"workflow_id": workflow_id, "seq": seq, "status": handle.status()})
