@@ -60,13 +60,19 @@ def test_a_workflow_waiting_in_read_stream_is_cancelled(
     assert da.retrieve(sid).result(timeout=30) is None
 
 
+def closed_source(items: list[int]) -> str:
+    """A finished source workflow whose stream holds ``items`` and is closed."""
+    sid = new_id("source")
+    da.start(source, items, workflow_id=sid)
+    da.send(sid, "close", topic="close")
+    assert da.retrieve(sid).result(timeout=30) is None
+    return sid
+
+
 def test_a_replay_reads_what_the_run_read_not_the_stream(
     runtime: da.Runtime, dbos_agent_database_url: str
 ) -> None:
-    sid = new_id("source")
-    da.start(source, [1, 2], workflow_id=sid)
-    da.send(sid, "close", topic="close")
-    assert da.retrieve(sid).result(timeout=30) is None
+    sid = closed_source([1, 2])
     rid = new_id("reader")
     with da.workflow_id(rid):
         assert reader(sid) == [1, 2]
@@ -153,10 +159,7 @@ def test_a_log_of_a_version_that_did_not_record_reads_still_replays(
     runtime: da.Runtime, dbos_agent_database_url: str
 ) -> None:
     """Before, a read was no step: the step after it has the read's position."""
-    sid = new_id("source")
-    da.start(source, [1, 2], workflow_id=sid)
-    da.send(sid, "close", topic="close")
-    assert da.retrieve(sid).result(timeout=30) is None
+    sid = closed_source([1, 2])
     rid = new_id("reader")
     with da.workflow_id(rid):
         assert read_then_counted(sid) == ([1, 2], 2)

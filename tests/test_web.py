@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx
@@ -51,10 +51,13 @@ def free_port() -> int:
 class Server:
     """The app on uvicorn in a thread of this process, on a free port."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None = None, **options: Any) -> None:
         self.port = free_port()
         config = uvicorn.Config(
-            create_app(url, token=token), host="127.0.0.1", port=self.port, log_level="warning"
+            create_app(url, token=token, **options),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

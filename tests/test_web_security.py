@@ -20,43 +20,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 import dbos_agent as da
-from dbos_agent.web import create_app
 from tests.helpers import new_id, wait_until
 from tests.processes import ROOT
-from tests.test_web import CHROMIUM, NEEDS_CHROMIUM, free_port
+from tests.test_web import CHROMIUM, NEEDS_CHROMIUM, Server, free_port
 
 TOKEN = "sec-token"
-
-
-class Server:
-    """The app on uvicorn in a thread of this process, on a free loopback port."""
-
-    def __init__(self, url: str, **options: object) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(
-            create_app(url, **options),  # type: ignore[arg-type]
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        wait_until(lambda: self.server.started, 30, "uvicorn started")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ has the workflow's function.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -28,7 +27,7 @@ from ..storage.database import SystemDatabase
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from ..storage.rows import ForkResult, ResumeResult
 from .approvals import ApprovalRequest, decide
-from .messaging import send_plain
+from .messaging import poll_event, send_plain
 from .operations import (
     cancel_workflow,
     fork_workflow,
@@ -42,8 +41,7 @@ from .runtime.waiting import finished_outcome
 from .streams import StreamItem, follow, follow_async
 from .waits import check_seconds
 
-#: How often a client looks again while it waits for an event.
-_POLL_S = 0.1
+_ANY = codec_for(Any)
 #: ``result=`` not given (None is a result).
 _UNSET: Any = object()
 
@@ -198,15 +196,8 @@ class Client:
         when none came. WorkflowNotFoundError for an unknown id."""
         self.get_workflow(workflow_id)
         check_identifier(key, "event key")
-        deadline = time.monotonic() + check_seconds(timeout, "get_event timeout")
-        while True:
-            found = self.db.messages.get_event(workflow_id, key)
-            if found is not None:
-                return json.loads(found)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return default
-            time.sleep(min(_POLL_S, left))
+        seconds = check_seconds(timeout, "get_event timeout")
+        return run_plan(poll_event(self.db, None, workflow_id, key, seconds, _ANY, default))
 
     def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:
         """``(original id, fork point)`` of a forked workflow, else None."""

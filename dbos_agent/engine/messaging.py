@@ -25,6 +25,7 @@ import json
 import math
 import time
 import uuid
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar, overload
@@ -40,7 +41,7 @@ from .runtime.engine import current_engine
 from .runtime.notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .runtime.outcome import Outcome
 from .runtime.ownership import ensure_owned, owns_now
-from .runtime.plans import Io, Plan, run_plan, run_plan_async
+from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .step import adopt_recorded, checkpoint, where
 from .waits import (
     builtin_step,
@@ -277,21 +278,40 @@ async def set_event_async(key: str, value: Any) -> None:
     await run_plan_async(_set_event_plan(key, value))
 
 
-def _poll_event(
-    engine: WorkflowHost, workflow_id: str, key: str, timeout: float | None, codec: Codec
+#: How often a waiter without notifications (a client) looks again for an event.
+_CLIENT_POLL_S = 0.1
+
+
+def poll_event(
+    db: SystemDatabase,
+    engine: WorkflowHost | None,
+    workflow_id: str,
+    key: str,
+    timeout: float | None,
+    codec: Codec,
+    default: Any = None,
 ) -> Plan[Any]:
-    """Outside a workflow: wait for the event without recording anything."""
+    """Outside a workflow: wait for the event without recording anything, woken by the
+    engine's notifications (a client, without an engine, polls); ``default`` at timeout."""
     end = math.inf if timeout is None else time.monotonic() + timeout
     where_ = f"workflow {workflow_id!r} event {key!r}"
-    with engine.notifications.waiter((EVENTS_CHANNEL, workflow_id)) as waiter:
+    listening = (
+        nullcontext(None)
+        if engine is None
+        else engine.notifications.waiter((EVENTS_CHANNEL, workflow_id))
+    )
+    with listening as waiter:
         while True:
-            text = yield Io(partial(engine.db.messages.get_event, workflow_id, key))
+            text = yield Io(partial(db.messages.get_event, workflow_id, key))
             if text is not None:
                 return codec.loads(text, where_)
             left = end - time.monotonic()
             if left <= 0:
-                return None
-            yield from wait_once(engine, waiter, left, None)
+                return default
+            if engine is None or waiter is None:
+                yield Wait(None, min(left, _CLIENT_POLL_S))
+            else:
+                yield from wait_once(engine, waiter, left, None)
 
 
 def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Codec) -> Plan[Any]:
@@ -301,7 +321,7 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
     ctx = current_context()
     if ctx is None or in_step():
         engine = current_engine() if ctx is None else ctx.engine
-        return (yield from _poll_event(engine, workflow_id, key, timeout, codec))
+        return (yield from poll_event(engine.db, engine, workflow_id, key, timeout, codec))
     seq, row = ctx.begin_step(GET_EVENT_STEP)
     step = builtin_step(GET_EVENT_STEP, codec)
     if row is not None and row.status is not StepStatus.PENDING:
