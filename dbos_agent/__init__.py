@@ -45,14 +45,6 @@ from .engine.operations import cancel, fork, resolve_in_doubt, resume
 from .engine.patches import deprecate_patch, patched, patched_async
 from .engine.queues import Queue
 from .engine.retention import GcReport, garbage_collect
-from .engine.runtime.context import (
-    RunningStep,
-    current_workflow_id,
-    step_key,
-    workflow_id,
-    workflow_timeout,
-)
-from .engine.runtime.registry import NotDone, RetryPolicy
 from .engine.schedule_operations import (
     BackfillReport,
     backfill_schedule,
@@ -61,7 +53,7 @@ from .engine.schedule_operations import (
     resume_schedule,
 )
 from .engine.schedules import scheduled
-from .engine.step import step, step_info
+from .engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
 from .engine.streams import (
     StreamItem,
     close_stream,
@@ -72,7 +64,15 @@ from .engine.streams import (
     write_stream_async,
 )
 from .engine.timers import sleep, sleep_async
-from .engine.workflow import durable_workflow, list_steps, list_workflows, start
+from .engine.workflow import (
+    current_workflow_id,
+    durable_workflow,
+    list_steps,
+    list_workflows,
+    start,
+    workflow_id,
+    workflow_timeout,
+)
 from .errors import (
     ApprovalError,
     BudgetExceededError,

@@ -23,10 +23,10 @@ import threading
 from types import FrameType
 
 from . import __version__
+from .engine.extending import workflow_names
 from .engine.launch import launch
 from .engine.queues import registered_queues
 from .engine.retention import parse_duration
-from .engine.runtime.registry import workflow_names
 from .engine.schedules import registered_schedules
 from .errors import DbosAgentError
 

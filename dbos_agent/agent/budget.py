@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..documents import BUDGET_EVENT
+from ..engine.extending import WorkflowContext, current_context, in_step
 from ..engine.messaging import recv, recv_async, send, set_event, set_event_async
-from ..engine.runtime.context import WorkflowContext, current_context, in_step
 from ..errors import BudgetExceededError
 from .accounting import MODEL_STEP_NAMES, PriceTable, Usage
 

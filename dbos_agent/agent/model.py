@@ -19,7 +19,7 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from ..engine.runtime import tracing
+from ..engine.extending import tracing
 from ..engine.step import step as durable_step
 from ..engine.streams import write_stream, write_stream_async
 from ..errors import BudgetExceededError, ConfigurationError

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..engine.runtime.context import WorkflowContext, current_context
+from ..engine.extending import WorkflowContext, current_context
 from ..records import StepStatus
 from ..storage.rows import StepRow
 from .accounting import MODEL_STEP_NAMES, TOOL_STEP_PREFIX, PriceTable, Usage, usage_of_reply

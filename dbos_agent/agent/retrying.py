@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import anthropic
 
-from ..engine.runtime.registry import RetryPolicy
+from ..engine.extending import RetryPolicy
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

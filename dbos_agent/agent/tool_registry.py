@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from anthropic.types import ToolParam, ToolResultBlockParam
 
 from ..engine.approvals import Approval, request_approval, request_approval_async
-from ..engine.runtime.context import at_position, reserve_positions
+from ..engine.extending import at_position, reserve_positions
 from ..engine.step import step as engine_step
 from ..errors import DbosAgentError
 from .replay import note_step

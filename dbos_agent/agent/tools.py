@@ -19,7 +19,7 @@ import pydantic
 import pydantic_core
 from anthropic.types import ToolParam
 
-from ..engine.runtime.registry import NotDone, StepDefinition
+from ..engine.extending import NotDone, StepDefinition
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..engine import deploy_check
-from ..engine.runtime.registry import workflow_names
+from ..engine.extending import workflow_names
 from ..errors import DbosAgentError
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase

@@ -30,7 +30,6 @@ from ..storage.rows import StepWrite
 from .runtime import tracing
 from .runtime.context import (
     OwnershipLost,
-    RunningStep,
     StopReason,
     WorkflowContext,
     current_attempt,
@@ -39,9 +38,17 @@ from .runtime.context import (
     entered_step,
     in_step,
 )
+from .runtime.context import (
+    RunningStep as RunningStep,
+)
+from .runtime.context import (
+    step_key as step_key,
+)
 from .runtime.outcome import Outcome, capture, capture_async, step_outcome
 from .runtime.ownership import ensure_owned, owns_now, stop_for
-from .runtime.registry import NotDone, RetryPolicy, StepDefinition, step_definition
+from .runtime.registry import NotDone as NotDone
+from .runtime.registry import RetryPolicy as RetryPolicy
+from .runtime.registry import StepDefinition, step_definition
 
 P = ParamSpec("P")
 R = TypeVar("R")

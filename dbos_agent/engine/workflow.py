@@ -14,6 +14,9 @@ from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .children import workflow_id_for_start, workflow_id_for_start_async
 from .handle import WorkflowHandle
 from .runtime.context import OwnershipLost
+from .runtime.context import current_workflow_id as current_workflow_id
+from .runtime.context import workflow_id as workflow_id
+from .runtime.context import workflow_timeout as workflow_timeout
 from .runtime.core import Engine
 from .runtime.engine import current_engine
 from .runtime.registry import WorkflowDefinition, register_workflow

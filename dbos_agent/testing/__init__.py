@@ -4,11 +4,17 @@ and an inspector for assertions.
 The fixtures in `dbos_agent.testing.plugin` are registered automatically with pytest.
 """
 
-from .clock import advance_clock, clock_offset
+from ..engine.passes import (
+    advance_clock,
+    clock_offset,
+    dispatch_once,
+    run_passes_every,
+    sweep_once,
+    take_over_once,
+)
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector, RowCounts, SentMessage
-from .passes import dispatch_once, run_passes_every, sweep_once, take_over_once
 from .plugin import postgres_server
 from .replay import check_replay
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..engine import deploy_check
-from ..engine.runtime.registry import workflow_names
+from ..engine.extending import workflow_names
 from ..postgres.embedded import resolve_url
 from ..storage.database import SystemDatabase
 from ..storage.histories import History, read_histories

@@ -72,3 +72,15 @@ def test_a_circle_is_found() -> None:
     graph.add_import(importer="a.y", imported="a.x")
     graph.add_import(importer="a.z", imported="a.x")
     assert _cycles(graph) == [["a.x", "a.y"]]
+
+
+def test_the_package_root_reaches_the_engine_only_through_its_api() -> None:
+    """import-linter's forbidden contract names the subpackages; the package's own
+    ``__init__`` is checked here (a contract on ``dbos_agent`` would cover everything)."""
+    graph = grimp.build_graph("dbos_agent", exclude_type_checking_imports=False)
+    reached = {
+        module
+        for module in graph.find_modules_directly_imported_by("dbos_agent")
+        if module.startswith("dbos_agent.engine.runtime")
+    }
+    assert reached == set()

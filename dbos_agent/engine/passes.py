@@ -1,24 +1,31 @@
-"""Running the background passes of the launched runtime every few milliseconds, or
-once, now.
+"""The launched runtime's background passes and database clock, on demand.
 
 The races that matter are between passes that pick up workflows: the waker, the take-back
 of what this process owns but does not run, recovery and take-over. With their default
 intervals (seconds) two of them rarely meet; a stress test makes them meet thousands of
-times a minute and then checks, from outside the process, that no step ran twice.
+times a minute (``run_passes_every``) and then checks, from outside the process, that no
+step ran twice.
 
 A test that checks what a pass must *not* do (start a workflow a queue's limit holds,
 cancel a workflow that finished in time) runs the pass once itself and looks at once,
 instead of sleeping longer than the pass's interval and hoping it ran meanwhile.
+
+Leases, the grace of a lost session lock, durable timers, rate-limit periods and
+retention read time through ``dbos_agent.now()``: the database's time plus an offset
+that the library sets on its own connections. ``advance_clock`` moves that offset, so
+they behave as if the time had passed, for this process's connections only.
+
+``dbos_agent.testing`` presents these to tests.
 """
 
 from __future__ import annotations
 
-from ..engine.queues import dispatch_once as _dispatch_once
-from ..engine.runtime.engine import current_engine
-from ..engine.runtime.recovery import take_over_once as _take_over_once
-from ..engine.runtime.waking import Sweep
-from ..engine.runtime.waking import sweep_once as _sweep_once
 from ..records import RecoveryReport
+from .queues import dispatch_once as _dispatch_once
+from .runtime.engine import current_engine
+from .runtime.recovery import take_over_once as _take_over_once
+from .runtime.waking import Sweep
+from .runtime.waking import sweep_once as _sweep_once
 
 
 def run_passes_every(seconds: float) -> None:
@@ -51,3 +58,15 @@ def take_over_once() -> RecoveryReport:
     dead sessions that this process can run (a registered name, its application
     version). Returns what it did."""
     return _take_over_once(current_engine())
+
+
+def advance_clock(seconds: float) -> None:
+    """Move the launched runtime's database clock ``seconds`` forward (or back, if
+    negative): leases run out, timers come due, rate-limit periods pass. Workflows
+    sleeping or waiting with a timeout in this process look at the clock again now."""
+    current_engine().advance_clock(seconds)
+
+
+def clock_offset() -> float:
+    """How far the launched runtime's database clock is moved now, in seconds."""
+    return current_engine().db.clock_offset

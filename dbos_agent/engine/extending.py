@@ -1,0 +1,33 @@
+"""What the layers built on the engine may use of its machinery.
+
+The agent layer keeps per-run state beside a workflow's context (its replay tracker, its
+budget), runs parallel tool calls at reserved step positions and opens tracing spans
+around model calls; the CLI, the worker and the replay checker list the registered
+workflows. Those are the only doors into ``engine/runtime/``: everything else there is
+the engine's own, so it can change without the layers above noticing.
+"""
+
+from __future__ import annotations
+
+from .runtime import tracing
+from .runtime.context import (
+    WorkflowContext,
+    at_position,
+    current_context,
+    in_step,
+    reserve_positions,
+)
+from .runtime.registry import NotDone, RetryPolicy, StepDefinition, workflow_names
+
+__all__ = [
+    "NotDone",
+    "RetryPolicy",
+    "StepDefinition",
+    "WorkflowContext",
+    "at_position",
+    "current_context",
+    "in_step",
+    "reserve_positions",
+    "tracing",
+    "workflow_names",
+]
