@@ -106,3 +106,24 @@ def collector(wid: str, count: int) -> list[int]:
     """Receives ``count`` messages on topic "m", one recv after another (each one waits,
     suspended, until its message comes); returns them in the order received."""
     return [int(da.recv("m", timeout=None)) for _ in range(count)]
+
+
+@da.durable_workflow(name="fault_child")
+def child(i: int) -> int:
+    """One child of :func:`spawner`: one step, logged under the child's own id."""
+    wid = da.current_workflow_id()
+    assert wid is not None  # in a workflow
+    return work(wid, i)
+
+
+@da.durable_workflow
+def spawner(wid: str, children: int) -> int:
+    """Starts ``children`` children one after another, the even ones with ``da.start`` and
+    the odd ones through the queue (each start a recorded ``dbos_agent.start_child`` step),
+    ``STEP_SECONDS`` apart in its own code, so that a fault lands between two starts;
+    returns the sum of their results (the sum of the squares 0..children-1)."""
+    handles = []
+    for i in range(children):
+        handles.append(da.start(child, i) if i % 2 == 0 else faults_queue.enqueue(child, i))
+        time.sleep(STEP_SECONDS)
+    return sum(int(h.result()) for h in handles)
