@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
+
 import dbos_agent as da
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.fault_app import expected, read_log
@@ -131,7 +133,10 @@ def run_chaos(
                 second.send_signal(signal.SIGSTOP)
                 wait_until(lambda: _stopped(second.pid), 10, "the worker to stop")
                 paused_at = time.time()  # its threads may run a moment after the signal
-                time.sleep(lease + 3.0)
+                # Paused until its lease ran out (in the database's time: the other
+                # processes' clock, which no test hook moves) and its workflows were
+                # taken over: what it meets when it wakes.
+                wait_until(lambda: _taken_over(url, second.pid), 60, "its workflows taken over")
                 second.send_signal(signal.SIGCONT)
                 woke_at = time.time()
 
@@ -144,9 +149,11 @@ def run_chaos(
                 killed_at = time.time()
                 procs.append(_worker(env, lease))
 
-            time.sleep(1.0)  # the paused worker is back; the other one holds most work now
+            # the paused worker is back (its session alive again); the other one holds
+            # most work now
+            wait_until(lambda: _alive(url, second.pid), 30, "the woken worker's session back")
             fault("kill -9 a worker", 0.0, kill)
-            time.sleep(1.0)
+            wait_until(lambda: _taken_over(url, first.pid), 60, "the killed one's work taken over")
             fault("restart", 0.0, server.restart)
             out, err = app.communicate(timeout=300)
             if app.returncode != 0:
@@ -182,6 +189,34 @@ def _stopped(pid: int) -> bool:
         stat = (task / "stat").read_text()
         states.append(stat[stat.rfind(")") + 2])
     return bool(states) and all(state in "tT" for state in states)
+
+
+def _session(url: str, pid: int) -> tuple[bool, int]:
+    """The session of the worker ``pid``: whether it is alive by the database's rules
+    (not past its lease, nor without its lock past its grace), and how many PENDING
+    workflows it owns."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM dbos_agent.executors WHERE pid = %(pid)s"
+            "               AND session_key NOT IN (SELECT dbos_agent.dead_sessions())),"
+            " (SELECT count(*) FROM dbos_agent.workflows AS w"
+            "  JOIN dbos_agent.executors AS e ON e.session_key = w.owner_key"
+            "  WHERE e.pid = %(pid)s AND w.status = 'PENDING')",
+            {"pid": pid},
+        ).fetchone()
+    assert row is not None
+    return bool(row[0]), int(str(row[1]))
+
+
+def _alive(url: str, pid: int) -> bool:
+    """Whether the worker ``pid`` heartbeats again (its session is alive)."""
+    return _session(url, pid)[0]
+
+
+def _taken_over(url: str, pid: int) -> bool:
+    """Whether the session of the worker ``pid`` is dead and owns no PENDING workflow any
+    more: others took over what it ran."""
+    return _session(url, pid) == (False, 0)
 
 
 def _finished(url: str, ids: list[str]) -> bool:

@@ -2,7 +2,11 @@
 
 Every step writes ``S pid wid seq time`` when it starts and ``E pid wid seq time`` when
 it ends to $FAULT_APP_LOG (one line each, flushed and fsynced), so that the test can
-tell from outside which process ran what, and when: the side effects to count.
+tell from outside which process ran what, and when: the side effects to count. A run
+of a workflow writes ``X pid wid -1 time`` when it leaves the workflow's code, however
+it leaves it (returning, or stopped by the library: taken over, finished elsewhere, an
+outage, a shutdown): from then on that run starts no step, which a test waits for
+instead of sleeping while a process might still start one.
 """
 
 from __future__ import annotations
@@ -34,10 +38,18 @@ def work(wid: str, i: int) -> int:
     return i * i
 
 
+def ended(wid: str) -> None:
+    """Note that this process's run of ``wid`` left the workflow's code (see above)."""
+    note("X", wid, -1)
+
+
 @da.durable_workflow
 def chain(wid: str, steps: int) -> int:
     """``steps`` steps in a row; returns the sum of the squares 0..steps-1."""
-    return sum(work(wid, i) for i in range(steps))
+    try:
+        return sum(work(wid, i) for i in range(steps))
+    finally:
+        ended(wid)
 
 
 def read_log(path: object) -> list[tuple[str, int, str, int, float]]:
@@ -66,18 +78,25 @@ def paced(wid: str, steps: int) -> int:
     """Like :func:`chain`, but the time passes in the workflow's own code, between
     quick steps: a pause then lands between steps, not inside one."""
     total = 0
-    for i in range(steps):
-        time.sleep(STEP_SECONDS)
-        total += tick(wid, i)
+    try:
+        for i in range(steps):
+            time.sleep(STEP_SECONDS)
+            total += tick(wid, i)
+    finally:
+        ended(wid)
     return total
 
 
 @da.durable_workflow
 def waiter(wid: str, steps: int) -> str:
     """Waits for a message (suspended meanwhile), then runs ``steps`` steps; returns the
-    message and the sum of the squares."""
+    message and the sum of the squares. (Only a run that got the message notes its end:
+    a suspension in recv leaves the code too, and is no run of the steps.)"""
     message = da.recv("go", timeout=None)
-    return f"{message}:{sum(work(wid, i) for i in range(steps))}"
+    try:
+        return f"{message}:{sum(work(wid, i) for i in range(steps))}"
+    finally:
+        ended(wid)
 
 
 def main(argv: list[str] | None = None) -> int:

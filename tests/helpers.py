@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 
 def new_id(prefix: str = "wf") -> str:
@@ -41,6 +42,19 @@ def wait_until(
             raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
         time.sleep(delay)
         delay = min(delay * 1.5, every)
+
+
+def thread_stacks() -> list[list[FrameType]]:
+    """The Python stack of every thread of this process now, innermost frame first."""
+    stacks = []
+    for frame in sys._current_frames().values():
+        stack: list[FrameType] = []
+        current: FrameType | None = frame
+        while current is not None:
+            stack.append(current)
+            current = current.f_back
+        stacks.append(stack)
+    return stacks
 
 
 def blocked_in(thread: threading.Thread, function: Callable[..., object]) -> bool:

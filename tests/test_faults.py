@@ -5,6 +5,7 @@ their lease. Side effects are counted from outside, in the step log of fault_app
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import signal
@@ -12,7 +13,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -20,10 +21,11 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent.storage.outages import Retrier
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests import fault_app
 from tests.fault_app import chain, expected, note, read_log
-from tests.helpers import new_id, wait_until
+from tests.helpers import new_id, thread_stacks, wait_until
 from tests.processes import start_worker, stop_workers
 
 
@@ -64,6 +66,30 @@ def _starts(log: Path) -> Counter[tuple[str, int]]:
 def _rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(sql, params).fetchall()
+
+
+def _runs_ended(log: Path, pid: int, ids: list[str]) -> bool:
+    """Whether the runs of ``ids`` in the worker ``pid`` all left their workflow's code:
+    its last line about each is ``X`` (fault_app notes it however the run ended). A
+    worker woken from a pause past its lease ends them at its first step boundary, after
+    it checked its ownership; from then on that worker has no run of them that could
+    start a step: a negative check need not sleep while it might still start one."""
+    last = {wid: kind for kind, p, wid, _, _ in _lines(log) if p == pid}
+    return all(last.get(wid) == "X" for wid in ids)
+
+
+def _retrying_in(workflow: Callable[..., object]) -> bool:
+    """Whether a run of ``workflow`` in this process is in the retry path of the outage
+    retrier now: a database call of it failed (the retrier set its deadline) and it
+    waits to try again, starting nothing meanwhile."""
+    code, retrying = inspect.unwrap(workflow).__code__, Retrier.call.__code__
+    for stack in thread_stacks():
+        if any(frame.f_code is code for frame in stack) and any(
+            frame.f_code is retrying and frame.f_locals.get("deadline") is not None
+            for frame in stack
+        ):
+            return True
+    return False
 
 
 def _all_succeeded(db: Inspector, ids: list[str]) -> bool:
@@ -403,7 +429,7 @@ def test_a_paused_worker_runs_nothing_after_it_wakes_up(
         wait_until(lambda: _all_succeeded(db, ids), 60, "the other worker finished them")
         paused.send_signal(signal.SIGCONT)
         woke_at = time.time()
-        time.sleep(3.0)  # let the paused worker run whatever it would run now
+        wait_until(lambda: _runs_ended(step_log, paused.pid, ids), 30, "its runs of them ended")
         more = [new_id("after") for _ in range(8)]  # and it is a healthy worker again,
         _enqueue(url, more, 3, workflow)  # not a zombie whose new work others take from it
         wait_until(lambda: _all_succeeded(db, more), 30, "new work finished")
@@ -511,7 +537,8 @@ def test_a_read_only_server_during_a_failover_is_waited_out(
             admin.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
             server.terminate(url, "dbos_agent")  # its connections come back read-only
             ran = len(_starts(step_log))
-            time.sleep(1.5)  # negative check: only the step under way may finish
+            # Once the run retries a write, it starts no step until that write is through
+            wait_until(lambda: _retrying_in(chain), 20, "the run waits for a writable server")
             assert len(_starts(step_log)) <= ran + 1  # at most the step under way
             admin.execute(f'ALTER DATABASE "{dbname}" RESET default_transaction_read_only')
         assert handle.result(timeout=30) == expected(steps)
@@ -587,7 +614,7 @@ def test_a_worker_paused_past_its_lease_while_waking_wakes_and_runs_nothing_twic
         wait_until(lambda: _all_succeeded(db, ids), 60, "the other worker finished them")
         paused.send_signal(signal.SIGCONT)
         woke_at = time.time()
-        time.sleep(3.0)  # a negative check: let the paused worker run whatever it would
+        wait_until(lambda: _runs_ended(step_log, paused.pid, woken), 30, "its runs ended")
     finally:
         logs = _stop([paused, *([other] if other else [])])
     for wid in ids:
