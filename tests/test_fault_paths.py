@@ -109,6 +109,20 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+def _state(url: str, parent: str) -> str:
+    """The parent's and its children's rows and the sessions, for a failure's message."""
+    workflows = _rows(
+        url,
+        "SELECT workflow_id, status, owner_key, wait_kind, wait_target, wake_at, queue_name"
+        " FROM dbos_agent.workflows WHERE workflow_id = %s OR parent_id = %s"
+        " ORDER BY created_at",
+        parent,
+        parent,
+    )
+    sessions = _rows(url, "SELECT * FROM dbos_agent.executors")
+    return f"workflows: {workflows}; sessions: {sessions}"
+
+
 def _check_spawned(url: str, db: Inspector, log: Path, parent: str, children: int) -> None:
     """The parent finished with every child's result; each child was started once (one
     start_child record each, one workflow row each) and its step ran once."""
@@ -147,7 +161,11 @@ def test_children_started_through_a_restart_and_killed_connections_start_once(
         done = len(_children(url, wid))
         wait_until(lambda: len(_children(url, wid)) >= done + 4, 30, "children after it")
         assert server.terminate(url) > 0
-        assert handle.result(timeout=90) == expected(children)
+        try:
+            result = handle.result(timeout=90)
+        except TimeoutError:
+            raise AssertionError(_state(url, wid)) from None
+        assert result == expected(children)
     _check_spawned(url, db, step_log, wid, children)
     assert set(_starts(step_log).values()) == {1}, "a child's step ran twice"
     assert set(db.recovery_attempts().values()) == {0}
