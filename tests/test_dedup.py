@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import forget_queues
+from dbos_agent.engine.queues import isolated_queues
 from tests.helpers import new_id
 
 GATE: dict[str, threading.Event] = {}
@@ -27,11 +27,10 @@ def dedup_gated(key: str) -> str:
 
 @pytest.fixture
 def queue_runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runtime]:
-    forget_queues()
-    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
-    yield rt
-    rt.shutdown(grace=5)
-    forget_queues()
+    with isolated_queues():
+        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
+        yield rt
+        rt.shutdown(grace=5)
 
 
 def test_a_second_enqueue_with_the_id_is_refused_until_the_first_finishes(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import dispatch_once, forget_queues
+from dbos_agent.engine.queues import dispatch_once, isolated_queues
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
@@ -45,14 +45,13 @@ def later(tag: str) -> str:
 @pytest.fixture
 def clocked(dbos_agent_database_url: str, executor_id: str) -> Iterator[Engine]:
     """A runtime whose database clock the test moves (and puts back)."""
-    forget_queues()
-    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
-    try:
-        yield current_engine()
-    finally:
-        advance_clock(-clock_offset())
-        rt.shutdown(grace=5)
-        forget_queues()
+    with isolated_queues():
+        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
+        try:
+            yield current_engine()
+        finally:
+            advance_clock(-clock_offset())
+            rt.shutdown(grace=5)
 
 
 def test_a_delayed_start_waits_suspended_until_its_time(clocked: Engine) -> None:

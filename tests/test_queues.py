@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import forget_queues
+from dbos_agent.engine.queues import isolated_queues
 from dbos_agent.testing import Inspector, advance_clock, clock_offset, dispatch_once
 from tests.helpers import new_id, wait_until
 
@@ -47,11 +47,10 @@ def queued(tag: str, seconds: float = 0.0) -> str:
 
 @pytest.fixture
 def queue_runtime(dbos_agent_database_url: str, executor_id: str):  # type: ignore[no-untyped-def]
-    forget_queues()
-    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
-    yield rt
-    rt.shutdown(grace=5)
-    forget_queues()
+    with isolated_queues():
+        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
+        yield rt
+        rt.shutdown(grace=5)
 
 
 def test_enqueue_runs_and_dedups(queue_runtime: da.Runtime) -> None:

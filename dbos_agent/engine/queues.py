@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import DbosAgentError, QueueConflictError
@@ -200,7 +201,21 @@ def any_queue() -> bool:
     return bool(_queues)
 
 
-def forget_queues() -> None:
-    """Forget every defined queue (for tests: the next test defines its own)."""
+@contextmanager
+def isolated_queues() -> Iterator[None]:
+    """Within the block, only the queues defined in it exist; on leaving, the queues
+    defined before (at import time, by other modules) are back.
+
+    For tests that each define their own queues: clearing the registry for good would
+    lose a queue another module defined once at import, and that queue's enqueued
+    workflows would then never be dequeued.
+    """
     with _lock:
+        saved = dict(_queues)
         _queues.clear()
+    try:
+        yield
+    finally:
+        with _lock:
+            _queues.clear()
+            _queues.update(saved)
