@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from anthropic import AsyncAnthropic
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent, FunctionToolset
@@ -35,10 +36,25 @@ from dbos_agent.agent import Budget
 from dbos_agent.integrations.pydantic_ai import Durability
 
 MODEL_NAME = "claude-sonnet-4-6"
-#: The one client of every agent here; in-process tests point it at their server.
-CLIENT = AsyncAnthropic(
-    base_url=os.environ.get("MODEL_URL", "http://127.0.0.1:9"), api_key="x", max_retries=0
+#: The one provider of every agent here; in-process tests point it at their server with
+#: :func:`use_server`. No client retries (a request is made once or fails), and no kept-alive
+#: connections: runs on different event loops (``asyncio.run``, ``run_sync``, the engine's
+#: loop) share the client, and a connection opened on one loop cannot be read on another.
+PROVIDER = AnthropicProvider(
+    anthropic_client=AsyncAnthropic(
+        base_url=os.environ.get("MODEL_URL", "http://127.0.0.1:9"),
+        api_key="x",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(limits=httpx2.Limits(max_keepalive_connections=0)),
+    )
 )
+
+
+def use_server(url: str) -> str:
+    """Point every agent here at ``url``; returns the URL they used before."""
+    previous = str(PROVIDER.client.base_url)
+    PROVIDER.client.base_url = url
+    return previous
 
 
 def side_log() -> Path:
@@ -51,8 +67,8 @@ def note(line: str) -> None:
 
 
 def model() -> AnthropicModel:
-    """The Anthropic model on the scripted server (no client retries: one request each)."""
-    return AnthropicModel(MODEL_NAME, provider=AnthropicProvider(anthropic_client=CLIENT))
+    """The Anthropic model on the scripted server."""
+    return AnthropicModel(MODEL_NAME, provider=PROVIDER)
 
 
 math = FunctionToolset(id="math")
