@@ -1,33 +1,33 @@
 """Pydantic AI agents run durably on dbos_agent, imported by the tests and run as a
 subprocess that they kill -9 and run again:
 
-    python -m tests.pydantic_ai_app WORKFLOW NAME WORKFLOW_ID [TASK]
+    python -m tests.pydantic_ai_app WORKFLOW_ID=WORKFLOW:TASK ...
+
+starts (or, run again, continues) each workflow under its id, all at once, and prints
+``{workflow id: result}`` as JSON on the last line of stdout.
 
 Environment: DBOS_AGENT_DATABASE_URL; MODEL_URL (a scripted Messages API server);
 SIDE_LOG (every side effect, appended with the pid, counted from outside the process:
-``body start``/``body end`` around each run of a workflow body, ``add A B start|end``,
-``slow I start|end``, ``sent TO``); KILL_AT=add:A makes ``add`` kill its own process
-(SIGKILL) when called with ``a == A``, KILL_AT=sent after ``send`` has sent;
-HANG_ODD=1 makes ``slow`` hang on odd ``i`` until the process is killed; MCP_LOG and
-MCP_HANG for the MCP server (tests/pydantic_ai_mcp_server.py). The result is printed as
-JSON on the last line of stdout.
+``TASK body start``/``TASK body end`` around each run of a workflow body, ``add A B
+start|end``, ``slow I start|end``, ``sent TO``); HANG_AT (comma-separated) makes tools
+hang until the process is killed: ``add:A`` in ``add`` called with ``a == A``, ``sent``
+in ``send`` once it has sent, ``slow:odd`` in ``slow`` on odd ``i``; MCP_LOG and MCP_HANG
+for the MCP server (tests/pydantic_ai_mcp_server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
-import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any
 
 import httpx2
 from anthropic import AsyncAnthropic
-from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent, FunctionToolset
-from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 
@@ -66,6 +66,15 @@ def note(line: str) -> None:
         log.write(f"{line} {os.getpid()}\n")
 
 
+def hangs_at(point: str) -> bool:
+    return point in os.environ.get("HANG_AT", "").split(",")
+
+
+def hang() -> None:
+    """Wait here until the process is killed (-9)."""
+    threading.Event().wait()
+
+
 def model() -> AnthropicModel:
     """The Anthropic model on the scripted server."""
     return AnthropicModel(MODEL_NAME, provider=PROVIDER)
@@ -78,18 +87,18 @@ math = FunctionToolset(id="math")
 def add(a: int, b: int) -> int:
     """Add two integers."""
     note(f"add {a} {b} start")
-    if os.environ.get("KILL_AT") == f"add:{a}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if hangs_at(f"add:{a}"):
+        hang()
     note(f"add {a} {b} end")
     return a + b
 
 
 @math.tool_plain
 async def slow(i: int) -> int:
-    """Work on part i (odd parts hang with HANG_ODD=1; later parts finish first)."""
+    """Work on part i (later parts finish first)."""
     note(f"slow {i} start")
-    if i % 2 and os.environ.get("HANG_ODD"):
-        await asyncio.sleep(3600)  # killed -9 here
+    if i % 2 and hangs_at("slow:odd"):
+        await asyncio.Event().wait()
     await asyncio.sleep(0.05 * (4 - i))
     note(f"slow {i} end")
     return i * 10
@@ -106,8 +115,8 @@ def already_sent(to: str) -> str | object:
 def send(to: str) -> str:
     """Send the answer to someone (not idempotent: at most once)."""
     note(f"sent {to}")
-    if os.environ.get("KILL_AT") == "sent":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if hangs_at("sent"):
+        hang()
     return f"sent to {to}"
 
 
@@ -119,36 +128,40 @@ budgeted_calc = Agent(
 )
 
 
-def mcp_toolset() -> MCPToolset[Any]:
+@functools.cache
+def mcp_agent() -> Agent[None, str]:
+    """The agent whose tools are the MCP server's (made on first use: only the MCP
+    workflow pays for importing the MCP client)."""
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+        
     server = Path(__file__).with_name("pydantic_ai_mcp_server.py")
     env = {k: v for k, v in os.environ.items() if k in ("MCP_LOG", "MCP_HANG", "PATH")}
-    return MCPToolset(StdioTransport(sys.executable, [str(server)], env=env), id="calc")
-
-
-mcp_calc = Agent(model(), name="mcpcalc", toolsets=[mcp_toolset()], capabilities=[Durability()])
+    toolset = MCPToolset[None](StdioTransport(sys.executable, [str(server)], env=env), id="calc")
+    return Agent(model(), name="mcpcalc", toolsets=[toolset], capabilities=[Durability()])
 
 
 @da.durable_workflow(name="pai_solve")
 async def solve(task: str) -> str:
-    note("body start")
+    note(f"{task} body start")
     result = await calc.run(task)
-    note("body end")
+    note(f"{task} body end")
     return result.output
 
 
 @da.durable_workflow(name="pai_solve_sync")
 def solve_sync(task: str) -> str:
-    note("body start")
+    note(f"{task} body start")
     result = calc.run_sync(task)
-    note("body end")
+    note(f"{task} body end")
     return result.output
 
 
 @da.durable_workflow(name="pai_solve_mcp")
 async def solve_mcp(task: str) -> str:
-    note("body start")
-    result = await mcp_calc.run(task)
-    note("body end")
+    note(f"{task} body start")
+    result = await mcp_agent().run(task)
+    note(f"{task} body end")
     return result.output
 
 
@@ -177,11 +190,14 @@ WORKFLOWS = {
 
 
 def main() -> int:
-    name, workflow_id = sys.argv[1], sys.argv[2]
-    task = sys.argv[3] if len(sys.argv) > 3 else "compute"
+    runs = [arg.partition("=") for arg in sys.argv[1:]]
     with da.launch(os.environ["DBOS_AGENT_DATABASE_URL"], executor_id="pydantic-ai-app"):
-        handle = da.start(WORKFLOWS[name], task, workflow_id=workflow_id)
-        print(json.dumps(handle.result(timeout=60)), flush=True)
+        handles = {}
+        for workflow_id, _, call in runs:
+            name, _, task = call.partition(":")
+            handles[workflow_id] = da.start(WORKFLOWS[name], task, workflow_id=workflow_id)
+        results = {wid: handle.result(timeout=60) for wid, handle in handles.items()}
+        print(json.dumps(results), flush=True)
     return 0
 
 

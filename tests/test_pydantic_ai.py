@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from dbos_agent.agent import usage_totals
 from dbos_agent.agent.accounting import MODEL_STEP_NAMES
 from dbos_agent.agent.replay import ReplayReport, track_replay
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
-from dbos_agent.records import describe_step
+from dbos_agent.agent.scripted.request_log import RequestRecord
+from dbos_agent.records import StepInfo, describe_step
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
 from tests.helpers import new_id, wait_until
@@ -83,13 +84,6 @@ def pids_of(log: Path, entry: str) -> list[int]:
         for line in log.read_text().splitlines()
         if line.rsplit(" ", 1)[0] == entry
     ]
-
-
-def assert_one_body_per_process(log: Path) -> None:
-    """Each process ran the workflow body at most once (a resumed process never runs it
-    twice, let alone twice at once)."""
-    starts = Counter(pids_of(log, "body start"))
-    assert starts and max(starts.values()) == 1, f"a body ran twice in one process: {starts}"
 
 
 # ------------------------------------------------------------------ in-process runs
@@ -164,3 +158,214 @@ def test_run_sync_in_a_sync_workflow(
     assert [s.name for s in inspector.steps(handle.workflow_id)] == [MODEL, ADD, MODEL, ADD, MODEL]
     assert len(server.requests) == 3
     assert lines(side_log).count("add 3 4 end") == 1
+
+
+# ------------------------------------------------------------- kill -9 and run again
+#
+# One campaign for the crash tests (two processes, not two per test): a first process
+# starts one workflow per scenario, all at once; each hangs at its kill point; once all
+# are there the process is killed with SIGKILL, and a second one (same executor id: it
+# recovers them at launch, and attaches to them as it starts them again) finishes them.
+
+#: The model's turns per scenario (each workflow's task), answered by the one server.
+SCRIPTS: dict[str, list[ScriptItem]] = {
+    # killed in its second tool call, after its second model request
+    "kill": TWO_ADDS,
+    # four calls of one reply run at once; the odd ones hang at the kill
+    "parallel": [
+        Reply(tuple(tool_use("slow", {"i": i}) for i in range(4))),
+        Reply((text("all four done"),)),
+    ],
+    # a non-idempotent tool killed after its effect, before its result is recorded
+    "guard": [Reply((tool_use("send", {"to": "ann"}),)), Reply((text("sent it"),))],
+    # an MCP call recorded, the next one killed mid-call
+    "mcp": [
+        Reply((tool_use("multiply", {"a": 6, "b": 7}),)),
+        Reply((tool_use("multiply", {"a": 2, "b": 3}),)),
+        Reply((text("42 and 6"),)),
+    ],
+}
+WORKFLOW_OF = {"kill": "solve", "parallel": "solve", "guard": "solve", "mcp": "solve_mcp"}
+
+
+def task_of(body: dict[str, Any]) -> str:
+    """The scenario of a request: the task, the conversation's first user message."""
+    content = body["messages"][0]["content"]
+    return content if isinstance(content, str) else content[0]["text"]
+
+
+def turn_of(body: dict[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if m["role"] == "assistant")
+
+
+@dataclass
+class Campaign:
+    """What the crash campaign left: the logs, the server's requests, the step logs."""
+
+    ids: dict[str, str]
+    killed: int
+    resumed: int
+    results: dict[str, Any]
+    at_kill: dict[str, list[StepInfo]]
+    requests: list[RequestRecord]
+    side_log: Path
+    mcp_log: Path
+
+    def paid(self, task: str) -> list[str]:
+        """The conversations of ``task`` the server was paid to answer, as JSON."""
+        return [
+            json.dumps(r.body["messages"], sort_keys=True)
+            for r in self.requests
+            if r.paid and task_of(r.body) == task
+        ]
+
+
+def start_app(url: str, ids: dict[str, str], env: dict[str, str]) -> subprocess.Popen[str]:
+    calls = [f"{wid}={WORKFLOW_OF[task]}:{task}" for task, wid in ids.items()]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.pydantic_ai_app", *calls],
+        env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def campaign(
+    dbos_agent_database_url: str,
+    dbos_agent_inspector: Inspector,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Campaign]:
+    inspector = dbos_agent_inspector
+    folder = tmp_path_factory.mktemp("pydantic-ai-crash")
+    side_log, mcp_log = folder / "side.log", folder / "mcp.log"
+    ids = {task: new_id(f"pai-{task}") for task in SCRIPTS}
+
+    def kill_points_reached() -> bool:
+        side, mcp = lines(side_log), lines(mcp_log)
+        parallel = {s.seq for s in inspector.steps(ids["parallel"]) if s.status == "SUCCESS"}
+        return (
+            "add 3 4 start" in side
+            and {1, 3} <= parallel  # slow(0) and slow(2) recorded...
+            and {"slow 1 start", "slow 3 start"} <= set(side)  # ...slow(1), slow(3) hang
+            and "sent ann" in side
+            and "multiply 2 3" in mcp
+        )
+
+    def answer(body: dict[str, Any]) -> ScriptItem:
+        script = SCRIPTS[task_of(body)]
+        return script[min(turn_of(body), len(script) - 1)]
+
+    with ScriptedServer(answer) as server:
+        env = {"MODEL_URL": server.url, "SIDE_LOG": str(side_log), "MCP_LOG": str(mcp_log)}
+        hanging = {"HANG_AT": "add:3,slow:odd,sent", "MCP_HANG": "2"}
+        first = start_app(dbos_agent_database_url, ids, {**env, **hanging})
+        try:
+            wait_until(
+                lambda: first.poll() is not None or kill_points_reached(), 50, "the kill points"
+            )
+            assert first.poll() is None, first.communicate()[1]
+        finally:
+            first.kill()  # SIGKILL
+            first.communicate()
+        at_kill = {task: inspector.steps(wid) for task, wid in ids.items()}
+        second = start_app(dbos_agent_database_url, ids, env)
+        out, err = second.communicate(timeout=90)
+        assert second.returncode == 0, err
+        yield Campaign(
+            ids=ids,
+            killed=first.pid,
+            resumed=second.pid,
+            results=json.loads(out.strip().splitlines()[-1]),
+            at_kill=at_kill,
+            requests=server.requests,
+            side_log=side_log,
+            mcp_log=mcp_log,
+        )
+
+
+def test_the_campaign_ran_each_workflow_body_once_per_process(campaign: Campaign) -> None:
+    """The process that continues the killed workflows recovers them at launch and also
+    starts them again under their ids: each body runs once in it, never twice."""
+    for task in SCRIPTS:
+        assert pids_of(campaign.side_log, f"{task} body start") == [
+            campaign.killed,
+            campaign.resumed,
+        ], task
+        assert pids_of(campaign.side_log, f"{task} body end") == [campaign.resumed], task
+
+
+def test_killed_in_its_second_tool_call_it_continues_without_paying_twice(
+    campaign: Campaign, inspector: Inspector
+) -> None:
+    assert campaign.results[campaign.ids["kill"]] == "the answer is 10"
+    assert [s.name for s in campaign.at_kill["kill"]] == [MODEL, ADD, MODEL]
+    paid = campaign.paid("kill")
+    assert len(paid) == 3 and len(set(paid)) == 3  # each request exactly once
+    adds = [line for line in lines(campaign.side_log) if line.startswith("add ")]
+    assert adds == [
+        "add 1 2 start",
+        "add 1 2 end",
+        "add 3 4 start",  # killed here
+        "add 3 4 start",  # the next process: replays add(1, 2), runs add(3, 4) again
+        "add 3 4 end",
+    ]
+    assert pids_of(campaign.side_log, "add 3 4 end") == [campaign.resumed]
+    assert [s.name for s in inspector.steps(campaign.ids["kill"])] == [
+        MODEL,
+        ADD,
+        MODEL,
+        ADD,
+        MODEL,
+    ]
+
+
+def test_parallel_tool_calls_keep_their_reserved_positions_across_a_kill(
+    campaign: Campaign, inspector: Inspector
+) -> None:
+    """Four calls of one reply ran at once; the process was killed once the even ones
+    were recorded: the next process ran only the odd ones again, and each call's result is
+    at the position its place in the reply gave it, whatever order they finished in."""
+    assert campaign.results[campaign.ids["parallel"]] == "all four done"
+    started = Counter(
+        line for line in lines(campaign.side_log) if line.startswith("slow") and "start" in line
+    )
+    assert started == {"slow 0 start": 1, "slow 1 start": 2, "slow 2 start": 1, "slow 3 start": 2}
+    assert len(campaign.paid("parallel")) == 2
+    steps = inspector.steps(campaign.ids["parallel"])
+    assert [s.name for s in steps] == [MODEL, SLOW, SLOW, SLOW, SLOW, MODEL]
+    assert [s.output["result"] for s in steps[1:5]] == [0, 10, 20, 30]
+    assert [s.seq for s in campaign.at_kill["parallel"] if s.status == "SUCCESS"] == [0, 1, 3]
+
+
+def test_a_non_idempotent_tool_cut_off_after_its_effect_is_resolved_by_its_guard(
+    campaign: Campaign, inspector: Inspector
+) -> None:
+    send = "calc__function_toolset__math.call_tool:send"
+    assert campaign.results[campaign.ids["guard"]] == "sent it"
+    intent = campaign.at_kill["guard"][1]
+    assert (intent.name, intent.status) == (send, "PENDING")  # its intent, no result
+    assert lines(campaign.side_log).count("sent ann") == 1  # the guard saw it: not resent
+    step = inspector.steps(campaign.ids["guard"])[1]
+    assert (step.status, step.output) == ("SUCCESS", {"kind": "tool_return", "result": "sent to ann"})
+    assert len(campaign.paid("guard")) == 2
+
+
+def test_an_mcp_call_recorded_before_the_kill_is_not_made_again(
+    campaign: Campaign, inspector: Inspector
+) -> None:
+    assert campaign.results[campaign.ids["mcp"]] == "42 and 6"
+    calls = [line.rsplit(" ", 1) for line in campaign.mcp_log.read_text().splitlines()]
+    assert calls == [
+        ["multiply 6 7", str(campaign.killed)],
+        ["multiply 2 3", str(campaign.killed)],  # killed mid-call: made again
+        ["multiply 2 3", str(campaign.resumed)],
+    ]
+    paid = campaign.paid("mcp")
+    assert len(paid) == 3 and len(set(paid)) == 3
+    names = [s.name for s in inspector.steps(campaign.ids["mcp"])]
+    call = "mcpcalc__mcp_server__calc.call_tool"
+    assert call in names and "mcpcalc__mcp_server__calc.get_tools" in names
+    assert names.count("mcpcalc__model.request") == 3 and names.count(call) == 2
