@@ -121,10 +121,14 @@ def send(to: str) -> str:
 
 
 calc = Agent(model(), name="calc", toolsets=[math], capabilities=[Durability()])
-#: The budget of the family of ``budgeted``: the parent's call fits, the child's does not.
-BUDGET = Budget(max_tokens=6000)
+#: The budget of the family of ``budget_parent``: a call may write 1,000 tokens; the
+#: parent's call fits, and once it spent 2,600 the child's does not.
+BUDGET = Budget(max_tokens=3000)
 budgeted_calc = Agent(
-    model(), name="budgeted", toolsets=[math], capabilities=[Durability(budget=BUDGET)]
+    model(),
+    name="budgeted",
+    model_settings={"max_tokens": 1000},
+    capabilities=[Durability(budget=BUDGET)],
 )
 
 
@@ -134,7 +138,7 @@ def mcp_agent() -> Agent[None, str]:
     workflow pays for importing the MCP client)."""
     from fastmcp.client.transports import StdioTransport
     from pydantic_ai.mcp import MCPToolset
-        
+
     server = Path(__file__).with_name("pydantic_ai_mcp_server.py")
     env = {k: v for k, v in os.environ.items() if k in ("MCP_LOG", "MCP_HANG", "PATH")}
     toolset = MCPToolset[None](StdioTransport(sys.executable, [str(server)], env=env), id="calc")

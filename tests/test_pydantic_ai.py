@@ -25,10 +25,9 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 import dbos_agent as da
 from dbos_agent.agent import usage_totals
-from dbos_agent.agent.accounting import MODEL_STEP_NAMES
-from dbos_agent.agent.replay import ReplayReport, track_replay
-from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
+from dbos_agent.agent.replay import track_replay
 from dbos_agent.agent.scripted.request_log import RequestRecord
+from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
 from dbos_agent.records import StepInfo, describe_step
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
@@ -42,7 +41,7 @@ MODEL = "calc__model.request"
 Serve = Callable[[list[ScriptItem]], ScriptedServer]
 
 #: Three turns: add(1, 2), add(3, 4), then the answer.
-TWO_ADDS = [
+TWO_ADDS: list[ScriptItem] = [
     Reply((tool_use("add", {"a": 1, "b": 2}),)),
     Reply((tool_use("add", {"a": 3, "b": 4}),)),
     Reply((text("the answer is 10"),)),
@@ -349,7 +348,10 @@ def test_a_non_idempotent_tool_cut_off_after_its_effect_is_resolved_by_its_guard
     assert (intent.name, intent.status) == (send, "PENDING")  # its intent, no result
     assert lines(campaign.side_log).count("sent ann") == 1  # the guard saw it: not resent
     step = inspector.steps(campaign.ids["guard"])[1]
-    assert (step.status, step.output) == ("SUCCESS", {"kind": "tool_return", "result": "sent to ann"})
+    assert (step.status, step.output) == (
+        "SUCCESS",
+        {"kind": "tool_return", "result": "sent to ann"},
+    )
     assert len(campaign.paid("guard")) == 2
 
 
@@ -369,3 +371,23 @@ def test_an_mcp_call_recorded_before_the_kill_is_not_made_again(
     call = "mcpcalc__mcp_server__calc.call_tool"
     assert call in names and "mcpcalc__mcp_server__calc.get_tools" in names
     assert names.count("mcpcalc__model.request") == 3 and names.count(call) == 2
+
+
+def test_the_budget_refuses_a_call_its_family_cannot_afford(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve
+) -> None:
+    """The parent's reply spends 2,600 of the family's 3,000 tokens; its child's call, which
+    may write 1,000 more, is refused before it is made, and the refusal is its record."""
+    server = serve([Reply((text("first"),), usage=(2500, 100))])
+    handle = da.start(app.budget_parent, "compute")
+    first, second = handle.result(timeout=30)
+    assert first == "first"
+    assert second.startswith("BudgetExceededError") and "2,600 of its 3,000-token" in second
+    assert len(server.requests) == 1  # the refused call was never made
+    assert server.requests[0].body["max_tokens"] == 1000
+    (child,) = inspector.workflows(name="pai_budget_child")
+    assert child.status == "ERROR"
+    steps = inspector.steps(child.workflow_id)
+    refused = [s for s in steps if s.name == "budgeted__model.request"]
+    assert len(refused) == 1 and refused[0].status == "ERROR"
+    assert "BudgetExceededError" in str(refused[0].error)

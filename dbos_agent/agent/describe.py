@@ -12,6 +12,7 @@ described here too, by its keys, so the operator tools need not import Pydantic 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -81,10 +82,8 @@ def _pydantic_ai_summary(response: Mapping[str, Any]) -> str:
         elif part.get("part_kind") == "tool-call":
             args = part.get("args")
             if isinstance(args, str):  # the model's raw JSON text
-                try:
+                with contextlib.suppress(ValueError):
                     args = json.loads(args)
-                except ValueError:
-                    pass
             parts.append(f"{part.get('tool_name')}({_json(args)})")
     return f"[{response.get('finish_reason')}] " + " ".join(parts)
 

@@ -59,9 +59,12 @@ __all__ = [
 #: The tool metadata key of per-tool step options: ``metadata={"dbos_agent": {...}}``.
 METADATA_KEY = "dbos_agent"
 
-#: The Messages API's ``max_tokens`` when the model settings give none (Pydantic AI's
-#: Anthropic default): what a budget assumes a call may still spend.
+#: What a budget assumes a call may still spend when neither the model settings nor the
+#: model's profile say how many tokens it may write.
 DEFAULT_MAX_TOKENS = 4096
+
+#: ``(model_id, model_settings)`` of a request to the most tokens the call may write.
+MaxTokens = Callable[[str | None, Mapping[str, Any] | None], int]
 
 
 class StepOptions(TypedDict, total=False):
@@ -267,9 +270,11 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
         default_model_id: str | None,
         config: DbosAgentOperationConfig,
         budget: BudgetGuard,
+        max_tokens: MaxTokens,
     ) -> None:
         super().__init__(agent_name=agent_name, default_model_id=default_model_id, config=config)
         self._budget = budget
+        self._max_tokens = max_tokens
         self._steps: dict[tuple[str, tuple[tuple[str, Any], ...]], Callable[..., Any]] = {}
         self.reservations = _Reservations()
         for streaming in (False, True):
@@ -290,8 +295,8 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
         key = (name, tuple(sorted(options.items())))
         made = self._steps.get(key)
         if made is None:
-            given = dict(options)
-            guard = given.pop("guard", None)
+            given: dict[str, Any] = dict(options)
+            guard = options.get("guard")
             if guard is not None:
                 given["guard"] = _recorded_guard(guard)
             made = engine_step(name=name, **given)(_run_body)
@@ -338,8 +343,8 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
     ) -> object:
         """A model request: budget first, then one step whose record the accounting reads."""
         MODEL_STEP_NAMES.add(name)
-        settings = cast(Mapping[str, Any] | None, cache_key[2]) or {}
-        max_tokens = int(settings.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        model_id = cast(str | None, cache_key[0])
+        max_tokens = self._max_tokens(model_id, cast(Mapping[str, Any] | None, cache_key[2]))
         await self._budget.publish_async()
         note_step()
         step = self._step(name, _without_effects(config))

@@ -37,6 +37,7 @@ from ...engine.extending import WorkflowContext, current_context, in_step
 from ...engine.timers import sleep_async
 from ...errors import SerializationError, WorkflowCancelledError, WorkflowDivergedError
 from .backend import (
+    DEFAULT_MAX_TOKENS,
     METADATA_KEY,
     DbosAgentOperationBackend,
     DbosAgentOperationConfig,
@@ -69,9 +70,7 @@ def _not_serializable(error: Exception) -> BaseException:
 
 
 #: Agent runs that drew a default ``run_id`` at each step position, per workflow run.
-_runs_at: weakref.WeakKeyDictionary[WorkflowContext, dict[int, int]] = (
-    weakref.WeakKeyDictionary()
-)
+_runs_at: weakref.WeakKeyDictionary[WorkflowContext, dict[int, int]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(init=False, kw_only=True)
@@ -146,8 +145,19 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
             default_model_id=self.default_model_id,
             config=self._options,
             budget=self._budget,
+            max_tokens=self._call_max_tokens,
         )
         self._register_toolsets(agent)
+
+    def _call_max_tokens(self, model_id: str | None, settings: Mapping[str, Any] | None) -> int:
+        """The most tokens a request may write, as its budget check counts it: the run's
+        ``max_tokens`` setting, else the model's maximum output (what Pydantic AI sends)."""
+        if settings and settings.get("max_tokens"):
+            return int(settings["max_tokens"])
+        model = self._models_by_id.get(model_id or "default")
+        profile = getattr(model, "profile", None)
+        limit = profile.get("anthropic_max_output_tokens") if isinstance(profile, Mapping) else None
+        return int(limit) if isinstance(limit, int) else DEFAULT_MAX_TOKENS
 
     def get_durable_operation_backend(self) -> DbosAgentOperationBackend:
         assert self._backend is not None, "Durability is bound to an agent first"
@@ -199,9 +209,7 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         """Reserve the call's log position while the reply's calls are validated in order,
         before they run concurrently (see ``backend._Reservations``)."""
         if self.in_durable_context and self._runs_as_step(tool_def):
-            self.get_durable_operation_backend().reservations.reserve(
-                ctx.run_id, call.tool_call_id
-            )
+            self.get_durable_operation_backend().reservations.reserve(ctx.run_id, call.tool_call_id)
         return args
 
     def _runs_as_step(self, tool_def: ToolDefinition) -> bool:
@@ -211,4 +219,3 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         if tool_def.durable is False:
             return False
         return (tool_def.metadata or {}).get(METADATA_KEY) is not False
-
