@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 import dbos_agent as da
 from dbos_agent.agent import usage_totals
 from dbos_agent.agent.replay import track_replay
 from dbos_agent.agent.scripted.request_log import RequestRecord
-from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
+from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, ScriptItem, text, tool_use
 from dbos_agent.records import StepInfo, describe_step
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
@@ -159,6 +160,33 @@ def test_run_sync_in_a_sync_workflow(
     assert lines(side_log).count("add 3 4 end") == 1
 
 
+@da.durable_workflow(name="pai_test_model_error")
+async def model_error(task: str) -> str:
+    """What the run raised, as the workflow saw it; then a step to fork from."""
+    try:
+        outcome = (await app.calc.run(task)).output
+    except ModelHTTPError as error:
+        outcome = f"{type(error).__name__} {error.status_code} {error.model_name}"
+    await da.sleep_async(0)
+    return outcome
+
+
+def test_a_model_error_is_recorded_whole_and_raised_again_on_replay(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve
+) -> None:
+    """The step records Pydantic AI's encoding of the error, so a replay raises the same
+    class with its status code, not a bare message of the right name."""
+    server = serve([Fail(500, message="upstream broke")])
+    handle = da.start(model_error, "compute")
+    expected = f"ModelServerError 500 {app.MODEL_NAME}"
+    assert handle.result(timeout=30) == expected
+    failed = inspector.steps(handle.workflow_id)[0]
+    assert (failed.name, failed.status) == (MODEL, "ERROR")
+    fork = da.fork(handle.workflow_id, from_step=1)  # replays the failed request
+    assert fork.result(timeout=30) == expected
+    assert len(server.requests) == 1
+
+
 # ------------------------------------------------------------- kill -9 and run again
 #
 # One campaign for the crash tests (two processes, not two per test): a first process
@@ -170,6 +198,12 @@ def test_run_sync_in_a_sync_workflow(
 SCRIPTS: dict[str, list[ScriptItem]] = {
     # killed in its second tool call, after its second model request
     "kill": TWO_ADDS,
+    # the same in a sync workflow (run_sync)
+    "sync": [
+        Reply((tool_use("add", {"a": 5, "b": 6}),)),
+        Reply((tool_use("add", {"a": 7, "b": 8}),)),
+        Reply((text("the answer is 26"),)),
+    ],
     # four calls of one reply run at once; the odd ones hang at the kill
     "parallel": [
         Reply(tuple(tool_use("slow", {"i": i}) for i in range(4))),
@@ -184,7 +218,13 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
         Reply((text("42 and 6"),)),
     ],
 }
-WORKFLOW_OF = {"kill": "solve", "parallel": "solve", "guard": "solve", "mcp": "solve_mcp"}
+WORKFLOW_OF = {
+    "kill": "solve",
+    "sync": "solve_sync",
+    "parallel": "solve",
+    "guard": "solve",
+    "mcp": "solve_mcp",
+}
 
 
 def task_of(body: dict[str, Any]) -> str:
@@ -247,6 +287,7 @@ def campaign(
         parallel = {s.seq for s in inspector.steps(ids["parallel"]) if s.status == "SUCCESS"}
         return (
             "add 3 4 start" in side
+            and "add 7 8 start" in side
             and {1, 3} <= parallel  # slow(0) and slow(2) recorded...
             and {"slow 1 start", "slow 3 start"} <= set(side)  # ...slow(1), slow(3) hang
             and "sent ann" in side
@@ -259,7 +300,7 @@ def campaign(
 
     with ScriptedServer(answer) as server:
         env = {"MODEL_URL": server.url, "SIDE_LOG": str(side_log), "MCP_LOG": str(mcp_log)}
-        hanging = {"HANG_AT": "add:3,slow:odd,sent", "MCP_HANG": "2"}
+        hanging = {"HANG_AT": "add:3,add:7,slow:odd,sent", "MCP_HANG": "2"}
         first = start_app(dbos_agent_database_url, ids, {**env, **hanging})
         try:
             wait_until(
@@ -303,7 +344,7 @@ def test_killed_in_its_second_tool_call_it_continues_without_paying_twice(
     assert [s.name for s in campaign.at_kill["kill"]] == [MODEL, ADD, MODEL]
     paid = campaign.paid("kill")
     assert len(paid) == 3 and len(set(paid)) == 3  # each request exactly once
-    adds = [line for line in lines(campaign.side_log) if line.startswith("add ")]
+    adds = [line for line in lines(campaign.side_log) if line.startswith(("add 1", "add 3"))]
     assert adds == [
         "add 1 2 start",
         "add 1 2 end",
@@ -313,6 +354,23 @@ def test_killed_in_its_second_tool_call_it_continues_without_paying_twice(
     ]
     assert pids_of(campaign.side_log, "add 3 4 end") == [campaign.resumed]
     assert [s.name for s in inspector.steps(campaign.ids["kill"])] == [
+        MODEL,
+        ADD,
+        MODEL,
+        ADD,
+        MODEL,
+    ]
+
+
+def test_a_sync_workflow_killed_in_run_sync_continues_the_same_way(
+    campaign: Campaign, inspector: Inspector
+) -> None:
+    assert campaign.results[campaign.ids["sync"]] == "the answer is 26"
+    paid = campaign.paid("sync")
+    assert len(paid) == 3 and len(set(paid)) == 3
+    adds = [line for line in lines(campaign.side_log) if line.startswith(("add 5", "add 7"))]
+    assert adds == ["add 5 6 start", "add 5 6 end", "add 7 8 start", "add 7 8 start", "add 7 8 end"]
+    assert [s.name for s in inspector.steps(campaign.ids["sync"])] == [
         MODEL,
         ADD,
         MODEL,
