@@ -37,6 +37,7 @@ from tests.helpers import new_id, wait_until
 ROOT = Path(__file__).parent.parent
 ADD = "calc__function_toolset__math.call_tool:add"
 SLOW = "calc__function_toolset__math.call_tool:slow"
+SEND = "calc__function_toolset__math.call_tool:send"
 MODEL = "calc__model.request"
 
 Serve = Callable[[list[ScriptItem]], ScriptedServer]
@@ -158,6 +159,31 @@ def test_run_sync_in_a_sync_workflow(
     assert [s.name for s in inspector.steps(handle.workflow_id)] == [MODEL, ADD, MODEL, ADD, MODEL]
     assert len(server.requests) == 3
     assert lines(side_log).count("add 3 4 end") == 1
+
+
+def test_parallel_calls_take_positions_in_reply_order_whichever_reaches_its_step_first(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve, side_log: Path
+) -> None:
+    """``send`` is not idempotent: it records its intent from a worker thread before it
+    runs, so the two ``slow`` calls after it in the reply reach their steps first; each
+    call still takes the position reserved for its place in the reply."""
+    serve(
+        [
+            Reply(
+                (
+                    tool_use("send", {"to": "bob"}),
+                    tool_use("slow", {"i": 2}),
+                    tool_use("slow", {"i": 3}),
+                )
+            ),
+            Reply((text("done"),)),
+        ]
+    )
+    handle = da.start(app.solve, "compute")
+    assert handle.result(timeout=30) == "done"
+    steps = inspector.steps(handle.workflow_id)
+    assert [s.name for s in steps] == [MODEL, SEND, SLOW, SLOW, MODEL]
+    assert [s.output["result"] for s in steps[1:4]] == ["sent to bob", 20, 30]
 
 
 @da.durable_workflow(name="pai_test_model_error")
@@ -400,10 +426,9 @@ def test_parallel_tool_calls_keep_their_reserved_positions_across_a_kill(
 def test_a_non_idempotent_tool_cut_off_after_its_effect_is_resolved_by_its_guard(
     campaign: Campaign, inspector: Inspector
 ) -> None:
-    send = "calc__function_toolset__math.call_tool:send"
     assert campaign.results[campaign.ids["guard"]] == "sent it"
     intent = campaign.at_kill["guard"][1]
-    assert (intent.name, intent.status) == (send, "PENDING")  # its intent, no result
+    assert (intent.name, intent.status) == (SEND, "PENDING")  # its intent, no result
     assert lines(campaign.side_log).count("sent ann") == 1  # the guard saw it: not resent
     step = inspector.steps(campaign.ids["guard"])[1]
     assert (step.status, step.output) == (
