@@ -36,7 +36,7 @@ from pydantic_ai.durable_exec._operation import (
 )
 from pydantic_ai.durable_exec._operation_backend import JournalCallableOperationBackend
 from pydantic_ai.durable_exec._toolset import CallToolResult, wrap_tool_call_result
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UserError
 from pydantic_ai.toolsets import ToolsetTool
 
 from ...agent.accounting import MODEL_STEP_NAMES
@@ -112,8 +112,9 @@ class RecordedModelError(DbosAgentError):
 
 
 class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
-    """The step options of each operation: per role, and per tool from its metadata
-    (``{"dbos_agent": {...}}`` merged over the tool role's, ``False`` for no step)."""
+    """The step options of each operation: per role (model, MCP, other tools), and per tool
+    from its metadata (``{"dbos_agent": {...}}`` merged over its role's, ``False`` for no
+    step). A metadata mistake is the agent's code, a ``UserError`` as Pydantic AI raises."""
 
     def __init__(self, *, model: StepOptions, tool: StepOptions, mcp: StepOptions) -> None:
         self._model = model
@@ -123,7 +124,7 @@ class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
     def base(self, role: OperationConfigRole, *, operation_id: DurableOperationId) -> StepOptions:
         if role == "model":
             return self._model
-        if isinstance(operation_id, ToolsetCallToolId) and operation_id.toolset_kind == "mcp":
+        if getattr(operation_id, "toolset_kind", None) == "mcp":  # calls, discovery
             return self._mcp
         return _without_effects(self._tool) if role != "tool" else self._tool
 
@@ -142,13 +143,13 @@ class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
             return False
         if own is not None:
             if not isinstance(own, Mapping):
-                raise ConfigurationError(
+                raise UserError(
                     f"tool {tool_name!r}: metadata {METADATA_KEY!r} must be a dict of step "
                     f"options (StepOptions) or False, got {type(own).__name__}"
                 )
             unknown = sorted(set(own) - StepOptions.__optional_keys__)
             if unknown:
-                raise ConfigurationError(
+                raise UserError(
                     f"tool {tool_name!r}: unknown step options {unknown} in its "
                     f"{METADATA_KEY!r} metadata; see StepOptions"
                 )
