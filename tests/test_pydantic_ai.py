@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,37 @@ def test_parallel_calls_take_positions_in_reply_order_whichever_reaches_its_step
     steps = inspector.steps(handle.workflow_id)
     assert [s.name for s in steps] == [MODEL, SEND, SLOW, SLOW, MODEL]
     assert [s.output["result"] for s in steps[1:4]] == ["sent to bob", 20, 30]
+
+
+@da.durable_workflow(name="pai_test_streamed")
+async def streamed(task: str) -> str:
+    """``solve`` with an event stream handler: Pydantic AI streams its model requests."""
+
+    async def handle(ctx: Any, events: AsyncIterable[Any]) -> None:
+        async for event in events:
+            CURRENT.setdefault("events", []).append(type(event).__name__)
+
+    return (await app.calc.run(task, event_stream_handler=handle)).output
+
+
+def test_streamed_requests_are_steps_their_events_live_once(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve, side_log: Path
+) -> None:
+    CURRENT.clear()
+    server = serve(TWO_ADDS)
+    handle = da.start(streamed, "compute")
+    assert handle.result(timeout=30) == "the answer is 10"
+    stream = "calc__model.request_stream"
+    assert [s.name for s in inspector.steps(handle.workflow_id)] == [
+        stream,
+        ADD,
+        stream,
+        ADD,
+        stream,
+    ]
+    assert [r.stream for r in server.requests] == [True, True, True]
+    assert CURRENT["events"].count("FunctionToolResultEvent") == 2
+    assert usage_totals(handle.workflow_id).model_calls == 3
 
 
 @da.durable_workflow(name="pai_test_model_error")
