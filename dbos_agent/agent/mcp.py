@@ -66,6 +66,8 @@ T = TypeVar("T")
 DEFAULT_CONNECT_TIMEOUT = 30.0
 #: Seconds a request (a listing, a call) may take when the tool has no ``timeout``.
 DEFAULT_REQUEST_TIMEOUT = 300.0
+#: Seconds a server may take to answer the ping sent before a non-idempotent call.
+PING_TIMEOUT = 10.0
 #: Step name of a server's tool listing.
 LIST_STEP_PREFIX = "mcp:list_tools:"
 
@@ -82,11 +84,16 @@ class AsyncOnlyToolError(TypeError):
 
 class _Broken(Exception):
     """The connection failed (the server died, closed its pipes, or never came up).
-    ``sent``: the request may have reached the server."""
+    ``sent``: the request may have reached the server; ``session``: the one that broke."""
 
-    def __init__(self, message: str, *, sent: bool) -> None:
+    def __init__(self, message: str, *, sent: bool, session: ClientSession | None) -> None:
         super().__init__(message)
         self.sent = sent
+        self.session = session
+
+    @classmethod
+    def of(cls, exc: BaseException, session: ClientSession, *, sent: bool) -> _Broken:
+        return cls(str(exc) or type(exc).__name__, sent=sent, session=session)
 
 
 def error_result(text: str) -> mcp_types.CallToolResult:
@@ -117,8 +124,9 @@ class _Connection:
     def reconnectable(self) -> bool:
         return False
 
-    def reset_sync(self) -> None:
-        """Drop a broken connection; the next :meth:`run` opens a new one."""
+    def reset_sync(self, broken: ClientSession | None) -> None:
+        """Drop the connection of session ``broken`` if it is still the current one
+        (calls that broke together reopen it once); the next :meth:`run` opens a new one."""
 
     def close(self) -> None:
         """Close what this object opened."""
@@ -133,7 +141,7 @@ async def _guarded(
         raise
     except Exception as exc:
         if _closed(exc):
-            raise _Broken(str(exc) or type(exc).__name__, sent=True) from exc
+            raise _Broken.of(exc, session, sent=True) from exc
         raise
 
 
@@ -201,7 +209,8 @@ class _OwnedConnection(_Connection):
                 await self._end_holder()
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                raise _Broken(f"could not start the MCP server: {exc!r}", sent=False) from exc
+                message = f"could not start the MCP server: {exc!r}"
+                raise _Broken(message, sent=False, session=None) from exc
             return self._session
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
@@ -219,7 +228,10 @@ class _OwnedConnection(_Connection):
             if not isinstance(exc, Exception):
                 raise
 
-    async def _end_holder(self) -> None:
+    async def _end_holder(self, only: ClientSession | None = None) -> None:
+        """End the task holding the connection open (if it holds ``only``, when given)."""
+        if only is not None and self._session is not only:
+            return
         holder, self._holder, self._session = self._holder, None, None
         if self._stop is not None:
             self._stop.set()
@@ -229,10 +241,10 @@ class _OwnedConnection(_Connection):
                 holder.cancel()
                 await asyncio.gather(holder, return_exceptions=True)
 
-    def reset_sync(self) -> None:
+    def reset_sync(self, broken: ClientSession | None) -> None:
         loop = self._loop
-        if loop is not None:
-            asyncio.run_coroutine_threadsafe(self._end_holder(), loop).result(30)
+        if loop is not None and broken is not None:
+            asyncio.run_coroutine_threadsafe(self._end_holder(broken), loop).result(30)
 
     def close(self) -> None:
         with self._lock:
@@ -431,10 +443,10 @@ class McpServer:
         for tries_left in range(self.reconnects, -1, -1):
             try:
                 return self._connection.run_sync(use, timeout)
-            except _Broken:
+            except _Broken as broken:
                 if tries_left == 0 or not self._connection.reconnectable():
                     raise
-                self._connection.reset_sync()
+                self._connection.reset_sync(broken.session)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _with_reconnects(
@@ -457,7 +469,7 @@ class McpServer:
                     or (broken.sent and not resend)
                 ):
                     raise
-                await asyncio.to_thread(self._connection.reset_sync)
+                await asyncio.to_thread(self._connection.reset_sync, broken.session)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def call_tool(
@@ -470,10 +482,10 @@ class McpServer:
         async def call(session: ClientSession) -> mcp_types.CallToolResult:
             if not idempotent:  # a connection found dead now is reopened before sending
                 try:
-                    await asyncio.wait_for(session.send_ping(), timeout)
+                    await asyncio.wait_for(session.send_ping(), min(timeout, PING_TIMEOUT))
                 except Exception as exc:
-                    if _closed(exc):
-                        raise _Broken(str(exc) or type(exc).__name__, sent=False) from exc
+                    if _closed(exc) or isinstance(exc, TimeoutError):
+                        raise _Broken.of(exc, session, sent=False) from exc
                     raise
             return await session.call_tool(name, arguments)
 
