@@ -39,6 +39,7 @@ from tests.helpers import SimulatedCrash, new_id, wait_until
 ROOT = Path(__file__).parent.parent
 SERVER = Path(__file__).with_name("mcp_server_app.py")
 LISTING = "mcp:list_tools:mcp_server_app"
+TOOL_NAMES = ["add", "append", "refuse", "slow_once"]
 CURRENT: dict[str, Any] = {}
 
 
@@ -94,7 +95,7 @@ def kill_server(log: Path) -> None:
 def sync_agent(blocks: list[ToolUseBlock]) -> list[ToolResultBlockParam]:
     tools: ToolRegistry = CURRENT["tools"]
     names = [param["name"] for param in tools.params()]  # lists the tools: a step
-    assert names == ["add", "append", "refuse", "slow_once"], names
+    assert names == TOOL_NAMES, names
     first = tools.call_all(blocks[:1])  # the run has its listing: no second one
     rest = tools.call_all(blocks[1:], parallel=True)
     if CURRENT.pop("crash", False):
@@ -113,7 +114,7 @@ def test_the_listing_is_one_step_per_run_and_a_replay_never_starts_the_server(
         sync_agent(blocks)
     assert inspector.step_names(wid) == [LISTING, "tool:add", "tool:add", "tool:add"]
     listing = inspector.steps(wid)[0].output
-    assert [tool["name"] for tool in listing] == ["add", "append", "refuse", "slow_once"]
+    assert [tool["name"] for tool in listing] == TOOL_NAMES
     assert len(effects(log, "server-start")) == 1 and len(effects(log, "add")) == 3
 
     registry()  # a fresh registry, as in a new process: its server is never needed
@@ -286,6 +287,8 @@ def test_an_mcp_call_before_a_kill_9_is_not_repeated_and_the_body_runs_once(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads(resumed.stdout.splitlines()[-1]) == "finished"
     assert len(model.requests) == 3  # turns 0 and 1 were not asked (nor paid) again
+    for request in model.requests:  # each model call offered the MCP tools, resumed too
+        assert [t["name"] for t in request.body["tools"]] == TOOL_NAMES
     assert len(effects(log, "append", "A")) == 1  # the finished MCP call did not repeat
     assert len(effects(log, "slow-start", "B")) == 2  # the one cut off ran again (at least once)
     # the resumed process ran the body once, not twice at once

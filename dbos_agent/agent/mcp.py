@@ -149,7 +149,7 @@ class _OwnedConnection(_Connection):
     """A server this registry starts (over stdio), on an event loop thread of its own.
 
     The session and its transport are entered and left by one task (anyio's task groups
-    require it), which holds them open until :meth:`reset` or :meth:`aclose`.
+    require it), which holds them open until :meth:`reset_sync` or :meth:`close`.
     """
 
     def __init__(
@@ -173,7 +173,7 @@ class _OwnedConnection(_Connection):
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 threading.Thread(
-                    target=loop.run_forever, name="dbos-agent-mcp", daemon=True
+                    target=_serve, args=(loop,), name="dbos-agent-mcp", daemon=True
                 ).start()
                 self._loop = loop
             return self._loop
@@ -254,6 +254,15 @@ class _OwnedConnection(_Connection):
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(self._end_holder(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
+        self._opening = None  # bound to that loop; a later use starts a new one
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The connection thread: run ``loop`` until :meth:`_OwnedConnection.close` stops it."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 def _stderr() -> TextIO:
