@@ -6,6 +6,7 @@ Write the agent loop yourself, as a ``@durable_workflow``; this package gives it
   ``Message`` and retries transient API failures (529, 429, 5xx, timeouts).
 * :func:`tool` and :class:`ToolRegistry`: typed functions as tools (schema from the type
   hints) and steps; failures go back to the model as ``is_error`` results.
+  ``ToolRegistry.from_mcp`` adds an MCP server's tools the same way (``mcp`` extra).
 * :func:`usage_totals` and :func:`track_replay`: what a workflow cost, and what a recovery
   saved.
 
@@ -26,6 +27,7 @@ from . import describe  # noqa: F401  (registers how model steps read in `dbos-a
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
     from .budget import Budget, Spend, raise_budget
+    from .mcp import AsyncOnlyToolError, McpServer, McpTool
     from .model import (
         DEFAULT_MODEL,
         MODEL_STEP_NAME,
@@ -45,7 +47,15 @@ if TYPE_CHECKING:
     )
     from .retrying import ModelRetryPolicy, is_retryable, retry_after_seconds
     from .tool_registry import ToolRegistry
-    from .tools import NotDone, Tool, ToolCallRejected, ToolInputError, ToolOptions, tool
+    from .tools import (
+        NotDone,
+        Tool,
+        ToolCallRejected,
+        ToolErrorResult,
+        ToolInputError,
+        ToolOptions,
+        tool,
+    )
 
 _MODULES = {
     "budget": ("Budget", "Spend", "raise_budget"),
@@ -69,7 +79,16 @@ _MODULES = {
     ),
     "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
     "tool_registry": ("ToolRegistry",),
-    "tools": ("NotDone", "Tool", "ToolCallRejected", "ToolInputError", "ToolOptions", "tool"),
+    "mcp": ("AsyncOnlyToolError", "McpServer", "McpTool"),
+    "tools": (
+        "NotDone",
+        "Tool",
+        "ToolCallRejected",
+        "ToolErrorResult",
+        "ToolInputError",
+        "ToolOptions",
+        "tool",
+    ),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -87,7 +106,10 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_PRICES",
     "MODEL_STEP_NAME",
+    "AsyncOnlyToolError",
     "Budget",
+    "McpServer",
+    "McpTool",
     "Model",
     "ModelRetryPolicy",
     "NotDone",
@@ -97,6 +119,7 @@ __all__ = [
     "Spend",
     "Tool",
     "ToolCallRejected",
+    "ToolErrorResult",
     "ToolInputError",
     "ToolOptions",
     "ToolRegistry",

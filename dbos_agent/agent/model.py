@@ -265,6 +265,7 @@ class Model:
     async def create_async(self, messages: Iterable[MessageParam], **overrides: Any) -> Message:
         """:meth:`create` for async workflows: the call awaits, holding no thread."""
         await self._budget.publish_async()
+        await self._list_tools_async()
         note_step()
         return await self._call_step_async(self.request(messages, **overrides), False)
 
@@ -278,6 +279,7 @@ class Model:
     ) -> Message:
         """:meth:`stream` for async workflows (``on_text`` is called on the event loop)."""
         await self._budget.publish_async()
+        await self._list_tools_async()
         note_step()
         tokens = _on_text.set(on_text), _stream_key.set(stream_key)
         try:
@@ -286,6 +288,12 @@ class Model:
             _on_text.reset(tokens[0])
             _stream_key.reset(tokens[1])
         return result
+
+    async def _list_tools_async(self) -> None:
+        """List a registry's MCP tools (once per run, a step) before the request needs
+        them: :meth:`request` is sync and would otherwise list them blocking the loop."""
+        if isinstance(self.tools, ToolRegistry):
+            await self.tools.list_tools_async()
 
     async def _call_async(self, request: dict[str, Any], stream: bool) -> Message:
         if self.budget is not None:

@@ -9,6 +9,10 @@ Several blocks of one reply may run concurrently (in threads with ``call_all(par
 as tasks with ``call_all_async``), yet each takes the log position its place in the reply
 gives it: the registry reserves one position per block before any starts, so replay never
 depends on which tool started or finished first.
+
+Tools of MCP servers (:meth:`ToolRegistry.from_mcp`, :meth:`ToolRegistry.add_mcp`, see
+``mcp.py``) are known once the run has listed them: every method that needs the tools
+(:meth:`ToolRegistry.params`, the calls) lists them first, as a step, once per run.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import contextvars
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, Unpack
 
 from anthropic.types import ToolParam, ToolResultBlockParam
 
@@ -26,7 +30,10 @@ from ..engine.extending import at_position, reserve_positions
 from ..engine.step import step as engine_step
 from ..errors import DbosAgentError
 from .replay import note_step
-from .tools import Tool, ToolCallRejected, ToolInputError
+from .tools import Tool, ToolCallRejected, ToolErrorResult, ToolInputError, ToolOptions
+
+if TYPE_CHECKING:
+    from .mcp import McpServer, McpSource
 
 __all__ = ["ToolRegistry", "ToolUse"]
 
@@ -60,7 +67,7 @@ def _check(approval: Approval) -> None:
 
 def error_text(error: BaseException) -> str:
     """How a failed call is described to the model."""
-    if isinstance(error, ToolInputError | ToolCallRejected):
+    if isinstance(error, ToolInputError | ToolCallRejected | ToolErrorResult):
         return str(error)
     return f"{type(error).__name__}: {error}"
 
@@ -83,12 +90,97 @@ def tool_uses(content: Iterable[Any]) -> list[ToolUse]:
 
 
 class ToolRegistry:
-    """The tools an agent may call, by name."""
+    """The tools an agent may call, by name: functions, and the tools of MCP servers."""
 
     def __init__(self, tools: Iterable[Tool[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool[..., Any]] = {}
+        self._servers: list[McpServer] = []
         for item in tools:
             self.add(item)
+
+    @classmethod
+    def from_mcp(
+        cls,
+        source: McpSource,
+        *,
+        server_name: str | None = None,
+        tool_options: dict[str, ToolOptions] | None = None,
+        errlog: TextIO | None = None,
+        **options: Unpack[ToolOptions],
+    ) -> ToolRegistry:
+        """A registry of one MCP server's tools (see :meth:`add_mcp`)."""
+        registry = cls()
+        registry.add_mcp(
+            source, server_name=server_name, tool_options=tool_options, errlog=errlog, **options
+        )
+        return registry
+
+    def add_mcp(
+        self,
+        source: McpSource,
+        *,
+        server_name: str | None = None,
+        tool_options: dict[str, ToolOptions] | None = None,
+        errlog: TextIO | None = None,
+        **options: Unpack[ToolOptions],
+    ) -> McpServer:
+        """Add the tools of an MCP server (needs the ``mcp`` extra).
+
+        ``source``: ``StdioServerParameters`` or ``[command, *args]`` (the server is started
+        on first use and stopped by :meth:`aclose`), or an open ``mcp.ClientSession``.
+        ``server_name`` names the listing step ``mcp:list_tools:<server_name>`` (default:
+        the server script's name). ``options`` (:class:`ToolOptions` but ``name`` and
+        ``description``) apply to every tool of the server; ``tool_options`` maps an MCP
+        tool's name to its own (``name`` renames it for the model). ``errlog``: where the
+        server's stderr goes.
+        """
+        from .mcp import McpServer
+
+        server = McpServer(
+            source, server_name=server_name, tool_options=tool_options, errlog=errlog, **options
+        )
+        if any(known.name == server.name for known in self._servers):
+            raise ValueError(f"an MCP server named {server.name!r} is already registered")
+        self._servers.append(server)
+        return server
+
+    def list_tools(self) -> list[Tool[..., Any]]:
+        """Every tool, the MCP servers' listed first if this run has not yet (a step each)."""
+        return self._merged([server.list_tools() for server in self._servers])
+
+    async def list_tools_async(self) -> list[Tool[..., Any]]:
+        """:meth:`list_tools` for async code (``Model.create_async`` calls it)."""
+        return self._merged([await server.list_tools_async() for server in self._servers])
+
+    def _merged(self, listings: Iterable[Iterable[Tool[..., Any]]]) -> list[Tool[..., Any]]:
+        merged = dict(self._tools)
+        for listing in listings:
+            for item in listing:
+                if item.name in merged:
+                    raise ValueError(
+                        f"two tools are named {item.name!r}: rename one with "
+                        f"tool_options={{{getattr(item, 'mcp_name', item.name)!r}: "
+                        "{'name': ...}}"
+                    )
+                merged[item.name] = item
+        return list(merged.values())
+
+    def _listed(self) -> dict[str, Tool[..., Any]]:
+        """The function tools and the MCP tools this run has listed, by name."""
+        known = dict(self._tools)
+        for server in self._servers:
+            known.update((item.name, item) for item in server.listed() or ())
+        return known
+
+    def close(self) -> None:
+        """Stop the MCP servers this registry started."""
+        for server in self._servers:
+            server.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code."""
+        for server in self._servers:
+            await server.aclose()
 
     def add(self, item: Tool[..., Any]) -> None:
         """Register a tool; names are unique."""
@@ -97,27 +189,29 @@ class ToolRegistry:
         self._tools[item.name] = item
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return name in self._listed()
 
     def __iter__(self) -> Iterator[Tool[..., Any]]:
-        return iter(self._tools.values())
+        """The function tools and the MCP tools this run has listed."""
+        return iter(self._listed().values())
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._listed())
 
     def get(self, name: str) -> Tool[..., Any] | None:
-        return self._tools.get(name)
+        return self._listed().get(name)
 
     def params(self) -> list[ToolParam]:
-        """Definitions for the Messages API ``tools`` list."""
-        return [item.param() for item in self._tools.values()]
+        """Definitions for the Messages API ``tools`` list (listing MCP tools if needed)."""
+        return [item.param() for item in self.list_tools()]
 
     def _resolve(self, block: ToolUse) -> tuple[Tool[..., Any], dict[str, Any]] | str:
         """The tool and its arguments for ``block``, or why the call is refused."""
         note_step()
-        item = self._tools.get(block.name)
+        tools = self._listed()
+        item = tools.get(block.name)
         if item is None:
-            known = ", ".join(sorted(self._tools)) or "none"
+            known = ", ".join(sorted(tools)) or "none"
             return f"unknown tool {block.name!r}; available tools: {known}"
         try:
             return item, item.validate(block.input)
@@ -125,7 +219,7 @@ class ToolRegistry:
             return str(exc)
 
     def _needs_approval(self, block: ToolUse) -> bool:
-        item = self._tools.get(block.name)
+        item = self._listed().get(block.name)
         return item is not None and item.requires_approval
 
     def approve_first(self, uses: list[ToolUse]) -> dict[str, Approval]:
@@ -148,6 +242,7 @@ class ToolRegistry:
         and raises :class:`ToolCallRejected` when a human said no. An ``async def`` tool
         runs to its end on an event loop of its own (use :meth:`run_async` from async code).
         """
+        self.list_tools()
         resolved = self._resolve(block)
         if isinstance(resolved, str):
             _reject(block.name, resolved)
@@ -156,11 +251,12 @@ class ToolRegistry:
         if item.requires_approval:
             _check(approval or request_approval(block.name, block.input))
         value = asyncio.run(item(**kwargs)) if item.is_async else item(**kwargs)
-        return Tool.render(value)
+        return item.render(value)
 
     async def run_async(self, block: ToolUse, approval: Approval | None = None) -> str:
         """:meth:`run` on the event loop: an async tool is awaited, a sync one (and the
         log write of a refused call) runs in a worker thread."""
+        await self.list_tools_async()
         resolved = self._resolve(block)
         if isinstance(resolved, str):
             await asyncio.to_thread(_reject, block.name, resolved)
@@ -169,8 +265,8 @@ class ToolRegistry:
         if item.requires_approval:
             _check(approval or await request_approval_async(block.name, block.input))
         if item.is_async:
-            return Tool.render(await item(**kwargs))
-        return Tool.render(await asyncio.to_thread(item, **kwargs))
+            return item.render(await item(**kwargs))
+        return item.render(await asyncio.to_thread(item, **kwargs))
 
     def call(self, block: ToolUse, approval: Approval | None = None) -> ToolResultBlockParam:
         """Run one ``tool_use`` block and return its ``tool_result`` (``is_error`` on failure).
@@ -205,6 +301,7 @@ class ToolRegistry:
         log position reserved for its place in the reply.
         """
         uses = tool_uses(content)
+        self.list_tools()  # before positions are reserved: the listing takes its own
         if not parallel or len(uses) < 2:
             return [self.call(block) for block in uses]
         approvals = self.approve_first(uses)
@@ -226,6 +323,7 @@ class ToolRegistry:
         does not depend on which finished first). If a call raises an engine signal the
         others are cancelled and it propagates."""
         uses = tool_uses(content)
+        await self.list_tools_async()  # before positions are reserved: it takes its own
         approvals = await self.approve_first_async(uses)
         positions = reserve_positions(len(uses))
 

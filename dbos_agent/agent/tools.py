@@ -23,7 +23,15 @@ from ..engine.extending import NotDone, StepDefinition
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
 
-__all__ = ["NotDone", "Tool", "ToolCallRejected", "ToolInputError", "ToolOptions", "tool"]
+__all__ = [
+    "NotDone",
+    "Tool",
+    "ToolCallRejected",
+    "ToolErrorResult",
+    "ToolInputError",
+    "ToolOptions",
+    "tool",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,6 +45,11 @@ class ToolInputError(Exception):
 
 class ToolCallRejected(Exception):
     """A human rejected the tool call (its tool requires approval)."""
+
+
+class ToolErrorResult(Exception):
+    """A tool's own failure result (an MCP ``isError`` result): recorded as the step's
+    value, and handed to the model as an ``is_error`` tool result with this text."""
 
 
 def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -136,6 +149,16 @@ class ToolOptions(TypedDict, total=False):
 _TOOL_OWN = frozenset({"name", "description", "requires_approval"})
 
 
+def _checked_name(name: str, options: ToolOptions) -> str:
+    """``name`` if the Messages API accepts it and ``options`` are all known options."""
+    unknown = sorted(set(options) - ToolOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"tool {name!r}: unknown options {unknown}; see ToolOptions")
+    if not _NAME.match(name):
+        raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
+    return name
+
+
 class Tool(Generic[P, R]):
     """A function the model can call, run as a durable step named ``tool:<name>``.
 
@@ -146,25 +169,24 @@ class Tool(Generic[P, R]):
     """
 
     def __init__(self, fn: Callable[P, R], **options: Unpack[ToolOptions]) -> None:
-        unknown = sorted(set(options) - ToolOptions.__optional_keys__)
-        name = options.get("name") or fn.__name__
-        if unknown:
-            raise TypeError(f"tool {name!r}: unknown options {unknown}; see ToolOptions")
-        self.name = name
-        if not _NAME.match(self.name):
-            raise ValueError(f"tool name {self.name!r} must match {_NAME.pattern}")
+        self.name = _checked_name(options.get("name") or fn.__name__, options)
         doc, arg_docs = _split_docstring(inspect.getdoc(fn) or "")
         description = options.get("description")
         self.description = description if description is not None else doc
+        self.input_model = _input_model(fn, self.name, arg_docs)
+        self.input_schema: dict[str, Any] = _clean_schema(self.input_model.model_json_schema())
+        self._init_step(fn, options)
+        functools.update_wrapper(self, fn)
+
+    def _init_step(self, fn: Callable[P, R], options: ToolOptions) -> None:
+        """Make ``fn`` this tool's step ``tool:<name>`` with the step's options (the
+        part every kind of tool shares, whatever its schema comes from)."""
         self.fn = fn
         #: An ``async def`` tool: calling it returns a coroutine (run it with
         #: ``ToolRegistry.call_async`` / ``call_all_async``, or ``await`` it).
         self.is_async = inspect.iscoroutinefunction(fn)
         #: A human approves each call first (see ToolRegistry and da.request_approval).
         self.requires_approval = bool(options.get("requires_approval", False))
-        self.input_model = _input_model(fn, self.name, arg_docs)
-        self.input_schema: dict[str, Any] = _clean_schema(self.input_model.model_json_schema())
-
         step_options: dict[str, Any] = {
             key: value for key, value in options.items() if key not in _TOOL_OWN
         }
@@ -175,7 +197,6 @@ class Tool(Generic[P, R]):
         definition: StepDefinition = getattr(self._step, "__dbos_agent_step__")  # noqa: B009
         self.idempotent = definition.idempotent
         self.guard = definition.guard
-        functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._step(*args, **kwargs)
