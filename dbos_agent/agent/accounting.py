@@ -8,7 +8,7 @@ of writing, so pass your own table when money matters.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,8 @@ __all__ = [
     "PriceTable",
     "Usage",
     "UsageTotals",
+    "is_tool_step",
+    "register_tool_step_recogniser",
     "usage_of_reply",
     "usage_totals",
 ]
@@ -28,6 +30,24 @@ __all__ = [
 MODEL_STEP_NAMES: set[str] = set()
 #: Tool steps are named ``tool:<tool name>``.
 TOOL_STEP_PREFIX = "tool:"
+#: Other ways a step name says "a tool call" (an integration's tools, named its own way).
+_tool_step_recognisers: list[Callable[[str], bool]] = []
+
+
+def register_tool_step_recogniser(recognise: Callable[[str], bool]) -> None:
+    """Count the steps whose name ``recognise(name)`` accepts as tool calls (in the totals
+    and the replay report), beside the ``tool:<name>`` steps of :func:`~dbos_agent.agent.tool`.
+
+    For layers above this one that name their tool steps otherwise (an integration of
+    another agent framework); registering the same function twice counts it once.
+    """
+    if recognise not in _tool_step_recognisers:
+        _tool_step_recognisers.append(recognise)
+
+
+def is_tool_step(name: str) -> bool:
+    """Whether a step of this name is a tool call."""
+    return name.startswith(TOOL_STEP_PREFIX) or any(r(name) for r in _tool_step_recognisers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +177,7 @@ def totals_from_steps(
     usage = Usage()
     calls = attempts = failed = tools = 0
     for name, status, output, tries in steps:
-        if name.startswith(TOOL_STEP_PREFIX):
+        if is_tool_step(name):
             tools += 1
         if name not in MODEL_STEP_NAMES:
             continue

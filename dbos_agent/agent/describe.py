@@ -4,10 +4,15 @@ A model step records the whole Anthropic ``Message`` as JSON. Only this layer kn
 shape, so it registers a describer (:func:`dbos_agent.records.register_step_describer`)
 when :mod:`dbos_agent.agent` is imported; the ``dbos-agent`` tools then show any
 workflow's replies and bill from the database without knowing what a Message is.
+
+The Pydantic AI integration records its model steps as ``{"model", "usage", "response"}``
+(usage in the Messages API's keys, the response in Pydantic AI's own JSON); that shape is
+described here too, by its keys, so the operator tools need not import Pydantic AI.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +20,7 @@ from typing import Any
 from ..records import StepDigest, StepInfo, register_step_describer
 from .accounting import usage_of_reply
 
-__all__ = ["describe_model_step"]
+__all__ = ["describe_model_step", "describe_pydantic_ai_step"]
 
 
 def _json(value: Any) -> str:
@@ -51,6 +56,10 @@ def describe_model_step(step: StepInfo) -> StepDigest | None:
     summary = _summary(reply)
     if not isinstance(reply.get("usage"), Mapping):
         return None if summary is None else StepDigest(summary=summary)
+    return _digest(summary, reply)
+
+
+def _digest(summary: str | None, reply: Mapping[str, Any]) -> StepDigest:
     usage = usage_of_reply(reply)
     return StepDigest(
         summary=summary,
@@ -62,4 +71,35 @@ def describe_model_step(step: StepInfo) -> StepDigest | None:
     )
 
 
+def _pydantic_ai_summary(response: Mapping[str, Any]) -> str:
+    """``[finish_reason] "text" tool(args) ...`` of a Pydantic AI ``ModelResponse`` as JSON."""
+    parts = []
+    for part in response.get("parts") or []:
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("part_kind") == "text":
+            parts.append(_json(part.get("content", "")))
+        elif part.get("part_kind") == "tool-call":
+            args = part.get("args")
+            if isinstance(args, str):  # the model's raw JSON text
+                with contextlib.suppress(ValueError):
+                    args = json.loads(args)
+            parts.append(f"{part.get('tool_name')}({_json(args)})")
+    return f"[{response.get('finish_reason')}] " + " ".join(parts)
+
+
+def describe_pydantic_ai_step(step: StepInfo) -> StepDigest | None:
+    """A digest of a Pydantic AI model step (``{"model", "usage", "response"}``), else None."""
+    reply = step.output
+    if not (
+        isinstance(reply, Mapping)
+        and isinstance(reply.get("response"), Mapping)
+        and isinstance(reply.get("usage"), Mapping)
+        and "model" in reply
+    ):
+        return None
+    return _digest(_pydantic_ai_summary(reply["response"]), reply)
+
+
 register_step_describer(describe_model_step)
+register_step_describer(describe_pydantic_ai_step)

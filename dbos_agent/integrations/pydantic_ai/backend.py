@@ -1,0 +1,396 @@
+"""Pydantic AI's durable operations as dbos_agent steps.
+
+Pydantic AI routes every model request, tool call and MCP exchange of a durable run
+through an *operation backend* (``pydantic_ai.durable_exec``). This one is a
+``CallableOperationBackend``: each operation arrives as an async callback with a stable
+name (Pydantic AI's journal namer: ``calc__model.request``,
+``calc__function_toolset__math.call_tool:add``, ``calc__mcp_server__calc.call_tool``) and
+runs as one ``da.step`` of that name, so its outcome is committed before the run moves on
+and a recovered run replays it without calling anything.
+
+What is recorded is JSON (the engine spec's ``JSON_CODEC``): a tool call's
+``CallToolResult`` as Pydantic AI encodes it, and for a model request the document
+``{"model", "usage", "response"}``: the usage in the Messages API's keys, so that the
+agent layer's accounting, budgets and ``dbos-agent steps`` count these replies like its
+own, and the whole ``ModelResponse``, which comes back typed on replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Literal, TypedDict, cast
+
+from pydantic_ai.durable_exec._codec import JSON_CODEC
+from pydantic_ai.durable_exec._model_error_codec import decode_model_error, encode_model_error
+from pydantic_ai.durable_exec._operation import (
+    DurableOperationConfig,
+    DurableOperationId,
+    ModelRequestId,
+    OperationConfigRole,
+    ToolsetCallToolId,
+    ToolsetValidateToolArgumentsId,
+)
+from pydantic_ai.durable_exec._operation_backend import JournalCallableOperationBackend
+from pydantic_ai.durable_exec._toolset import CallToolResult, wrap_tool_call_result
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UserError
+from pydantic_ai.toolsets import ToolsetTool
+
+from ...agent.accounting import MODEL_STEP_NAMES
+from ...agent.budget import BudgetGuard
+from ...agent.replay import note_step
+from ...engine.extending import NotDone, WorkflowContext, at_position, current_context, in_step
+from ...engine.step import step as engine_step
+from ...engine.step import step_info
+from ...errors import BudgetExceededError, ConfigurationError, DbosAgentError, NotInStepError
+
+__all__ = [
+    "METADATA_KEY",
+    "DbosAgentOperationBackend",
+    "DbosAgentOperationConfig",
+    "RecordedModelError",
+    "StepOptions",
+    "in_workflow_code",
+]
+
+#: The tool metadata key of per-tool step options: ``metadata={"dbos_agent": {...}}``.
+METADATA_KEY = "dbos_agent"
+
+#: What a budget assumes a call may still spend when neither the model settings nor the
+#: model's profile say how many tokens it may write.
+DEFAULT_MAX_TOKENS = 4096
+
+#: ``(model_id, model_settings)`` of a request to the most tokens the call may write.
+MaxTokens = Callable[[str | None, Mapping[str, Any] | None], int]
+
+
+class StepOptions(TypedDict, total=False):
+    """How an operation's step runs: ``@da.step``'s options, each with its default.
+
+    ``idempotent=False`` (tools only) records the call's intent with its arguments before
+    it runs; after a crash between the two, ``guard(**arguments)`` returns the earlier
+    result or :data:`~dbos_agent.NotDone`, or the workflow stops ``IN_DOUBT``.
+    """
+
+    retries: int
+    interval: float
+    backoff: float
+    max_interval: float
+    retry_on: tuple[type[BaseException], ...]
+    timeout: float | None
+    idempotent: bool
+    guard: Callable[..., Any] | None
+
+
+#: The options that only tool calls take (a validation or a model call is never an effect).
+_EFFECT_OPTIONS = ("idempotent", "guard")
+
+
+def in_workflow_code() -> bool:
+    """Whether this is a durable workflow's own code (not a step's, not outside one)."""
+    return current_context() is not None and not in_step()
+
+
+class RecordedModelError(DbosAgentError):
+    """A model error as the step log keeps it: Pydantic AI's encoding of the
+    ``ModelAPIError`` (its class and fields), so that replay raises the same error again,
+    status code and body included, where the plain record would keep only the message."""
+
+    def __init__(self, message: str, encoded: dict[str, Any]) -> None:
+        super().__init__(message, encoded)
+        self.encoded = encoded
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def original(self) -> BaseException:
+        """The model error it was made from (itself if that class is not loaded)."""
+        return decode_model_error(self.encoded) or self
+
+
+class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
+    """The step options of each operation: per role (model, MCP, other tools), and per tool
+    from its metadata (``{"dbos_agent": {...}}`` merged over its role's, ``False`` for no
+    step). A metadata mistake is the agent's code, a ``UserError`` as Pydantic AI raises."""
+
+    def __init__(self, *, model: StepOptions, tool: StepOptions, mcp: StepOptions) -> None:
+        self._model = model
+        self._tool = tool
+        self._mcp = mcp
+
+    def base(self, role: OperationConfigRole, *, operation_id: DurableOperationId) -> StepOptions:
+        if role == "model":
+            return self._model
+        if getattr(operation_id, "toolset_kind", None) == "mcp":  # calls, discovery
+            return self._mcp
+        return _without_effects(self._tool) if role != "tool" else self._tool
+
+    def for_tool(
+        self,
+        role: OperationConfigRole,
+        *,
+        operation_id: DurableOperationId,
+        tool: object | None,
+        tool_name: str,
+    ) -> StepOptions | Literal[False]:
+        options = self.base(role, operation_id=operation_id)
+        metadata = tool.tool_def.metadata if isinstance(tool, ToolsetTool) else None
+        own = (metadata or {}).get(METADATA_KEY)
+        if own is False:
+            return False
+        if own is not None:
+            if not isinstance(own, Mapping):
+                raise UserError(
+                    f"tool {tool_name!r}: metadata {METADATA_KEY!r} must be a dict of step "
+                    f"options (StepOptions) or False, got {type(own).__name__}"
+                )
+            unknown = sorted(set(own) - StepOptions.__optional_keys__)
+            if unknown:
+                raise UserError(
+                    f"tool {tool_name!r}: unknown step options {unknown} in its "
+                    f"{METADATA_KEY!r} metadata; see StepOptions"
+                )
+            options = cast(StepOptions, {**options, **own})
+        if isinstance(operation_id, ToolsetValidateToolArgumentsId):
+            return _without_effects(options)
+        return options
+
+
+def _without_effects(options: StepOptions) -> StepOptions:
+    return cast(StepOptions, {k: v for k, v in options.items() if k not in _EFFECT_OPTIONS})
+
+
+#: The operation body the step of this context runs (a step's arguments are what its
+#: intent records, so the callback itself travels beside them).
+_body: contextvars.ContextVar[Callable[[], Awaitable[object]] | None] = contextvars.ContextVar(
+    "dbos_agent_pydantic_ai_body", default=None
+)
+
+
+async def _run_body(**arguments: Any) -> Any:
+    """The function of every operation step: runs the body the caller set."""
+    body = _body.get()
+    assert body is not None, "an operation step runs only through the backend"
+    return await body()
+
+
+def _settled(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """The value of a coroutine that never suspends (run without an event loop)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the coroutine suspended")
+
+
+async def _ready(value: Any) -> Any:
+    return value
+
+
+def _recorded_guard(guard: Callable[..., Any]) -> Callable[..., Any]:
+    """A tool's guard as its step's: the earlier result in the step's recorded form."""
+
+    @functools.wraps(guard)
+    def recorded(**arguments: Any) -> Any:
+        earlier = guard(**arguments)
+        if earlier is NotDone:
+            return NotDone
+        result = _settled(wrap_tool_call_result(_ready(earlier)))
+        return JSON_CODEC.dump(CallToolResult, result)
+
+    return recorded
+
+
+def anthropic_usage(usage: Mapping[str, Any] | None) -> dict[str, int]:
+    """Pydantic AI's ``RequestUsage`` (JSON) in the Messages API's keys.
+
+    Pydantic AI counts cache writes and reads inside ``input_tokens``; the Messages API
+    (and so the agent layer's accounting and prices) counts them apart.
+    """
+    usage = usage or {}
+
+    def count(key: str) -> int:
+        value = usage.get(key)
+        return int(value) if isinstance(value, int | float) else 0
+
+    write, read = count("cache_write_tokens"), count("cache_read_tokens")
+    return {
+        "input_tokens": max(count("input_tokens") - write - read, 0),
+        "output_tokens": count("output_tokens"),
+        "cache_creation_input_tokens": write,
+        "cache_read_input_tokens": read,
+    }
+
+
+class _Reservations:
+    """Log positions reserved for the tool calls of a run, in the order they were validated.
+
+    Pydantic AI validates a reply's tool calls one after the other, then runs them as
+    concurrent tasks: which of them reaches its step first is up to the scheduler (and
+    the thread a non-idempotent step records its intent from). Each call takes the
+    position reserved for it at validation instead, as ``ToolRegistry.call_all_async``
+    does, so a replay never depends on which started or finished first. A reserved
+    position that no step takes (a call deferred after validation) stays a gap in the
+    log, the same on every replay.
+    """
+
+    def __init__(self) -> None:
+        self._by_run: weakref.WeakKeyDictionary[
+            WorkflowContext, dict[tuple[str | None, str], list[int]]
+        ] = weakref.WeakKeyDictionary()
+
+    def reserve(self, run_id: str | None, tool_call_id: str) -> None:
+        ctx = current_context()
+        if ctx is None or in_step():
+            return
+        (position,) = ctx.reserve(1)
+        self._by_run.setdefault(ctx, {}).setdefault((run_id, tool_call_id), []).append(position)
+
+    def take(self, run_id: str | None, tool_call_id: str | None) -> int | None:
+        ctx = current_context()
+        if ctx is None or tool_call_id is None:
+            return None
+        waiting = self._by_run.get(ctx, {}).get((run_id, tool_call_id))
+        return waiting.pop(0) if waiting else None
+
+
+class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
+    """Runs each Pydantic AI durable operation as one dbos_agent step of its journal name.
+
+    Outside a workflow (or inside a step) an operation is a plain call, as a step is.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent_name: str,
+        default_model_id: str | None,
+        config: DbosAgentOperationConfig,
+        budget: BudgetGuard,
+        max_tokens: MaxTokens,
+    ) -> None:
+        super().__init__(agent_name=agent_name, default_model_id=default_model_id, config=config)
+        self._budget = budget
+        self._max_tokens = max_tokens
+        self._steps: dict[tuple[str, tuple[tuple[str, Any], ...]], Callable[..., Any]] = {}
+        self.reservations = _Reservations()
+        for streaming in (False, True):
+            MODEL_STEP_NAMES.add(
+                self._namer.operation_name(
+                    ModelRequestId(None, streaming=streaming, model_name="default")
+                )
+            )
+
+    def execution_attempt(self) -> int:
+        try:
+            return step_info().attempt
+        except NotInStepError:
+            return 1
+
+    def _step(self, name: str, options: StepOptions) -> Callable[..., Any]:
+        """The step of this name and these options (made once, then reused)."""
+        key = (name, tuple(sorted(options.items())))
+        made = self._steps.get(key)
+        if made is None:
+            given: dict[str, Any] = dict(options)
+            guard = options.get("guard")
+            if guard is not None:
+                given["guard"] = _recorded_guard(guard)
+            made = engine_step(name=name, **given)(_run_body)
+            self._steps[key] = made
+        return made
+
+    async def execute(
+        self,
+        *,
+        operation_id: DurableOperationId,
+        name: str,
+        body: Callable[[], Awaitable[object]],
+        cache_key: tuple[object, ...],
+        config: StepOptions,
+    ) -> object:
+        if not in_workflow_code():
+            return await body()
+        if isinstance(operation_id, ModelRequestId):
+            return await self._model_request(name, body, cache_key, config)
+        position = None
+        arguments: dict[str, Any] = {}
+        if isinstance(operation_id, ToolsetCallToolId):
+            note_step()
+            tool_args, run_context = cache_key[1], cache_key[2]
+            arguments = dict(cast(Mapping[str, Any], tool_args))
+            position = self.reservations.take(
+                getattr(run_context, "run_id", None), getattr(run_context, "tool_call_id", None)
+            )
+        else:
+            config = _without_effects(config)
+        token = _body.set(body)
+        try:
+            with at_position(position):
+                return await self._step(name, config)(**arguments)
+        finally:
+            _body.reset(token)
+
+    async def _model_request(
+        self,
+        name: str,
+        body: Callable[[], Awaitable[object]],
+        cache_key: tuple[object, ...],
+        config: StepOptions,
+    ) -> object:
+        """A model request: budget first, then one step whose record the accounting reads."""
+        MODEL_STEP_NAMES.add(name)
+        model_id = cast(str | None, cache_key[0])
+        max_tokens = self._max_tokens(model_id, cast(Mapping[str, Any] | None, cache_key[2]))
+        await self._budget.publish_async()
+        note_step()
+        step = self._step(name, _without_effects(config))
+        token = _body.set(functools.partial(self._recorded_request, body, max_tokens))
+        try:
+            while True:
+                try:
+                    recorded = await step()
+                except BudgetExceededError as refused:
+                    await self._budget.wait_for_raise_async(refused)
+                    continue
+                except RecordedModelError as error:
+                    raise error.original() from None
+                return cast(Mapping[str, Any], recorded)["response"]
+        finally:
+            _body.reset(token)
+
+    async def _recorded_request(
+        self, body: Callable[[], Awaitable[object]], max_tokens: int
+    ) -> dict[str, Any]:
+        """Inside the model step: check the budget, call the model, and record the reply
+        with its usage in the Messages API's keys (and a model error as one replay can
+        raise again)."""
+        if self._budget.budget is not None:
+            await asyncio.to_thread(self._budget.check, {"max_tokens": max_tokens})
+        try:
+            response = cast(Mapping[str, Any], await body())
+        except ModelHTTPError as error:
+            if error.status_code in (401, 403):
+                raise ConfigurationError(
+                    f"the model API refused this process's credentials (HTTP "
+                    f"{error.status_code}): configure the model's API key and run the "
+                    "workflow again"
+                ) from None
+            raise _recordable(error) from None
+        except ModelAPIError as error:
+            raise _recordable(error) from None
+        return {
+            "model": response.get("model_name") or "unknown",
+            "usage": anthropic_usage(cast(Mapping[str, Any] | None, response.get("usage"))),
+            "response": response,
+        }
+
+
+def _recordable(error: ModelAPIError) -> Exception:
+    """A model error as the log can keep it whole (itself if Pydantic AI cannot encode it)."""
+    encoded = encode_model_error(error)
+    return error if encoded is None else RecordedModelError(str(error), encoded)
