@@ -10,7 +10,8 @@ Environment: DBOS_AGENT_DATABASE_URL; MODEL_URL (a scripted Messages API server)
 SIDE_LOG (every side effect, appended with the pid, counted from outside the process:
 ``TASK body start|end`` around each run of the workflow body, ``delete PATH`` each time
 ``delete`` runs, ``transfer N asked`` each time ``transfer`` asks for approval and
-``transfer N done`` each time it moves the money).
+``transfer N done`` each time it moves the money, and ``started`` once the process has
+launched and started, or attached to, every workflow it was given).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def main() -> int:
     runs = [arg.partition("=") for arg in sys.argv[1:]]
     with da.launch(os.environ["DBOS_AGENT_DATABASE_URL"], executor_id="pydantic-ai-approvals"):
         handles = {wid: da.start(guarded, task, workflow_id=wid) for wid, _, task in runs}
+        note("started")
         results = {wid: handle.result(timeout=90) for wid, handle in handles.items()}
         print(json.dumps(results), flush=True)
     return 0
