@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,8 @@ from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
 from tests import pydantic_ai_approval_app as guarded_app
 from tests.helpers import cli, new_id, ok, refused, wait_until
-from tests.test_pydantic_ai import lines, pids_of, task_of, turn_of
+from tests.processes import start_module
+from tests.test_pydantic_ai import lines, paid, pids_of, task_of, turn_of
 from tests.test_web import TOKEN, Server
 
 ROOT = Path(__file__).parent.parent
@@ -92,19 +91,10 @@ def client(dbos_agent_database_url: str) -> Iterator[da.Client]:
         yield opened
 
 
-def paid(requests: list[RequestRecord], task: str) -> list[str]:
-    """The conversations of ``task`` the server was paid to answer, as JSON."""
-    return [
-        json.dumps(r.body["messages"], sort_keys=True)
-        for r in requests
-        if r.paid and task_of(r.body) == task
-    ]
-
-
 def tool_results(requests: list[RequestRecord], task: str) -> list[dict[str, Any]]:
-    """The tool results the model was sent in ``task``'s conversation, last request's."""
+    """The tool results the model was sent in ``task``'s second (and last) request."""
     (last,) = [r for r in requests if r.paid and task_of(r.body) == task and turn_of(r.body)]
-    return [block for block in last.body["messages"][-1]["content"]]
+    return list(last.body["messages"][-1]["content"])
 
 
 # ------------------------------------------------------------- kill -9 and decide
@@ -127,15 +117,8 @@ class Campaign:
 
 
 def start_app(url: str, ids: dict[str, str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.pydantic_ai_approval_app"]
-        + [f"{wid}={task}" for task, wid in ids.items()],
-        env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **env},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    calls = [f"{wid}={task}" for task, wid in ids.items()]
+    return start_module(url, "tests.pydantic_ai_approval_app", *calls, env=env)
 
 
 @pytest.fixture(scope="module")
