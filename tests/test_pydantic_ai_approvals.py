@@ -63,6 +63,8 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
         ),
         Reply((text("both decided"),)),
     ],
+    # in a sync workflow (run_sync), decided with da.reject
+    "sync": [Reply((tool_use("delete", {"path": "sync.txt"}),)), Reply((text("not deleted"),))],
     # outside a workflow
     "plain": [Reply((tool_use("delete", {"path": "plain.txt"}),)), Reply((text("never"),))],
 }
@@ -340,6 +342,30 @@ def test_every_call_is_asked_before_the_first_wait_decided_over_http_and_replaye
     assert [s.name for s in inspector.steps(fork.workflow_id)] == [
         s.name for s in inspector.steps(wid)
     ]
+
+
+@da.durable_workflow(name="pai_test_guarded_sync")
+def guarded_sync(task: str) -> str:
+    return guarded_app.guard.run_sync(task).output
+
+
+def test_run_sync_in_a_sync_workflow_waits_the_same_way(
+    runtime: da.Runtime,
+    inspector: Inspector,
+    model_server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
+    handle = da.start(guarded_sync, "sync")
+    wait_until(lambda: da.list_approvals(handle.workflow_id), 30, "the call asked about")
+    (request,) = da.list_approvals(handle.workflow_id)
+    da.reject(handle.workflow_id, request.seq, request.digest)
+    assert handle.result(timeout=30) == "not deleted"
+    (result,) = tool_results(model_server.requests, "sync")
+    assert result["content"][0]["text"] == "A human rejected this call."
+    assert [s.name for s in inspector.steps(handle.workflow_id)] == [MODEL, ASK, WAIT, MODEL]
+    assert lines(tmp_path / "side.log") == []
 
 
 def test_outside_a_workflow_the_run_ends_with_the_deferred_requests(
