@@ -265,3 +265,40 @@ def test_without_events_the_run_writes_no_stream(
     finally:
         app.use_server(previous)
         server.stop()
+
+
+def test_tool_results_take_the_positions_their_calls_reserved_whichever_finishes_first(
+    runtime: da.Runtime, inspector: Inspector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls of one reply run at once and the second finishes first: its result is
+    the first in the stream (live), but each result's write is at the position reserved
+    with its call's event, so a replay finds each where the run wrote it."""
+    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
+    slow = "narrator__function_toolset__math.call_tool:slow"
+    both = Reply((tool_use("slow", {"i": 1}), tool_use("slow", {"i": 2})))
+    server = ScriptedServer([both, Reply((text("done"),)), Reply((text("done"),))]).start()
+    previous = app.use_server(server.url)
+    try:
+        handle = da.start(narrate, "parallel")
+        assert handle.result(timeout=30) == "done"
+        steps = inspector.steps(handle.workflow_id)
+        calls = [slow, WRITE, WRITE] * 2  # each call, its call event, its result event
+        assert [s.name for s in steps] == [MODEL, *calls, MODEL, "dbos_agent.close_stream"]
+        items = stream_items(handle.workflow_id)
+        told = [agent_event(item.value) for item in items if item.step is None]
+        kinds = [event.event_kind for event in told]
+        assert kinds == ["function_tool_call", "function_tool_call", *["function_tool_result"] * 2]
+        results = [e.part.content for e in told if isinstance(e, FunctionToolResultEvent)]
+        assert results == [20, 10]  # slow(2) finished first
+        # the writes' records are their offsets: the first call's result was written last
+        first_result, second_result = steps[3].output, steps[6].output
+        assert first_result > second_result
+
+        fork = da.fork(handle.workflow_id, from_step=steps[7].seq)
+        assert fork.result(timeout=30) == "done"
+        forked = stream_items(fork.workflow_id)
+        assert [essence(i.value) for i in forked] == [essence(i.value) for i in items]
+        assert len(server.requests) == 3
+    finally:
+        app.use_server(previous)
+        server.stop()
