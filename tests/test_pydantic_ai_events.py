@@ -9,6 +9,7 @@ workflow. What the reader printed and what the server was asked are counted from
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ from dbos_agent.integrations.pydantic_ai import DEFAULT_EVENTS_KEY, agent_event
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
 from tests.helpers import new_id, wait_until
-from tests.pydantic_ai_events_app import narrate
+from tests.pydantic_ai_events_app import narrate, narrator
 
 ROOT = Path(__file__).parent.parent
 MODEL = "narrator__model.request_stream"
@@ -37,6 +38,14 @@ ADD = "narrator__function_toolset__math.call_tool:add"
 WRITE = "dbos_agent.write_stream"
 #: The second reply: ten deltas of three words (the scripted server's chunking).
 STORY = " ".join(f"word{i}" for i in range(30))
+
+
+@pytest.fixture(autouse=True)
+def side_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tools' side-effect log (tests/pydantic_ai_app.py), here and in the app."""
+    log = tmp_path / "side.log"
+    monkeypatch.setenv("SIDE_LOG", str(log))
+    return log
 
 
 def turn_of(body: dict[str, Any]) -> int:
@@ -137,6 +146,7 @@ def test_the_event_stream_followed_by_a_second_process_across_a_kill_has_no_gap_
     dbos_agent_database_url: str,
     dbos_agent_inspector: Inspector,
     follower_cleanup: list[subprocess.Popen[str]],
+    side_log: Path,
 ) -> None:
     url, inspector, wid = dbos_agent_database_url, dbos_agent_inspector, new_id("pai-events")
     with ScriptedServer(storyteller(slow_first_story=True)) as server:
@@ -202,6 +212,7 @@ def test_the_event_stream_followed_by_a_second_process_across_a_kill_has_no_gap_
     # the server: the killed request once more (it was not finished), every other once
     assert [(turn_of(r.body), r.stream) for r in requests] == [(0, True), (1, True), (1, True)]
     assert requests[1].body == requests[2].body
+    assert side_log.read_text().count("add 1 2 start") == 1  # recorded before the kill
 
 
 # ------------------------------------------------------------------ in-process runs
@@ -247,12 +258,9 @@ def test_replaying_a_finished_run_writes_no_event_again(
         server.stop()
 
 
-def test_without_events_the_run_writes_no_stream(
-    runtime: da.Runtime, inspector: Inspector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_events_the_run_writes_no_stream(runtime: da.Runtime, inspector: Inspector) -> None:
     """The option is off by default: the requests are not streamed steps, and nothing
     is written."""
-    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
     server = ScriptedServer(storyteller(slow_first_story=False)).start()
     previous = app.use_server(server.url)
     try:
@@ -268,12 +276,11 @@ def test_without_events_the_run_writes_no_stream(
 
 
 def test_tool_results_take_the_positions_their_calls_reserved_whichever_finishes_first(
-    runtime: da.Runtime, inspector: Inspector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runtime: da.Runtime, inspector: Inspector, side_log: Path
 ) -> None:
     """Two calls of one reply run at once and the second finishes first: its result is
     the first in the stream (live), but each result's write is at the position reserved
     with its call's event, so a replay finds each where the run wrote it."""
-    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
     slow = "narrator__function_toolset__math.call_tool:slow"
     both = Reply((tool_use("slow", {"i": 1}), tool_use("slow", {"i": 2})))
     server = ScriptedServer([both, Reply((text("done"),)), Reply((text("done"),))]).start()
@@ -299,6 +306,20 @@ def test_tool_results_take_the_positions_their_calls_reserved_whichever_finishes
         forked = stream_items(fork.workflow_id)
         assert [essence(i.value) for i in forked] == [essence(i.value) for i in items]
         assert len(server.requests) == 3
+        ran = [line.rsplit(" ", 1)[0] for line in side_log.read_text().splitlines()]
+        assert sorted(ran) == ["slow 1 end", "slow 1 start", "slow 2 end", "slow 2 start"]
+    finally:
+        app.use_server(previous)
+        server.stop()
+
+
+def test_outside_a_workflow_an_agent_with_events_runs_as_usual() -> None:
+    """No workflow, no stream: the run neither streams for the option nor writes."""
+    server = ScriptedServer(storyteller(slow_first_story=False)).start()
+    previous = app.use_server(server.url)
+    try:
+        assert asyncio.run(narrator.run("tell")).output == STORY
+        assert len(server.requests) == 2
     finally:
         app.use_server(previous)
         server.stop()
