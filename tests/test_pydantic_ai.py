@@ -573,3 +573,4 @@ def test_a_delegate_inside_a_tool_step_under_a_budget_is_refused_loudly(
     assert handle.status() == da.WorkflowStatus.PENDING
     names = [s.name for s in inspector.steps(handle.workflow_id)]
     assert names[-1] == "stepboss__model.request"  # the tool's step recorded nothing
+    da.cancel(handle.workflow_id)  # no later test's runtime takes it over
