@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncIterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import anyio
 from pydantic_ai._utils import aclose_if_supported
-from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.agent import AgentRunResult, EventStreamHandler
 from pydantic_ai.agent.abstract import AbstractAgent
+from pydantic_ai.capabilities.abstract import WrapModelRequestHandler, WrapRunHandler
 from pydantic_ai.durable_exec._base import BaseDurabilityCapability, conversation_id_from_run_id
 from pydantic_ai.durable_exec._codec import JSON_CODEC
 from pydantic_ai.durable_exec._operation import ToolsetCallToolId, ToolsetKind
 from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
-from pydantic_ai.messages import AgentStreamEvent, ToolCallPart
-from pydantic_ai.models import Model
+from pydantic_ai.messages import AgentStreamEvent, ModelResponse, ToolCallPart
+from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 
 from ...agent.accounting import register_tool_step_recogniser
@@ -45,6 +46,7 @@ from .backend import (
     StepOptions,
     in_workflow_code,
 )
+from .delegation import budget_in_force, guard_for, refuse_unrecorded_call
 from .events import EventPublisher, events_key
 
 __all__ = ["Durability", "is_pydantic_ai_tool_step"]
@@ -181,6 +183,41 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
     @property
     def in_durable_unit(self) -> bool:
         return in_step() or super().in_durable_unit
+
+    async def wrap_run(
+        self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """The run, with this agent's budget in force for the agents its tools delegate to
+        (see :mod:`.delegation`)."""
+        with budget_in_force(self._budget):
+            return await super().wrap_run(ctx, handler=handler)
+
+    async def wrap_model_request(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        request_context: ModelRequestContext,
+        handler: WrapModelRequestHandler,
+    ) -> ModelResponse:
+        """Refuse a request that would run unrecorded inside a step while a budget is in
+        force (an agent delegated to from a tool's step, see :mod:`.delegation`)."""
+        if not self.in_durable_context:
+            refuse_unrecorded_call(self.name, guard_for(self._budget))
+        return await super().wrap_model_request(
+            ctx, request_context=request_context, handler=handler
+        )
+
+    async def prepare_tools(
+        self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        """In a workflow, a tool that is not a step runs alone: the steps its body takes (a
+        delegate agent's requests) then have the same positions on every replay."""
+        if not self.in_durable_context:
+            return tool_defs
+        return [
+            tool_def if self._runs_as_step(tool_def) else replace(tool_def, sequential=True)
+            for tool_def in tool_defs
+        ]
 
     def _toolset_base_config(self, kind: ToolsetKind) -> Any:
         return self._options.base("tool", operation_id=ToolsetCallToolId(kind, toolset_id=""))
