@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx2
 from anthropic import AsyncAnthropic
-from pydantic_ai import Agent, FunctionToolset
+from pydantic_ai import Agent, FunctionToolset, RunContext
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 
@@ -132,6 +132,37 @@ budgeted_calc = Agent(
 )
 
 
+#: Delegation: ``boss`` has the family's budget and a tool that runs ``helper`` (which has
+#: none) in the workflow's own code; ``stepped_boss``'s tool runs it inside its step.
+helper = Agent(
+    model(), name="helper", model_settings={"max_tokens": 1000}, capabilities=[Durability()]
+)
+boss = Agent(
+    model(),
+    name="boss",
+    model_settings={"max_tokens": 1000},
+    capabilities=[Durability(budget=BUDGET)],
+)
+stepped_boss = Agent(
+    model(),
+    name="stepboss",
+    model_settings={"max_tokens": 1000},
+    capabilities=[Durability(budget=BUDGET)],
+)
+
+
+@boss.tool(metadata={"dbos_agent": False})
+async def ask_helper(ctx: RunContext[object], question: str) -> str:
+    """Ask the helper agent (in the workflow's code: its requests are steps)."""
+    return (await helper.run(question, usage=ctx.usage)).output
+
+
+@stepped_boss.tool
+async def ask_helper_in_step(ctx: RunContext[object], question: str) -> str:
+    """Ask the helper agent from inside this tool's step."""
+    return (await helper.run(question, usage=ctx.usage)).output
+
+
 @functools.cache
 def mcp_agent() -> Agent[None, str]:
     """The agent whose tools are the MCP server's (made on first use: only the MCP
@@ -183,6 +214,16 @@ async def budget_parent(task: str) -> list[str]:
     except da.DbosAgentError as refused:
         second = f"{type(refused).__name__}: {refused}"
     return [first, second]
+
+
+@da.durable_workflow(name="pai_delegate")
+async def delegate(task: str) -> str:
+    return (await boss.run(task)).output
+
+
+@da.durable_workflow(name="pai_delegate_in_step")
+async def delegate_in_step(task: str) -> str:
+    return (await stepped_boss.run(task)).output
 
 
 WORKFLOWS = {

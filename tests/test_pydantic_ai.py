@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 from collections import Counter
 from collections.abc import AsyncIterable, Callable, Iterator
@@ -501,3 +502,71 @@ def test_the_budget_refuses_a_call_its_family_cannot_afford(
     refused = [s for s in steps if s.name == "budgeted__model.request"]
     assert len(refused) == 1 and refused[0].status == "ERROR"
     assert "BudgetExceededError" in str(refused[0].error)
+
+
+def test_a_delegate_agents_requests_are_steps_its_family_budget_counts(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve
+) -> None:
+    """A tool run in the workflow's code (metadata ``{"dbos_agent": False}``) delegates to
+    an agent without a budget: the helper's request is a step of the same workflow, the
+    budget of the agent that delegates holds for it, and the total counts every reply."""
+    server = serve(
+        [
+            Reply((tool_use("ask_helper", {"question": "six times seven?"}),), usage=(500, 100)),
+            Reply((text("42"),), usage=(1000, 100)),
+            Reply((text("the helper says 42"),), usage=(500, 100)),
+        ]
+    )
+    handle = da.start(app.delegate, "ask")
+    assert handle.result(timeout=30) == "the helper says 42"
+    names = [s.name for s in inspector.steps(handle.workflow_id)]
+    assert names.count("boss__model.request") == 2 and names.count("helper__model.request") == 1
+    assert not [n for n in names if "ask_helper" in n]  # the delegating tool is no step
+    assert [r.body["max_tokens"] for r in server.requests] == [1000, 1000, 1000]
+    totals = usage_totals(handle.workflow_id)
+    assert (totals.input_tokens, totals.output_tokens) == (2000, 300)
+
+
+def test_a_delegate_is_refused_what_the_family_cannot_afford(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve
+) -> None:
+    """The boss's reply spends 2,600 of the family's 3,000 tokens: the helper it delegates
+    to, which has no budget of its own, is refused its call (which may write 1,000) before
+    it is made, by the budget it inherits."""
+    server = serve(
+        [Reply((tool_use("ask_helper", {"question": "q"}),), usage=(2500, 100))],
+    )
+    handle = da.start(app.delegate, "ask")
+    with pytest.raises(da.BudgetExceededError, match="2,600 of its 3,000-token"):
+        handle.result(timeout=30)
+    assert len(server.requests) == 1
+    refused = [s for s in inspector.steps(handle.workflow_id) if s.name == "helper__model.request"]
+    assert len(refused) == 1 and refused[0].status == "ERROR"
+
+
+def test_a_delegate_inside_a_tool_step_under_a_budget_is_refused_loudly(
+    runtime: da.Runtime, inspector: Inspector, serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool that is a step runs the helper inside that step, where its calls could be
+    neither recorded nor charged: with a budget in force the call is refused with a
+    ConfigurationError saying how to fix it (logged as an error), nothing is sent, and the
+    workflow stays PENDING for a process with the fix."""
+    server = serve([Reply((tool_use("ask_helper_in_step", {"question": "q"}),), usage=(10, 10))])
+    with caplog.at_level(logging.ERROR, logger="dbos_agent"):
+        handle = da.start(app.delegate_in_step, "ask")
+
+        def stopped() -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records
+                if handle.workflow_id in r.getMessage() and "stays PENDING" in r.getMessage()
+            ]
+
+        wait_until(stopped, 30, "the run stopped on the refusal")
+    assert "metadata={'dbos_agent': False}" in stopped()[0]
+    assert "helper" in stopped()[0]
+    assert len(server.requests) == 1
+    assert handle.status() == da.WorkflowStatus.PENDING
+    names = [s.name for s in inspector.steps(handle.workflow_id)]
+    assert names[-1] == "stepboss__model.request"  # the tool's step recorded nothing
+    da.cancel(handle.workflow_id)  # no later test's runtime takes it over

@@ -154,13 +154,17 @@ class Connector:
 
     def sync_clock(self, conn: psycopg.Connection[Any]) -> None:
         """Set the clock offset on ``conn`` if it differs from what that connection has (a
-        dictionary lookup in the common case)."""
-        if self._clocks.get(conn, 0.0) != self.clock_offset:
+        dictionary lookup in the common case).
+
+        The offset is read once: another thread may move the clock meanwhile, and noting
+        the newer offset beside the older one set would leave ``conn`` behind for good.
+        """
+        offset = self.clock_offset
+        if self._clocks.get(conn, 0.0) != offset:
             conn.execute(
-                "SELECT set_config('dbos_agent.clock_offset', %s, false)",
-                (f"{self.clock_offset} seconds",),
+                "SELECT set_config('dbos_agent.clock_offset', %s, false)", (f"{offset} seconds",)
             )
-            self._clocks[conn] = self.clock_offset
+            self._clocks[conn] = offset
 
     @staticmethod
     def listen(conn: psycopg.Connection[Any], channel: str) -> None:

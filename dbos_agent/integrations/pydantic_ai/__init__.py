@@ -34,15 +34,19 @@ from .backend import (  # noqa: E402  (after the version check, by design)
     StepOptions,
 )
 from .capability import Durability, is_pydantic_ai_tool_step  # noqa: E402
+from .events import DEFAULT_EVENTS_KEY, agent_event, event_item  # noqa: E402
 
 __all__ = [
+    "DEFAULT_EVENTS_KEY",
     "SUPPORTED",
     "DbosAgentOperationBackend",
     "Durability",
     "RecordedModelError",
     "StepOptions",
     "UnsupportedPydanticAIVersionError",
+    "agent_event",
     "check_version",
+    "event_item",
     "installed_version",
     "is_pydantic_ai_tool_step",
 ]

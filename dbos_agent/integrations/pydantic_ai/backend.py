@@ -46,6 +46,7 @@ from ...engine.extending import NotDone, WorkflowContext, at_position, current_c
 from ...engine.step import step as engine_step
 from ...engine.step import step_info
 from ...errors import BudgetExceededError, ConfigurationError, DbosAgentError, NotInStepError
+from .delegation import guard_for
 
 __all__ = [
     "METADATA_KEY",
@@ -354,16 +355,17 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
         MODEL_STEP_NAMES.add(name)
         model_id = cast(str | None, cache_key[0])
         max_tokens = self._max_tokens(model_id, cast(Mapping[str, Any] | None, cache_key[2]))
-        await self._budget.publish_async()
+        budget = guard_for(self._budget)
+        await budget.publish_async()
         note_step()
         step = self._step(name, _without_effects(config))
-        token = _body.set(functools.partial(self._recorded_request, body, max_tokens))
+        token = _body.set(functools.partial(self._recorded_request, body, max_tokens, budget))
         try:
             while True:
                 try:
                     recorded = await step()
                 except BudgetExceededError as refused:
-                    await self._budget.wait_for_raise_async(refused)
+                    await budget.wait_for_raise_async(refused)
                     continue
                 except RecordedModelError as error:
                     raise error.original() from None
@@ -372,13 +374,13 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
             _body.reset(token)
 
     async def _recorded_request(
-        self, body: Callable[[], Awaitable[object]], max_tokens: int
+        self, body: Callable[[], Awaitable[object]], max_tokens: int, budget: BudgetGuard
     ) -> dict[str, Any]:
         """Inside the model step: check the budget, call the model, and record the reply
         with its usage in the Messages API's keys (and a model error as one replay can
         raise again)."""
-        if self._budget.budget is not None:
-            await asyncio.to_thread(self._budget.check, {"max_tokens": max_tokens})
+        if budget.budget is not None:
+            await asyncio.to_thread(budget.check, {"max_tokens": max_tokens})
         try:
             response = cast(Mapping[str, Any], await body())
         except ModelHTTPError as error:

@@ -16,19 +16,21 @@ of its errors mean cancelled or diverged.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import anyio
-from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai._utils import aclose_if_supported
+from pydantic_ai.agent import AgentRunResult, EventStreamHandler
 from pydantic_ai.agent.abstract import AbstractAgent
+from pydantic_ai.capabilities.abstract import WrapModelRequestHandler, WrapRunHandler
 from pydantic_ai.durable_exec._base import BaseDurabilityCapability, conversation_id_from_run_id
 from pydantic_ai.durable_exec._codec import JSON_CODEC
 from pydantic_ai.durable_exec._operation import ToolsetCallToolId, ToolsetKind
 from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
-from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.models import Model
+from pydantic_ai.messages import AgentStreamEvent, ModelResponse, ToolCallPart
+from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.tools import (
     AgentDepsT,
     DeferredToolRequests,
@@ -51,6 +53,8 @@ from .backend import (
     StepOptions,
     in_workflow_code,
 )
+from .delegation import budget_in_force, guard_for, refuse_unrecorded_call
+from .events import EventPublisher, events_key
 
 __all__ = ["Durability", "is_pydantic_ai_tool_step"]
 
@@ -99,6 +103,12 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
             ``{"dbos_agent": {...}}`` overrides them for that tool, e.g.
             ``{"idempotent": False, "guard": already_sent}``, or ``False`` for no step.
         mcp_step: Step options of MCP calls and discovery.
+        events: Publish every event of the run to the workflow's durable stream of this
+            key (``True``: ``"pydantic_ai.events"``), one JSON item per event, for any
+            stream reader (``dbos-agent stream ID KEY --follow``); the run then streams its
+            model requests. Model events are written from their step, voided by a
+            ``reset`` if it runs again; the others are checkpointed writes, never repeated
+            by a replay (:mod:`.events`). The stream is left open for the workflow.
 
     A tool that is not idempotent (``"idempotent": False``) records its intent with its
     arguments before it runs; after a crash between the intent and its result the tool's
@@ -138,6 +148,7 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         model_step: StepOptions | None = None,
         tool_step: StepOptions | None = None,
         mcp_step: StepOptions | None = None,
+        events: str | bool = False,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
         self._budget = BudgetGuard(budget)
@@ -145,6 +156,8 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
             model=model_step or {}, tool=tool_step or {}, mcp=mcp_step or {}
         )
         self._backend: DbosAgentOperationBackend | None = None
+        key = events_key(events)
+        self._events = None if key is None else EventPublisher(key)
 
     def _bind_to_agent(self, agent: AbstractAgent[AgentDepsT, Any]) -> None:
         self._backend = DbosAgentOperationBackend(
@@ -177,6 +190,41 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
     @property
     def in_durable_unit(self) -> bool:
         return in_step() or super().in_durable_unit
+
+    async def wrap_run(
+        self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """The run, with this agent's budget in force for the agents its tools delegate to
+        (see :mod:`.delegation`)."""
+        with budget_in_force(self._budget):
+            return await super().wrap_run(ctx, handler=handler)
+
+    async def wrap_model_request(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        request_context: ModelRequestContext,
+        handler: WrapModelRequestHandler,
+    ) -> ModelResponse:
+        """Refuse a request that would run unrecorded inside a step while a budget is in
+        force (an agent delegated to from a tool's step, see :mod:`.delegation`)."""
+        if not self.in_durable_context:
+            refuse_unrecorded_call(self.name, guard_for(self._budget))
+        return await super().wrap_model_request(
+            ctx, request_context=request_context, handler=handler
+        )
+
+    async def prepare_tools(
+        self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        """In a workflow, a tool that is not a step runs alone: the steps its body takes (a
+        delegate agent's requests) then have the same positions on every replay."""
+        if not self.in_durable_context:
+            return tool_defs
+        return [
+            tool_def if self._runs_as_step(tool_def) else replace(tool_def, sequential=True)
+            for tool_def in tool_defs
+        ]
 
     def _toolset_base_config(self, kind: ToolsetKind) -> Any:
         return self._options.base("tool", operation_id=ToolsetCallToolId(kind, toolset_id=""))
@@ -248,3 +296,27 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         if tool_def.durable is False:
             return False
         return (tool_def.metadata or {}).get(METADATA_KEY) is not False
+
+    # -- the run's events as a durable stream (``events=``; see .events) ------------------
+
+    @property
+    def has_wrap_run_event_stream(self) -> bool:
+        """Stream the run (and so its model requests) when it publishes its events."""
+        published = self._events is not None and self.in_durable_context
+        return super().has_wrap_run_event_stream or published
+
+    def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT] | None:
+        handler = super()._model_stream_event_handler()
+        return handler if self._events is None else self._events.model_stream_handler(handler)
+
+    async def wrap_run_event_stream(
+        self, ctx: RunContext[AgentDepsT], *, stream: AsyncIterable[AgentStreamEvent]
+    ) -> AsyncIterable[AgentStreamEvent]:
+        events = super().wrap_run_event_stream(ctx, stream=stream)
+        if self._events is not None:
+            events = self._events.written_from_workflow(ctx, events)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await aclose_if_supported(events)
