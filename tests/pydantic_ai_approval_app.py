@@ -51,6 +51,10 @@ def transfer(ctx: RunContext[None], amount: int) -> str:
 
 
 guard = Agent(model(), name="guard", toolsets=[ops], capabilities=[Durability()])
+#: The same agent with its run's events published to the workflow's stream.
+narrated_guard = Agent(
+    model(), name="narrated_guard", toolsets=[ops], capabilities=[Durability(events=True)]
+)
 
 
 @da.durable_workflow(name="pai_guarded")

@@ -28,6 +28,7 @@ from pydantic_ai.tools import DeferredToolRequests
 import dbos_agent as da
 from dbos_agent.agent.scripted.request_log import RequestRecord
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
+from dbos_agent.integrations.pydantic_ai import DEFAULT_EVENTS_KEY
 from dbos_agent.records import StepInfo
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
@@ -65,6 +66,8 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
     ],
     # in a sync workflow (run_sync), decided with da.reject
     "sync": [Reply((tool_use("delete", {"path": "sync.txt"}),)), Reply((text("not deleted"),))],
+    # with the run's events in a stream, approved with da.approve
+    "events": [Reply((tool_use("transfer", {"amount": 700}),)), Reply((text("moved 700"),))],
     # outside a workflow
     "plain": [Reply((tool_use("delete", {"path": "plain.txt"}),)), Reply((text("never"),))],
 }
@@ -366,6 +369,46 @@ def test_run_sync_in_a_sync_workflow_waits_the_same_way(
     assert result["content"][0]["text"] == "A human rejected this call."
     assert [s.name for s in inspector.steps(handle.workflow_id)] == [MODEL, ASK, WAIT, MODEL]
     assert lines(tmp_path / "side.log") == []
+
+
+@da.durable_workflow(name="pai_test_guarded_events")
+async def guarded_events(task: str) -> str:
+    output = (await guarded_app.narrated_guard.run(task)).output
+    await da.close_stream_async(DEFAULT_EVENTS_KEY)
+    return output
+
+
+def test_with_the_runs_events_in_a_stream_the_wait_replays_the_same(
+    runtime: da.Runtime,
+    inspector: Inspector,
+    model_server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run suspends while it waits and is woken by the decision: its replay up to the
+    wait goes through the event writes and the approval's steps without diverging, and
+    the stream has each event once; so does a fork from the last model request."""
+    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
+    handle = da.start(guarded_events, "events")
+    wid = handle.workflow_id
+    wait_until(lambda: inspector.status(wid) == da.WorkflowStatus.SUSPENDED, 30, "suspended")
+    (request,) = da.list_approvals(wid)
+    da.approve(wid, request.seq, request.digest)
+    assert handle.result(timeout=30) == "moved 700"
+
+    def kinds(workflow_id: str) -> list[str]:
+        items = da.read_stream(workflow_id, DEFAULT_EVENTS_KEY, timeout=10)
+        return [i.value["event_kind"] for i in items if i.step is None]
+
+    workflow_side = kinds(wid)
+    assert workflow_side.count("deferred_tool_requests") == 1
+    assert workflow_side.count("function_tool_result") == 1
+    assert lines(tmp_path / "side.log") == ["transfer 700 asked", "transfer 700 done"]
+    requests = [s for s in inspector.steps(wid) if s.name == "narrated_guard__model.request_stream"]
+    fork = da.fork(wid, from_step=requests[-1].seq)
+    assert fork.result(timeout=30) == "moved 700"
+    assert kinds(fork.workflow_id) == workflow_side
+    assert lines(tmp_path / "side.log") == ["transfer 700 asked", "transfer 700 done"]
 
 
 def test_outside_a_workflow_the_run_ends_with_the_deferred_requests(
