@@ -90,6 +90,14 @@ def model_server() -> Iterator[ScriptedServer]:
             app.use_server(previous)
 
 
+@pytest.fixture
+def side_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The side-effect log of the app's tools run in this process."""
+    log = tmp_path / "side.log"
+    monkeypatch.setenv("SIDE_LOG", str(log))
+    return log
+
+
 @pytest.fixture(scope="module")
 def client(dbos_agent_database_url: str) -> Iterator[da.Client]:
     with da.Client(dbos_agent_database_url) as opened:
@@ -274,14 +282,11 @@ def test_every_call_is_asked_before_the_first_wait_decided_over_http_and_replaye
     dbos_agent_database_url: str,
     inspector: Inspector,
     model_server: ScriptedServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    side_log: Path,
 ) -> None:
     """Both calls that need a human are listed at once (the run suspends waiting for the
     first decision); decided over HTTP, the approved one runs, the one under the limit ran
     at once; a fork from the last model request replays requests, decisions and tools."""
-    side_log = tmp_path / "side.log"
-    monkeypatch.setenv("SIDE_LOG", str(side_log))
     handle = da.start(guarded_both, "both")
     wid = handle.workflow_id
     with (
@@ -356,10 +361,8 @@ def test_run_sync_in_a_sync_workflow_waits_the_same_way(
     runtime: da.Runtime,
     inspector: Inspector,
     model_server: ScriptedServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    side_log: Path,
 ) -> None:
-    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
     handle = da.start(guarded_sync, "sync")
     wait_until(lambda: da.list_approvals(handle.workflow_id), 30, "the call asked about")
     (request,) = da.list_approvals(handle.workflow_id)
@@ -368,7 +371,7 @@ def test_run_sync_in_a_sync_workflow_waits_the_same_way(
     (result,) = tool_results(model_server.requests, "sync")
     assert result["content"][0]["text"] == "A human rejected this call."
     assert [s.name for s in inspector.steps(handle.workflow_id)] == [MODEL, ASK, WAIT, MODEL]
-    assert lines(tmp_path / "side.log") == []
+    assert lines(side_log) == []
 
 
 @da.durable_workflow(name="pai_test_guarded_events")
@@ -382,13 +385,11 @@ def test_with_the_runs_events_in_a_stream_the_wait_replays_the_same(
     runtime: da.Runtime,
     inspector: Inspector,
     model_server: ScriptedServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    side_log: Path,
 ) -> None:
     """The run suspends while it waits and is woken by the decision: its replay up to the
     wait goes through the event writes and the approval's steps without diverging, and
     the stream has each event once; so does a fork from the last model request."""
-    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
     handle = da.start(guarded_events, "events")
     wid = handle.workflow_id
     wait_until(lambda: inspector.status(wid) == da.WorkflowStatus.SUSPENDED, 30, "suspended")
@@ -403,18 +404,17 @@ def test_with_the_runs_events_in_a_stream_the_wait_replays_the_same(
     workflow_side = kinds(wid)
     assert workflow_side.count("deferred_tool_requests") == 1
     assert workflow_side.count("function_tool_result") == 1
-    assert lines(tmp_path / "side.log") == ["transfer 700 asked", "transfer 700 done"]
+    assert lines(side_log) == ["transfer 700 asked", "transfer 700 done"]
     requests = [s for s in inspector.steps(wid) if s.name == "narrated_guard__model.request_stream"]
     fork = da.fork(wid, from_step=requests[-1].seq)
     assert fork.result(timeout=30) == "moved 700"
     assert kinds(fork.workflow_id) == workflow_side
-    assert lines(tmp_path / "side.log") == ["transfer 700 asked", "transfer 700 done"]
+    assert lines(side_log) == ["transfer 700 asked", "transfer 700 done"]
 
 
 def test_outside_a_workflow_the_run_ends_with_the_deferred_requests(
-    model_server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model_server: ScriptedServer, side_log: Path
 ) -> None:
-    monkeypatch.setenv("SIDE_LOG", str(tmp_path / "side.log"))
     output_type: list[type[Any]] = [str, DeferredToolRequests]
     result: AgentRunResult[Any] = asyncio.run(
         guarded_app.guard.run("plain", output_type=output_type)
@@ -423,4 +423,4 @@ def test_outside_a_workflow_the_run_ends_with_the_deferred_requests(
     assert isinstance(output, DeferredToolRequests)
     (call,) = output.approvals
     assert (call.tool_name, call.args_as_dict()) == ("delete", {"path": "plain.txt"})
-    assert lines(tmp_path / "side.log") == []
+    assert lines(side_log) == []
