@@ -28,6 +28,20 @@ def start_worker(
     )
 
 
+def start_module(
+    url: str, module: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``python -m MODULE ARGS`` on ``url`` in the checkout, its stdout and stderr kept."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **(env or {})},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def stop_workers(procs: list[subprocess.Popen[str]]) -> str:
     """SIGTERM each (after SIGCONT, in case one is paused), wait, and return what they
     wrote on stderr; one that does not stop within 30 s is killed."""

@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import AsyncIterable, Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from dbos_agent.records import StepInfo, describe_step
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
 from tests.helpers import new_id, wait_until
+from tests.processes import start_module
 
 ROOT = Path(__file__).parent.parent
 ADD = "calc__function_toolset__math.call_tool:add"
@@ -295,6 +294,15 @@ def turn_of(body: dict[str, Any]) -> int:
     return sum(1 for m in body["messages"] if m["role"] == "assistant")
 
 
+def paid(requests: list[RequestRecord], task: str) -> list[str]:
+    """The conversations of ``task`` the server was paid to answer, as JSON."""
+    return [
+        json.dumps(r.body["messages"], sort_keys=True)
+        for r in requests
+        if r.paid and task_of(r.body) == task
+    ]
+
+
 @dataclass
 class Campaign:
     """What the crash campaign left: the logs, the server's requests, the step logs."""
@@ -309,24 +317,12 @@ class Campaign:
     mcp_log: Path
 
     def paid(self, task: str) -> list[str]:
-        """The conversations of ``task`` the server was paid to answer, as JSON."""
-        return [
-            json.dumps(r.body["messages"], sort_keys=True)
-            for r in self.requests
-            if r.paid and task_of(r.body) == task
-        ]
+        return paid(self.requests, task)
 
 
 def start_app(url: str, ids: dict[str, str], env: dict[str, str]) -> subprocess.Popen[str]:
     calls = [f"{wid}={WORKFLOW_OF[task]}:{task}" for task, wid in ids.items()]
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.pydantic_ai_app", *calls],
-        env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **env},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_module(url, "tests.pydantic_ai_app", *calls, env=env)
 
 
 @pytest.fixture(scope="module")

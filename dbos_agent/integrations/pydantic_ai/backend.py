@@ -251,6 +251,14 @@ class _Reservations:
         (position,) = ctx.reserve(1)
         self._by_run.setdefault(ctx, {}).setdefault((run_id, tool_call_id), []).append(position)
 
+    def release(self, run_id: str | None, tool_call_id: str) -> None:
+        """Forget the positions still reserved for a call that waits for a decision: once
+        approved it is validated again and runs at the position reserved then, after the
+        approval's steps, so the log reads in the order things happened."""
+        ctx = current_context()
+        if ctx is not None:
+            self._by_run.get(ctx, {}).pop((run_id, tool_call_id), None)
+
     def take(self, run_id: str | None, tool_call_id: str | None) -> int | None:
         ctx = current_context()
         if ctx is None or tool_call_id is None:

@@ -31,13 +31,20 @@ from pydantic_ai.durable_exec._operation import ToolsetCallToolId, ToolsetKind
 from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
 from pydantic_ai.messages import AgentStreamEvent, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model, ModelRequestContext
-from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
+from pydantic_ai.tools import (
+    AgentDepsT,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolDefinition,
+)
 
 from ...agent.accounting import register_tool_step_recogniser
 from ...agent.budget import Budget, BudgetGuard
 from ...engine.extending import WorkflowContext, current_context, in_step
 from ...engine.timers import sleep_async
 from ...errors import SerializationError, WorkflowCancelledError, WorkflowDivergedError
+from .approvals import decide_approvals
 from .backend import (
     DEFAULT_MAX_TOKENS,
     METADATA_KEY,
@@ -259,6 +266,28 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         if self.in_durable_context and self._runs_as_step(tool_def):
             self.get_durable_operation_backend().reservations.reserve(ctx.run_id, call.tool_call_id)
         return args
+
+    async def handle_deferred_tool_calls(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        requests: DeferredToolRequests,
+    ) -> DeferredToolResults | None:
+        """Decide the calls waiting for approval as dbos_agent approvals, inside a workflow.
+
+        Each call is asked about with its tool and arguments (``dbos-agent approvals ID``
+        lists them with their digest), and the run waits durably for the decisions: an
+        approved call then runs as its tool step, once; a rejected one reaches the model
+        as denied, with the reason (:mod:`.approvals`). Calls for external execution are
+        left unresolved, and outside a workflow nothing is: as without this capability,
+        the run ends with them as its ``DeferredToolRequests`` output.
+        """
+        if not self.in_durable_context:
+            return None
+        reservations = self.get_durable_operation_backend().reservations
+        for call in requests.approvals:
+            reservations.release(ctx.run_id, call.tool_call_id)
+        return await decide_approvals(requests)
 
     def _runs_as_step(self, tool_def: ToolDefinition) -> bool:
         """Whether a call of this tool is one of this capability's tool steps."""
