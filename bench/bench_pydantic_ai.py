@@ -19,7 +19,11 @@ AI's own ``AnthropicModel``, on the Postgres given by ``--dsn``:
             launches and calls the workflow under the same id, which replays every step
             and returns: timed from the call to its return (target < 200 ms), with the
             replay phase (``track_replay``) and ``launch()`` apart. Also warm: the same in
-            the process that ran it (a ``BaseException`` stands in for the kill).
+            the process that ran it (a ``BaseException`` stands in for the kill), beside
+            the floor: Pydantic AI running the same turns without HTTP or durability (a
+            ``FunctionModel`` replying from the script in the process), since a replay
+            runs Pydantic AI's whole agent graph again, each recorded call answered
+            from the log.
   raw       One psycopg connection, ``--raw-n`` x BEGIN/INSERT/COMMIT of one row (as
             ``bench_engine.py``'s ``raw``): the p50 the figures are put against.
 
@@ -43,7 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,13 +55,30 @@ from typing import Any
 import bench_agent  # the hand-written layer's figure, and its script
 import psycopg
 from anthropic import AsyncAnthropic
+from anthropic.types import MessageParam
 from psycopg import sql
 from pydantic_ai import Agent, FunctionToolset
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.usage import UsageLimits
 
 import dbos_agent as da
-from dbos_agent.agent import last_replay_report, replay_report, track_replay
+from dbos_agent.agent import (
+    Model,
+    ToolRegistry,
+    last_replay_report,
+    replay_report,
+    tool,
+    track_replay,
+)
 from dbos_agent.agent.scripted_server import ScriptedServer, ScriptItem
 from dbos_agent.integrations.pydantic_ai import Durability
 from dbos_agent.storage.dsn import with_dbname
@@ -98,6 +119,7 @@ def count(word: str, times: int) -> int:
     return len(word) * times
 
 
+NO_LIMIT = UsageLimits(request_limit=None)  # a 200-turn run makes 201 requests
 AGENTS: dict[str, Agent[None, str]] = {}
 STATE: dict[str, Callable[[], None]] = {}
 
@@ -117,6 +139,33 @@ def use_model(url: str) -> None:
     )
 
 
+def scripted_in_process(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The script's replies made in the process, without HTTP: what Pydantic AI's own
+    work on a run costs, the floor of any replay that lets Pydantic AI drive it."""
+    turn = sum(1 for m in messages if isinstance(m, ModelResponse))
+    first = next(p for p in messages[0].parts if isinstance(p, UserPromptPart))
+    if turn >= int(str(first.content).split("=")[1]):
+        return ModelResponse(parts=[TextPart("All done.")])
+    return ModelResponse(
+        parts=[
+            TextPart(f"Turn {turn}: looking at three things."),
+            ToolCallPart("lookup", {"key": f"a{turn}"}),
+            ToolCallPart("lookup", {"key": f"b{turn}"}),
+            ToolCallPart("count", {"word": f"c{turn}", "times": 3}),
+        ]
+    )
+
+
+floor_agent = Agent(FunctionModel(scripted_in_process), name="floor", toolsets=[tools])
+
+
+async def pydantic_ai_floor(turns: int) -> float:
+    """ms of a plain run of ``turns`` turns on the in-process model."""
+    started = time.perf_counter()
+    await floor_agent.run(prompt(turns), usage_limits=NO_LIMIT)
+    return (time.perf_counter() - started) * 1000
+
+
 def prompt(turns: int) -> str:
     return f"turns={turns}"
 
@@ -124,12 +173,47 @@ def prompt(turns: int) -> str:
 @da.durable_workflow(name="bench_pydantic_ai")
 async def durable_run(turns: int) -> str:
     track_replay()
-    result = await AGENTS["durable"].run(prompt(turns))
+    result = await AGENTS["durable"].run(prompt(turns), usage_limits=NO_LIMIT)
     kill = STATE.pop("kill_at_end", None)
     if kill is not None:  # the last reply is recorded: die before the outcome is
         kill()
     replay_report()  # closes the replay phase of a run that only replayed
     return result.output
+
+
+@tool(name="lookup")
+async def lookup_async(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+@tool(name="count")
+async def count_async(word: str, times: int) -> int:
+    """Count letters."""
+    return len(word) * times
+
+
+ASYNC_TOOLS = ToolRegistry([lookup_async, count_async])
+
+
+async def hand_written_loop(turns: int) -> str:
+    """``bench_agent.agent_loop`` on the event loop: the hand-written layer's async path
+    (``create_async``, async tools called as tasks), the engine path Pydantic AI takes."""
+    model: Model = bench_agent.STATE["model"]
+    messages: list[MessageParam] = [{"role": "user", "content": prompt(turns)}]
+    while True:
+        reply = await model.create_async(messages)
+        messages.append(reply.to_param())
+        if reply.stop_reason != "tool_use":
+            return "".join(b.text for b in reply.content if b.type == "text")
+        messages.append(
+            {"role": "user", "content": await ASYNC_TOOLS.call_all_async(reply.content)}
+        )
+
+
+@da.durable_workflow(name="bench_agent_async")
+async def hand_written_async(turns: int) -> str:
+    return await hand_written_loop(turns)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -148,13 +232,18 @@ def profiled(path: Path | None) -> Iterator[None]:
             profile.dump_stats(path)
 
 
-async def overhead(turns: int, repeat: int, profile_dir: Path | None) -> dict[str, Any]:
+Run = Callable[[int], Awaitable[object]]
+
+
+async def overhead(
+    name: str, plain_run: Run, durable_run: Run, turns: int, repeat: int, profile: Path | None
+) -> dict[str, Any]:
+    """Alternating plain and durable conversations of ``turns`` turns; per turn medians."""
     plain: list[float] = []
     durable: list[float] = []
-    profile = profile_dir / "overhead_durable.prof" if profile_dir else None
     for i in range(repeat + 2):  # two warm-up rounds
         started = time.perf_counter()
-        await AGENTS["plain"].run(prompt(turns))
+        await plain_run(turns)
         p = (time.perf_counter() - started) / (turns + 1)
         with profiled(profile if i == repeat + 1 else None):
             started = time.perf_counter()
@@ -166,18 +255,18 @@ async def overhead(turns: int, repeat: int, profile_dir: Path | None) -> dict[st
             durable.append(d * 1000)
     p50, d50 = statistics.median(plain), statistics.median(durable)
     return {
-        "scenario": "overhead_pydantic_ai",
+        "scenario": name,
         "turns": turns,
         "repeat": repeat,
         "plain_ms_per_turn": round(p50, 3),
         "durable_ms_per_turn": round(d50, 3),
         "overhead_ms_per_turn": round(d50 - p50, 3),
-        "overhead_range": [
-            round(min(durable) - max(plain), 3),
-            round(max(durable) - min(plain), 3),
-        ],
         "steps_per_turn": 4,
     }
+
+
+async def plain_pydantic_ai(turns: int) -> str:
+    return (await AGENTS["plain"].run(prompt(turns), usage_limits=NO_LIMIT)).output
 
 
 def raise_killed() -> None:
@@ -253,6 +342,7 @@ def replay(
         "repeat": len(cold),
         "warm_call_ms": med(warm, "call_ms"),
         "warm_replay_phase_ms": med(warm, "replay_phase_ms"),
+        "pydantic_ai_floor_ms": med(warm, "floor_ms"),
         "cold_call_ms": med(cold, "call_ms"),
         "cold_call_range": [round(min(calls), 2), round(max(calls), 2)],
         "cold_replay_phase_ms": med(cold, "replay_phase_ms"),
@@ -262,12 +352,25 @@ def replay(
 
 async def in_one_loop(
     args: argparse.Namespace,
-) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """The scenarios of this process, on one event loop (the model client's connections
-    belong to the loop that opened them)."""
-    ovh = await overhead(args.turns, args.repeat, args.profile)
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, float]]]:
+    """The scenarios of this process that run on an event loop, on one (the model
+    clients' connections belong to the loop that opened them)."""
+    profile = args.profile / "overhead_durable.prof" if args.profile else None
+    pai = await overhead(
+        "overhead_pydantic_ai", plain_pydantic_ai, durable_run, args.turns, args.repeat, profile
+    )
+    hand = await overhead(
+        "overhead_agent_layer_async",
+        hand_written_loop,
+        hand_written_async,
+        args.turns,
+        args.repeat,
+        None,
+    )
     warm = [await replay_warm(args.replay_turns) for _ in range(args.replay_repeat)]
-    return ovh, warm
+    for row in warm:
+        row["floor_ms"] = await pydantic_ai_floor(args.replay_turns)
+    return pai, hand, warm
 
 
 def raw(dsn: str, n: int) -> dict[str, Any]:
@@ -329,6 +432,7 @@ def child(args: argparse.Namespace) -> None:
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
     ovh, hand = rows["overhead_pydantic_ai"], rows["overhead_agent_layer"]
+    hand_async = rows["overhead_agent_layer_async"]
     rep, raw_p50 = rows["replay_pydantic_ai"], rows["raw_insert_commit"]["p50_ms"]
     gap = ovh["overhead_ms_per_turn"] - hand["overhead_ms_per_turn"]
     lines = [
@@ -339,15 +443,23 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
         f"{ovh['plain_ms_per_turn']:.2f} / {ovh['durable_ms_per_turn']:.2f} | | |",
         f"| ... overhead per turn, ms | {ovh['overhead_ms_per_turn']:.2f} | "
         f"{ovh['overhead_ms_per_turn'] / raw_p50:.1f} | |",
-        f"| hand-written agent layer (bench_agent): overhead per turn, ms | "
+        f"| hand-written agent layer (bench_agent, sync): overhead per turn, ms | "
         f"{hand['overhead_ms_per_turn']:.2f} | {hand['overhead_ms_per_turn'] / raw_p50:.1f} | |",
-        f"| Pydantic AI - hand-written, per turn, ms | {gap:+.2f} | | within 1 ms |",
+        f"| hand-written agent layer, async (create_async, async tools): plain / durable ms | "
+        f"{hand_async['plain_ms_per_turn']:.2f} / {hand_async['durable_ms_per_turn']:.2f} | | |",
+        f"| ... overhead per turn, ms | {hand_async['overhead_ms_per_turn']:.2f} | "
+        f"{hand_async['overhead_ms_per_turn'] / raw_p50:.1f} | |",
+        f"| Pydantic AI - hand-written async, per turn, ms | "
+        f"{ovh['overhead_ms_per_turn'] - hand_async['overhead_ms_per_turn']:+.2f} | | |",
+        f"| Pydantic AI - hand-written (sync), per turn, ms | {gap:+.2f} | | within 1 ms |",
         f"| replay of {rep['turns']} turns ({rep['steps']} steps), fresh process: call ms | "
         f"{rep['cold_call_ms']:.1f} | {rep['cold_call_ms'] / raw_p50:.0f} | < 200 ms |",
         f"| ... its replay phase ms / launch() ms | {rep['cold_replay_phase_ms']:.1f} / "
         f"{rep['cold_launch_ms']:.1f} | | |",
         f"| the same, warm process: call ms | {rep['warm_call_ms']:.1f} | "
         f"{rep['warm_call_ms'] / raw_p50:.0f} | |",
+        f"| Pydantic AI alone: a plain run of those turns, in-process model, ms | "
+        f"{rep['pydantic_ai_floor_ms']:.1f} | | |",
     ]
     return "\n".join(lines)
 
@@ -381,7 +493,9 @@ def main() -> None:
             rows["raw_insert_commit"] = raw(dsn, args.raw_n)
             hand = bench_agent.overhead(args.turns, args.repeat)
             rows["overhead_agent_layer"] = {**hand, "scenario": "overhead_agent_layer"}
-            rows["overhead_pydantic_ai"], warm = asyncio.run(in_one_loop(args))
+            pai, hand_async, warm = asyncio.run(in_one_loop(args))
+            rows["overhead_agent_layer_async"] = hand_async
+            rows["overhead_pydantic_ai"] = pai
             cold = [
                 replay_cold(dsn, server.url, args.replay_turns, args.profile)
                 for _ in range(args.replay_repeat)
