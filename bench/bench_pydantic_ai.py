@@ -40,11 +40,7 @@ import argparse
 import asyncio
 import cProfile
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -56,7 +52,6 @@ import bench_agent  # the hand-written layer's figure, and its script
 import psycopg
 from anthropic import AsyncAnthropic
 from anthropic.types import MessageParam
-from psycopg import sql
 from pydantic_ai import Agent, FunctionToolset
 from pydantic_ai.messages import (
     ModelMessage,
@@ -81,15 +76,10 @@ from dbos_agent.agent import (
 )
 from dbos_agent.agent.scripted_server import ScriptedServer, ScriptItem
 from dbos_agent.integrations.pydantic_ai import Durability
-from dbos_agent.storage.dsn import with_dbname
 
 BENCH_DB = "dbos_agent_bench_pydantic_ai"
 MODEL_NAME = "claude-sonnet-4-6"
 PAYLOAD = json.dumps({"output": "x" * 64, "n": 1})  # bench_engine.py's raw row
-
-
-class Killed(BaseException):
-    """Stops a workflow the way a dying process would: no outcome recorded."""
 
 
 # --------------------------------------------------------------------------- the agents
@@ -269,14 +259,6 @@ async def plain_pydantic_ai(turns: int) -> str:
     return (await AGENTS["plain"].run(prompt(turns), usage_limits=NO_LIMIT)).output
 
 
-def raise_killed() -> None:
-    raise Killed()
-
-
-def sigkill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 async def replay_call(wid: str, turns: int) -> dict[str, float]:
     """Call the workflow under ``wid`` (every step recorded): the time until it returns."""
     started = time.perf_counter()
@@ -294,38 +276,13 @@ async def replay_call(wid: str, turns: int) -> dict[str, float]:
 
 async def replay_warm(turns: int) -> dict[str, float]:
     wid = f"replay-warm-{turns}-{uuid.uuid4().hex[:10]}"
-    STATE["kill_at_end"] = raise_killed
+    STATE["kill_at_end"] = bench_agent.raise_killed
     try:
         with da.workflow_id(wid):
             await durable_run(turns)
-    except Killed:
+    except bench_agent.Killed:
         pass
     return await replay_call(wid, turns)
-
-
-def replay_cold(dsn: str, url: str, turns: int, profile_dir: Path | None) -> dict[str, float]:
-    """A child runs the conversation and is kill -9'd; a fresh child continues it."""
-    wid = f"replay-{turns}-{uuid.uuid4().hex[:10]}"
-    child = [
-        sys.executable,
-        __file__,
-        "--dsn",
-        dsn,
-        "--url",
-        url,
-        "--workflow-id",
-        wid,
-        "--replay-turns",
-        str(turns),
-    ]
-    crashed = subprocess.run([*child, "--role", "crash"], capture_output=True, text=True)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
-    if profile_dir is not None:
-        child += ["--profile", str(profile_dir)]
-    out = subprocess.run([*child, "--role", "resume"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    row: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return row
 
 
 def replay(
@@ -398,15 +355,6 @@ def raw(dsn: str, n: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- plumbing
 
 
-def fresh_database(dsn: str) -> str:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
-    return with_dbname(dsn, BENCH_DB)
-
-
 def child(args: argparse.Namespace) -> None:
     """``--role crash``: run the conversation, die once its last reply is recorded;
     ``--role resume``: launch, call it again, print what that took as JSON."""
@@ -418,7 +366,7 @@ def child(args: argparse.Namespace) -> None:
     launched = time.perf_counter() - started
     try:
         if args.role == "crash":
-            STATE["kill_at_end"] = sigkill_self
+            STATE["kill_at_end"] = bench_agent.sigkill_self
             with da.workflow_id(args.workflow_id):
                 asyncio.run(durable_run(args.replay_turns))
         else:
@@ -483,7 +431,7 @@ def main() -> None:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
 
-    dsn = fresh_database(args.dsn)
+    dsn = bench_agent.fresh_database(args.dsn, BENCH_DB)
     rows: dict[str, dict[str, Any]] = {}
     with ScriptedServer(script) as server:
         use_model(server.url)
@@ -496,8 +444,9 @@ def main() -> None:
             pai, hand_async, warm = asyncio.run(in_one_loop(args))
             rows["overhead_agent_layer_async"] = hand_async
             rows["overhead_pydantic_ai"] = pai
+            profile = ("--profile", str(args.profile)) if args.profile else ()
             cold = [
-                replay_cold(dsn, server.url, args.replay_turns, args.profile)
+                bench_agent.crash_and_resume(__file__, dsn, server.url, args.replay_turns, profile)
                 for _ in range(args.replay_repeat)
             ]
             rows["replay_pydantic_ai"] = replay(warm, cold, args.replay_turns)

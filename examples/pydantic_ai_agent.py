@@ -37,8 +37,6 @@ import argparse
 import asyncio
 import functools
 import os
-import re
-import shlex
 import signal
 import sys
 from contextvars import ContextVar
@@ -66,6 +64,7 @@ from dbos_agent.agent import (
 )
 from dbos_agent.agent.scripted_server import (
     ScriptedServer,
+    appended_already,
     coding_task_prompt,
     coding_task_script,
     seed_coding_task,
@@ -151,9 +150,6 @@ ENDPOINT = Endpoint()
 # --------------------------------------------------------------------------- the tools
 
 
-APPEND = re.compile(r"^(?:cd (?P<dir>'[^']*'|\S+) && )?echo (?P<text>.+) >> (?P<file>\S+)$")
-
-
 def already_appended(command: str) -> object:
     """Guard of run_bash, asked after a crash left the command in doubt.
 
@@ -161,15 +157,8 @@ def already_appended(command: str) -> object:
     then returns what the command returned the first time; anything else (e.g. running the
     tests) is safe to run again, so it answers NotDone.
     """
-    match = APPEND.match(command.strip())
-    if match is None:
-        return NotDone
-    line = " ".join(shlex.split(match["text"]))
-    base = Path(shlex.split(match["dir"])[0]) if match["dir"] else _WORKDIR.get() or Path.cwd()
-    target = base / shlex.split(match["file"])[0]
-    if target.exists() and line in target.read_text(encoding="utf-8").splitlines():
-        return "exit code 0\n"
-    return NotDone
+    workdir = _WORKDIR.get() or Path.cwd()
+    return "exit code 0\n" if appended_already(command, workdir) else NotDone
 
 
 #: Step options of the MCP tools that are not safe to repeat, by tool name.

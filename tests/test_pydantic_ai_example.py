@@ -32,7 +32,8 @@ from dbos_agent.testing import Inspector
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("mcp")
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pydantic_ai_agent.py"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "pydantic_ai_agent.py"
 TURNS = 6  # the scripted coding task: 5 tool turns and a final answer
 RUN_TIMEOUT = 60.0
 REPORT = re.compile(
@@ -87,7 +88,8 @@ class Result:
 
 def run_example(result: Result, flags: list[str], db_url: str) -> Run:
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    env |= {"DBOS_AGENT_DATABASE_URL": db_url, "PYTHONUNBUFFERED": "1"}
+    # this checkout's dbos_agent (the script's own folder comes first on its path)
+    env |= {"DBOS_AGENT_DATABASE_URL": db_url, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     cmd = [
         sys.executable,
         str(EXAMPLE),
