@@ -15,6 +15,7 @@ the agent carries on from where it died.
     python examples/pydantic_ai_agent.py                        # continues: replays, finishes
     python examples/pydantic_ai_agent.py --task-id t2 --crash-in-tool 4   # dies in the append
     python examples/pydantic_ai_agent.py --task-id t2           # the guard sees it was done
+    dbos-agent worker --app examples.pydantic_ai_agent          # or a worker continues it
 
 With ``ANTHROPIC_API_KEY`` set it uses Claude; without it, an offline scripted model (a
 local fake Messages API server shipped with dbos_agent) plays a short fix-the-bug session.
