@@ -195,31 +195,30 @@ def replay_warm(wid: str, turns: int) -> dict[str, float]:
     }
 
 
+def crash_and_resume(
+    script: str, dsn: str, url: str, turns: int, resume_flags: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """Cold replay: a child of ``script`` (``--role crash``) runs a ``turns``-turn
+    conversation and is kill -9'd once its last reply is recorded; a fresh child (``--role
+    resume``) calls it again under the same id and prints what that took, as JSON."""
+    wid = f"replay-{turns}-{uuid.uuid4().hex[:10]}"
+    child = [sys.executable, script, "--dsn", dsn, "--url", url, "--workflow-id", wid]
+    child += ["--replay-turns", str(turns)]
+    crashed = subprocess.run([*child, "--role", "crash"], capture_output=True, text=True)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    resumed = [*child, "--role", "resume", *resume_flags]
+    out = subprocess.run(resumed, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    row: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return row
+
+
 def replay(dsn: str, url: str, turns: int, repeat: int) -> dict[str, Any]:
     warm: list[dict[str, float]] = []
     cold: list[dict[str, float]] = []
     for _ in range(repeat):
         warm.append(replay_warm(crashed_conversation(turns), turns))
-        # cold: a child runs the conversation and is kill -9'd; a fresh child resumes it
-        wid = f"replay-{turns}-{uuid.uuid4().hex[:10]}"
-        child = [
-            sys.executable,
-            __file__,
-            "--dsn",
-            dsn,
-            "--url",
-            url,
-            "--workflow-id",
-            wid,
-            "--replay-turns",
-            str(turns),
-        ]
-        crashed = subprocess.run([*child, "--role", "crash"], capture_output=True, text=True)
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
-        out = subprocess.run(
-            [*child, "--role", "resume"], capture_output=True, text=True, check=True
-        )
-        cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        cold.append(crash_and_resume(__file__, dsn, url, turns))
 
     def med(rows: list[dict[str, float]], key: str) -> float:
         return round(statistics.median(r[key] for r in rows), 2)
@@ -285,13 +284,14 @@ def storage(dsn: str, turns: int) -> dict[str, Any]:
     }
 
 
-def fresh_database(dsn: str) -> str:
+def fresh_database(dsn: str, name: str = BENCH_DB) -> str:
+    """The DSN of database ``name`` on ``dsn``'s server, dropped and made again."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB))
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
-    return with_dbname(dsn, BENCH_DB)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_dbname(dsn, name)
 
 
 def use_model(url: str) -> None:
@@ -301,7 +301,9 @@ def use_model(url: str) -> None:
 
 def child(args: argparse.Namespace) -> None:
     use_model(args.url)
-    runtime = da.launch(args.dsn, executor_id=f"bench-{uuid.uuid4().hex[:8]}", recover=False)
+    runtime = da.launch(
+        args.dsn, executor_id=f"bench-{uuid.uuid4().hex[:8]}", recover=False, take_over=False
+    )
     try:
         if args.role == "crash":
             STATE["kill_at_end"] = sigkill_self
@@ -332,7 +334,7 @@ def main() -> None:
     dsn = fresh_database(args.dsn)
     with ScriptedServer(script) as server:
         use_model(server.url)
-        runtime = da.launch(dsn, executor_id="bench-agent", recover=False)
+        runtime = da.launch(dsn, executor_id="bench-agent", recover=False, take_over=False)
         try:
             rows = [
                 overhead(args.turns, args.repeat),

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -66,6 +65,7 @@ from dbos_agent.agent import (
 )
 from dbos_agent.agent.scripted_server import (
     ScriptedServer,
+    appended_already,
     coding_task_prompt,
     coding_task_script,
     seed_coding_task,
@@ -141,9 +141,6 @@ def bash_result(exit_code: int, output: str) -> str:
     return f"exit code {exit_code}\n{output}"
 
 
-APPEND = re.compile(r"^(?:cd (?P<dir>'[^']*'|\S+) && )?echo (?P<text>.+) >> (?P<file>\S+)$")
-
-
 def already_appended(command: str) -> object:
     """Guard of run_bash, asked after a crash left the command in doubt.
 
@@ -151,15 +148,7 @@ def already_appended(command: str) -> object:
     then returns what the command returned the first time; anything else (e.g. running the
     tests) is safe to run again, so it answers NotDone.
     """
-    match = APPEND.match(command.strip())
-    if match is None:
-        return NotDone
-    line = " ".join(shlex.split(match["text"]))
-    base = Path(shlex.split(match["dir"])[0]) if match["dir"] else workdir()
-    target = base / shlex.split(match["file"])[0]
-    if target.exists() and line in target.read_text(encoding="utf-8").splitlines():
-        return bash_result(0, "")
-    return NotDone
+    return bash_result(0, "") if appended_already(command, workdir()) else NotDone
 
 
 @tool(idempotent=False, guard=already_appended)

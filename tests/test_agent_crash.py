@@ -189,6 +189,7 @@ def run_agent(result: Result, attempt: Attempt, url: str, db_url: str) -> Run:
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     env["DBOS_AGENT_DATABASE_URL"] = db_url
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(EXAMPLE.parents[1])  # this checkout's dbos_agent, not an install
     if attempt.slow_tests:
         env["PATH"] = f"{slow_python_dir(case_dir)}{os.pathsep}{env.get('PATH', '')}"
     cmd = [

@@ -18,6 +18,7 @@ from .cli import main
 from .demo_task import (
     CHANGELOG_LINE,
     CODING_TASK_TOOLS,
+    appended_already,
     coding_task_prompt,
     coding_task_script,
     seed_coding_task,
@@ -55,6 +56,7 @@ __all__ = [
     "ScriptedServer",
     "TextContent",
     "ToolUseContent",
+    "appended_already",
     "coding_task_prompt",
     "coding_task_script",
     "dump_script",

@@ -1,4 +1,5 @@
-"""The demo scenario: a small buggy project and the scripted coding task that fixes it."""
+"""The demo scenario: a small buggy project, the scripted coding task that fixes it, and the
+check its shell tool's guard makes after a crash."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHANGELOG_LINE",
     "CODING_TASK_TOOLS",
+    "appended_already",
     "coding_task_prompt",
     "coding_task_script",
     "seed_coding_task",
@@ -136,6 +138,27 @@ def seed_coding_task(workdir: Path) -> None:
     (workdir / "calc.py").write_text(_BUGGY_CALC, encoding="utf-8")
     (workdir / "test_calc.py").write_text(_TEST_CALC, encoding="utf-8")
     (workdir / "CHANGELOG.md").write_text("# Changelog\n\n", encoding="utf-8")
+
+
+_APPEND = re.compile(r"^(?:cd (?P<dir>'[^']*'|\S+) && )?echo (?P<text>.+) >> (?P<file>\S+)$")
+
+
+def appended_already(command: str, workdir: Path) -> bool:
+    """Whether ``command`` is an append (``[cd DIR && ]echo LINE >> FILE``, as the task's
+    CHANGELOG entry is made) whose LINE its FILE already holds; FILE is relative to DIR,
+    else to ``workdir``.
+
+    The check-then-act of a guard of a non-idempotent shell tool, asked after a crash left
+    the command in doubt: True means it ran (do not append again); False means it did not,
+    or it is another command (running the tests is safe to repeat).
+    """
+    match = _APPEND.match(command.strip())
+    if match is None:
+        return False
+    line = " ".join(shlex.split(match["text"]))
+    base = Path(shlex.split(match["dir"])[0]) if match["dir"] else Path(workdir)
+    target = base / shlex.split(match["file"])[0]
+    return target.exists() and line in target.read_text(encoding="utf-8").splitlines()
 
 
 def _tool_results(messages: Sequence[Any]) -> list[str]:
