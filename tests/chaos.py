@@ -56,12 +56,13 @@ class ChaosReport:
         return json.dumps(self.__dict__)
 
 
-def _env(url: str, log: Path, step_seconds: float) -> dict[str, str]:
+def _env(url: str, log: Path, step_seconds: float, per_process: int) -> dict[str, str]:
     return dict(
         os.environ,
         DBOS_AGENT_DATABASE_URL=url,
         FAULT_APP_LOG=str(log),
         FAULT_APP_STEP_SECONDS=str(step_seconds),
+        CHAOS_PER_PROCESS=str(per_process),
         PYTHONPATH=str(ROOT),
     )
 
@@ -90,12 +91,13 @@ def run_chaos(
     log = work_dir / "chaos-steps.log"
     log.write_text("")
     with server.database() as url:
-        env = _env(url, log, step_seconds)
+        # a third of the queue per process: both workers and the application get some
+        env = _env(url, log, step_seconds, per_process=max(1, -(-workflows // 3)))
         queued = [f"chaos-{i}" for i in range(workflows)]
         with da.Client(url) as client:
             for i, wid in enumerate(queued):
                 name = "chain" if i % 2 == 0 else "paced"
-                client.enqueue("fault-tests", name, wid, steps, workflow_id=wid)
+                client.enqueue("chaos", name, wid, steps, workflow_id=wid)
         first, second = _worker(env, lease), _worker(env, lease)
         app = subprocess.Popen(
             [sys.executable, "-m", "tests.fault_app", "app", str(app_workflows), str(steps)],

@@ -20,6 +20,12 @@ LOG = os.environ.get("FAULT_APP_LOG", "/dev/null")
 STEP_SECONDS = float(os.environ.get("FAULT_APP_STEP_SECONDS", "0.1"))
 
 faults_queue = da.Queue("fault-tests")
+#: The chaos scenario's queue: each process takes at most $CHAOS_PER_PROCESS of its
+#: workflows, so that the work is spread over the workers and the application from the
+#: start, whichever process happens to start first (tests/chaos.py sets it).
+chaos_queue = da.Queue(
+    "chaos", worker_concurrency=int(os.environ.get("CHAOS_PER_PROCESS", "1000000"))
+)
 
 
 def note(kind: str, wid: str, seq: int) -> None:

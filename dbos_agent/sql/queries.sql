@@ -276,10 +276,26 @@ WITH locked AS (
     UPDATE dbos_agent.executors AS e
     SET lock_lost_at = dbos_agent.now()
     WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
+      AND e.heartbeat_at >= dbos_agent.now() - make_interval(secs => e.lease_seconds)
     RETURNING e.session_key
+), dead AS (
+    -- dead_sessions()'s rules, written out on the row and the row locked (no row of
+    -- `stamped`: those are not dead yet): a session that registers again meanwhile
+    -- (back after a Postgres restart) either waits for this claim to commit, and then
+    -- reads its workflows' new owner before its next live step, or has committed its
+    -- new heartbeat first, which the re-check of the locked row sees: then it is not
+    -- dead and nothing of it is claimed. Without the lock, a claim that judged it
+    -- dead could commit after it had confirmed its ownership and started a step.
+    SELECT e.session_key AS owner_key
+    FROM dbos_agent.executors AS e
+    WHERE e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.lease_seconds)
+       OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+           AND e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+           AND e.session_key NOT IN (SELECT session_key FROM locked))
+    FOR SHARE OF e
 ), candidates AS (
     (SELECT c.workflow_id, c.owner_key, c.created_at
-     FROM dbos_agent.dead_sessions() AS d(owner_key)
+     FROM dead AS d
      CROSS JOIN LATERAL (
          SELECT w.workflow_id, w.owner_key, w.created_at
          FROM dbos_agent.workflows AS w
