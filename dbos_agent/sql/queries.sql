@@ -511,15 +511,27 @@ SELECT status, owner_key FROM dbos_agent.workflows WHERE workflow_id = %(workflo
 -- name: take_over_workflow
 -- scope: one workflow
 -- A direct call of a PENDING workflow whose session is not certainly alive:
--- the caller's session takes it over (compare-and-set on the old owner).
-UPDATE dbos_agent.workflows
+-- the caller's session takes it over (compare-and-set on the old owner). A session
+-- that still has its row is judged dead on that row, locked (see claim_workflows:
+-- one registering again meanwhile is either seen alive or reads the new owner).
+UPDATE dbos_agent.workflows AS w
 SET run_started_at = now(),
     owner_key = %(owner_key)s, executor_id = %(executor_id)s,
-    recovery_attempts = recovery_attempts + 1, updated_at = now()
-WHERE workflow_id = %(workflow_id)s AND status = 'PENDING'
-  AND owner_key IS NOT DISTINCT FROM %(old_owner_key)s
-  AND dbos_agent.session_is_dead(owner_key)
-RETURNING workflow_id;
+    recovery_attempts = w.recovery_attempts + 1, updated_at = now()
+WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
+  AND w.owner_key IS NOT DISTINCT FROM %(old_owner_key)s
+  AND (w.owner_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM dbos_agent.executors WHERE session_key = w.owner_key)
+       OR EXISTS (
+           SELECT 1 FROM dbos_agent.executors AS e
+           WHERE e.session_key = w.owner_key
+             AND (e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.lease_seconds)
+                  OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+                      AND e.heartbeat_at
+                          < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+                      AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions())))
+           FOR SHARE OF e))
+RETURNING w.workflow_id;
 
 -- name: count_unrecoverable_pending
 -- scope: many
