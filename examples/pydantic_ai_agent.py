@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import functools
 import os
-import signal
 import sys
 from contextvars import ContextVar
 from dataclasses import replace
@@ -64,6 +63,7 @@ from dbos_agent.agent import (
     usage_totals,
 )
 from dbos_agent.agent.scripted_server import (
+    CrashPlan,
     ScriptedServer,
     appended_already,
     coding_task_prompt,
@@ -77,28 +77,6 @@ MCP_SERVER = Path(__file__).resolve().with_name("fs_mcp_server.py")
 
 # The project the run works on: the workflow's ``workdir`` input (the guard reads it).
 _WORKDIR: ContextVar[Path | None] = ContextVar("pydantic_ai_agent_workdir", default=None)
-
-
-class CrashPlan:
-    """Demo aid: kill this process with SIGKILL at a chosen point, only in a live run."""
-
-    def __init__(self) -> None:
-        self.after_turn: int | None = None  # after turn N is checkpointed
-        self.in_tool: int | None = None  # inside turn N's tool call, before its checkpoint
-        self.turn = 0
-
-    def check_after_turn(self, turn: int) -> None:
-        if self.after_turn == turn and not replaying():
-            self.die(f"after turn {turn}")
-
-    def check_in_tool(self) -> None:
-        if self.in_tool == self.turn:
-            self.die(f"inside the tool call of turn {self.turn}")
-
-    @staticmethod
-    def die(where: str) -> None:
-        print(f"\n💥 kill -9 {where}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 CRASH = CrashPlan()

@@ -18,6 +18,7 @@ from .cli import main
 from .demo_task import (
     CHANGELOG_LINE,
     CODING_TASK_TOOLS,
+    CrashPlan,
     appended_already,
     coding_task_prompt,
     coding_task_script,
@@ -47,6 +48,7 @@ __all__ = [
     "CHANGELOG_LINE",
     "CODING_TASK_TOOLS",
     "ContentBlock",
+    "CrashPlan",
     "Delay",
     "Fail",
     "Reply",

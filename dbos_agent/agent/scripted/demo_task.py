@@ -3,12 +3,15 @@ check its shell tool's guard makes after a crash."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..replay import replaying
 from .protocol import _content_blocks
 from .script import JSONDict, Reply, ScriptFn, ScriptItem, text, tool_use
 
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHANGELOG_LINE",
     "CODING_TASK_TOOLS",
+    "CrashPlan",
     "appended_already",
     "coding_task_prompt",
     "coding_task_script",
@@ -267,3 +271,28 @@ def _echo_script(body: JSONDict) -> ScriptItem:
     if isinstance(content, list):
         content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
     return Reply([text(f"echo: {content}")])
+
+
+# --------------------------------------------------------------------------- demo aid
+
+
+class CrashPlan:
+    """Demo aid: kill this process with SIGKILL at a chosen point, only in a live run."""
+
+    def __init__(self) -> None:
+        self.after_turn: int | None = None  # after turn N is checkpointed
+        self.in_tool: int | None = None  # inside turn N's tool call, before its checkpoint
+        self.turn = 0
+
+    def check_after_turn(self, turn: int) -> None:
+        if self.after_turn == turn and not replaying():
+            self.die(f"after turn {turn}")
+
+    def check_in_tool(self) -> None:
+        if self.in_tool == self.turn:
+            self.die(f"inside the tool call of turn {self.turn}")
+
+    @staticmethod
+    def die(where: str) -> None:
+        print(f"\n💥 kill -9 {where}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
