@@ -46,6 +46,7 @@ from ...engine.extending import NotDone, WorkflowContext, at_position, current_c
 from ...engine.step import step as engine_step
 from ...engine.step import step_info
 from ...errors import BudgetExceededError, ConfigurationError, DbosAgentError, NotInStepError
+from ...records import StepStatus
 from .delegation import guard_for
 
 __all__ = [
@@ -283,6 +284,7 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
         max_tokens: MaxTokens,
     ) -> None:
         super().__init__(agent_name=agent_name, default_model_id=default_model_id, config=config)
+        self._options = config
         self._budget = budget
         self._max_tokens = max_tokens
         self._steps: dict[tuple[str, tuple[tuple[str, Any], ...]], Callable[..., Any]] = {}
@@ -373,6 +375,23 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
         finally:
             _body.reset(token)
 
+    async def replay_recorded_request(self, model_id: str | None) -> Mapping[str, Any] | None:
+        """The recorded reply (Pydantic AI's JSON of the ``ModelResponse``) of a request to
+        ``model_id`` whose step the log holds at the next position, taken as its step;
+        ``None`` (nothing taken) when the next entry is anything else, so the request goes
+        the long way and meets whatever is there (see :mod:`.replay`)."""
+        ctx = current_context()
+        if ctx is None or in_step():
+            return None
+        operation_id = ModelRequestId(model_id, streaming=False, model_name="")
+        name = self._namer.operation_name(operation_id)
+        row = ctx.next_recorded()
+        if row is None or row.name != name or row.status is not StepStatus.SUCCESS:
+            return None
+        config = self._options.base("model", operation_id=operation_id)
+        response = await self._model_request(name, _never_sent, (model_id, None, None), config)
+        return cast(Mapping[str, Any], response)
+
     async def _recorded_request(
         self, body: Callable[[], Awaitable[object]], max_tokens: int, budget: BudgetGuard
     ) -> dict[str, Any]:
@@ -398,6 +417,10 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
             "usage": anthropic_usage(cast(Mapping[str, Any] | None, response.get("usage"))),
             "response": response,
         }
+
+
+async def _never_sent() -> object:
+    raise AssertionError("a replayed model request is answered from its record")
 
 
 def _recordable(error: ModelAPIError) -> Exception:

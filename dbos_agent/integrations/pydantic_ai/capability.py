@@ -29,6 +29,7 @@ from pydantic_ai.durable_exec._base import BaseDurabilityCapability, conversatio
 from pydantic_ai.durable_exec._codec import JSON_CODEC
 from pydantic_ai.durable_exec._operation import ToolsetCallToolId, ToolsetKind
 from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
+from pydantic_ai.exceptions import SkipModelRequest
 from pydantic_ai.messages import AgentStreamEvent, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.tools import (
@@ -55,6 +56,7 @@ from .backend import (
 )
 from .delegation import budget_in_force, guard_for, refuse_unrecorded_call
 from .events import EventPublisher, events_key
+from .replay import answers_from_log
 
 __all__ = ["Durability", "is_pydantic_ai_tool_step"]
 
@@ -213,6 +215,29 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         return await super().wrap_model_request(
             ctx, request_context=request_context, handler=handler
         )
+
+    async def prepare_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """A request whose reply the log holds is answered from it here, before Pydantic AI
+        prepares it for the wire, when nothing else acts on the attempt (:mod:`.replay`)."""
+        request_context = await super().prepare_model_request(ctx, request_context)
+        if (
+            not self.in_durable_context
+            or request_context.streaming
+            or not answers_from_log(ctx.root_capability, self)
+        ):
+            return request_context
+        model_id = self._model_id_for_request(ctx, request_context)
+        backend = self.get_durable_operation_backend()
+        recorded = await backend.replay_recorded_request(model_id)
+        if recorded is None:
+            return request_context
+        response: ModelResponse = JSON_CODEC.load(ModelResponse, recorded)
+        # what Pydantic AI stamps on a reply it was sent (its `_serving_model_id`)
+        serving = request_context.model_id or request_context.model.model_id
+        response.model_id = response.model_id or serving
+        raise SkipModelRequest(response)
 
     async def prepare_tools(
         self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
