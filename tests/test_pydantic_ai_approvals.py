@@ -26,6 +26,7 @@ from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.tools import DeferredToolRequests
 
 import dbos_agent as da
+from dbos_agent.agent.accounting import totals_from_steps
 from dbos_agent.agent.scripted.request_log import RequestRecord
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
 from dbos_agent.integrations.pydantic_ai import DEFAULT_EVENTS_KEY
@@ -265,8 +266,11 @@ def test_a_tool_that_raises_approval_required_waits_the_same_way(
     assert campaign.results[wid] == "moved"
     assert pids_of(campaign.side_log, "transfer 500 asked") == [campaign.killed]
     assert pids_of(campaign.side_log, "transfer 500 done") == [campaign.resumed]
-    assert [s.name for s in inspector.steps(wid)] == [MODEL, TRANSFER, ASK, WAIT, TRANSFER, MODEL]
+    steps = inspector.steps(wid)
+    assert [s.name for s in steps] == [MODEL, TRANSFER, ASK, WAIT, TRANSFER, MODEL]
     assert len(set(paid(campaign.requests, "ask"))) == 2
+    rows = [(s.name, str(s.status), s.output, s.attempts) for s in steps]
+    assert totals_from_steps(wid, rows).tool_calls == 1  # the deferral was not a call
 
 
 # --------------------------------------------------------------------- in this process

@@ -39,7 +39,9 @@ class Counted(AnthropicModel):
     prepared = 0
 
     def prepare_messages(
-        self, messages: list[ModelMessage], model_request_parameters: ModelRequestParameters
+        self,
+        messages: list[ModelMessage],
+        model_request_parameters: ModelRequestParameters | None = None,
     ) -> list[ModelMessage]:
         Counted.prepared += 1
         return super().prepare_messages(messages, model_request_parameters)

@@ -20,6 +20,7 @@ __all__ = [
     "PriceTable",
     "Usage",
     "UsageTotals",
+    "is_tool_call",
     "is_tool_step",
     "register_tool_step_recogniser",
     "usage_of_reply",
@@ -32,22 +33,36 @@ MODEL_STEP_NAMES: set[str] = set()
 TOOL_STEP_PREFIX = "tool:"
 #: Other ways a step name says "a tool call" (an integration's tools, named its own way).
 _tool_step_recognisers: list[Callable[[str], bool]] = []
+#: Recorded outcomes of a tool step that say the tool did not run to its end (it deferred).
+_deferral_recognisers: list[Callable[[Any], bool]] = []
 
 
-def register_tool_step_recogniser(recognise: Callable[[str], bool]) -> None:
+def register_tool_step_recogniser(
+    recognise: Callable[[str], bool], *, deferred: Callable[[Any], bool] | None = None
+) -> None:
     """Count the steps whose name ``recognise(name)`` accepts as tool calls (in the totals
     and the replay report), beside the ``tool:<name>`` steps of :func:`~dbos_agent.agent.tool`.
 
     For layers above this one that name their tool steps otherwise (an integration of
     another agent framework); registering the same function twice counts it once.
+    ``deferred(output)`` tells a step whose recorded output is a deferral (the tool asked
+    for an approval instead of running): not a call, the approved call's own step is.
     """
     if recognise not in _tool_step_recognisers:
         _tool_step_recognisers.append(recognise)
+    if deferred is not None and deferred not in _deferral_recognisers:
+        _deferral_recognisers.append(deferred)
 
 
 def is_tool_step(name: str) -> bool:
-    """Whether a step of this name is a tool call."""
+    """Whether a step of this name is a tool call (or a tool's deferral)."""
     return name.startswith(TOOL_STEP_PREFIX) or any(r(name) for r in _tool_step_recognisers)
+
+
+def is_tool_call(name: str, output: Any) -> bool:
+    """Whether a step of this name, which recorded ``output`` (parsed JSON), was a call
+    of its tool: a tool step that is not a deferral."""
+    return is_tool_step(name) and not any(d(output) for d in _deferral_recognisers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +192,7 @@ def totals_from_steps(
     usage = Usage()
     calls = attempts = failed = tools = 0
     for name, status, output, tries in steps:
-        if is_tool_step(name):
+        if is_tool_call(name, output):
             tools += 1
         if name not in MODEL_STEP_NAMES:
             continue

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from ..engine.extending import WorkflowContext, current_context
 from ..records import StepStatus
 from ..storage.rows import StepRow
-from .accounting import MODEL_STEP_NAMES, PriceTable, Usage, is_tool_step, usage_of_reply
+from .accounting import (
+    MODEL_STEP_NAMES,
+    PriceTable,
+    Usage,
+    is_tool_call,
+    is_tool_step,
+    usage_of_reply,
+)
 
 __all__ = [
     "ReplayReport",
@@ -118,7 +125,11 @@ def _build(tracker: _Tracker, elapsed: float) -> ReplayReport:
         workflow_id=tracker.workflow_id,
         steps_replayed=len(tracker.history),
         model_calls_replayed=model_calls,
-        tool_calls_replayed=sum(1 for r in tracker.history if is_tool_step(r.name)),
+        tool_calls_replayed=sum(
+            1
+            for r in tracker.history
+            if is_tool_step(r.name) and is_tool_call(r.name, json.loads(r.output or "null"))
+        ),
         usage_saved=usage,
         elapsed_s=elapsed,
         steps=tuple((row.seq, row.name) for row in tracker.history),

@@ -130,3 +130,22 @@ def test_the_totals_count_its_model_and_tool_steps() -> None:
     ]
     totals = totals_from_steps("wf", rows)
     assert (totals.model_calls, totals.tool_calls, totals.input_tokens) == (2, 1, 2400)
+
+
+@pytest.mark.parametrize(
+    ("output", "calls"),
+    [
+        ({"kind": "approval_required", "metadata": {"limit": 100}}, 1),  # asked, then ran
+        ({"kind": "call_deferred"}, 1),  # left to run elsewhere
+        ({"kind": "model_retry", "message": "again"}, 2),  # it ran, and asked for a retry
+    ],
+)
+def test_a_tool_step_that_recorded_a_deferral_is_not_a_call(output: object, calls: int) -> None:
+    Agent(TestModel(), name="calc", capabilities=[integration.Durability()])
+    transfer = "calc__function_toolset__bank.call_tool:transfer"
+    rows = [
+        ("calc__model.request", "SUCCESS", RECORDED, 1),
+        (transfer, "SUCCESS", output, 1),
+        (transfer, "SUCCESS", {"kind": "tool_return", "result": "moved"}, 1),
+    ]
+    assert totals_from_steps("wf", rows).tool_calls == calls

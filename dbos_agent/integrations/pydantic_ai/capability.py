@@ -74,7 +74,17 @@ def is_pydantic_ai_tool_step(name: str) -> bool:
     )
 
 
-register_tool_step_recogniser(is_pydantic_ai_tool_step)
+#: The recorded outcomes of a tool call that did not run: it asked for an approval, or
+#: was deferred to be run elsewhere (``CallToolResult`` kinds).
+_DEFERRALS = frozenset({"approval_required", "call_deferred"})
+
+
+def is_pydantic_ai_deferral(output: Any) -> bool:
+    """Whether a tool step's recorded output is a deferral, not the tool's result."""
+    return isinstance(output, Mapping) and output.get("kind") in _DEFERRALS
+
+
+register_tool_step_recogniser(is_pydantic_ai_tool_step, deferred=is_pydantic_ai_deferral)
 
 
 def _not_serializable(error: Exception) -> BaseException:
