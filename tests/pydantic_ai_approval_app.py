@@ -56,6 +56,11 @@ narrated_guard = Agent(
     model(), name="narrated_guard", toolsets=[ops], capabilities=[Durability(events=True)]
 )
 
+#: The same agent leaving its approvals to Pydantic AI's own flow.
+own_guard = Agent(
+    model(), name="own_guard", toolsets=[ops], capabilities=[Durability(approvals=False)]
+)
+
 
 @da.durable_workflow(name="pai_guarded")
 async def guarded(task: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic_ai.agent import AgentRunResult
-from pydantic_ai.tools import DeferredToolRequests
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 import dbos_agent as da
 from dbos_agent.agent.accounting import totals_from_steps
@@ -69,6 +69,8 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
     "sync": [Reply((tool_use("delete", {"path": "sync.txt"}),)), Reply((text("not deleted"),))],
     # with the run's events in a stream, approved with da.approve
     "events": [Reply((tool_use("transfer", {"amount": 700}),)), Reply((text("moved 700"),))],
+    # approvals=False: Pydantic AI's own flow, in a workflow
+    "own": [Reply((tool_use("delete", {"path": "own.txt"}),)), Reply((text("deleted own"),))],
     # outside a workflow
     "plain": [Reply((tool_use("delete", {"path": "plain.txt"}),)), Reply((text("never"),))],
 }
@@ -428,3 +430,42 @@ def test_outside_a_workflow_the_run_ends_with_the_deferred_requests(
     (call,) = output.approvals
     assert (call.tool_name, call.args_as_dict()) == ("delete", {"path": "plain.txt"})
     assert lines(side_log) == []
+
+
+@da.durable_workflow(name="pai_test_own_approvals")
+async def own_approvals(task: str) -> str:
+    """Pydantic AI's own approval flow in a workflow: a run that ends with the deferred
+    requests, then a run that continues the history with every call approved."""
+    output_type: list[type[Any]] = [str, DeferredToolRequests]
+    first = await guarded_app.own_guard.run(task, output_type=output_type)
+    deferred = first.output
+    assert isinstance(deferred, DeferredToolRequests)
+    approved = DeferredToolResults(approvals={c.tool_call_id: True for c in deferred.approvals})
+    second = await guarded_app.own_guard.run(
+        message_history=first.all_messages(),
+        deferred_tool_results=approved,
+        output_type=output_type,
+    )
+    return str(second.output)
+
+
+def test_with_approvals_off_the_run_ends_with_its_deferred_requests_in_a_workflow_too(
+    runtime: da.Runtime, inspector: Inspector, model_server: ScriptedServer, side_log: Path
+) -> None:
+    """``Durability(approvals=False)``: nothing is asked as a dbos_agent approval; the
+    workflow's second run runs the approved call once, as its tool step, and a fork from
+    the last request replays it without running it again."""
+    handle = da.start(own_approvals, "own")
+    wid = handle.workflow_id
+    assert handle.result(timeout=30) == "deleted own"
+    assert da.list_approvals(wid) == []
+    own_model, own_delete = (
+        "own_guard__model.request",
+        "own_guard__function_toolset__ops.call_tool:delete",
+    )
+    steps = inspector.steps(wid)
+    assert [s.name for s in steps] == [own_model, own_delete, own_model]
+    assert lines(side_log) == ["delete own.txt"]
+    fork = da.fork(wid, from_step=steps[-1].seq)
+    assert fork.result(timeout=30) == "deleted own"
+    assert lines(side_log) == ["delete own.txt"]

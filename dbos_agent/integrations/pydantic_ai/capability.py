@@ -121,6 +121,12 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
             model requests. Model events are written from their step, voided by a
             ``reset`` if it runs again; the others are checkpointed writes, never repeated
             by a replay (:mod:`.events`). The stream is left open for the workflow.
+        approvals: Decide the calls that need approval (``requires_approval``,
+            ``ApprovalRequired``) as dbos_agent approvals, waiting durably (the default);
+            ``False`` leaves them to Pydantic AI's own flow, as outside a workflow: the run
+            ends with them as its ``DeferredToolRequests`` output, and the workflow's next
+            ``agent.run(message_history=..., deferred_tool_results=...)`` runs the approved
+            ones, each as its tool step.
 
     A tool that is not idempotent (``"idempotent": False``) records its intent with its
     arguments before it runs; after a crash between the intent and its result the tool's
@@ -161,6 +167,7 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         tool_step: StepOptions | None = None,
         mcp_step: StepOptions | None = None,
         events: str | bool = False,
+        approvals: bool = True,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
         self._budget = BudgetGuard(budget)
@@ -170,6 +177,7 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         self._backend: DbosAgentOperationBackend | None = None
         key = events_key(events)
         self._events = None if key is None else EventPublisher(key)
+        self._approvals = approvals
 
     def _bind_to_agent(self, agent: AbstractAgent[AgentDepsT, Any]) -> None:
         self._backend = DbosAgentOperationBackend(
@@ -315,9 +323,10 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         approved call then runs as its tool step, once; a rejected one reaches the model
         as denied, with the reason (:mod:`.approvals`). Calls for external execution are
         left unresolved, and outside a workflow nothing is: as without this capability,
-        the run ends with them as its ``DeferredToolRequests`` output.
+        the run ends with them as its ``DeferredToolRequests`` output; with
+        ``approvals=False`` so does it inside one.
         """
-        if not self.in_durable_context:
+        if not self.in_durable_context or not self._approvals:
             return None
         reservations = self.get_durable_operation_backend().reservations
         for call in requests.approvals:
