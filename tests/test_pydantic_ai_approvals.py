@@ -437,11 +437,11 @@ async def own_approvals(task: str) -> str:
     """Pydantic AI's own approval flow in a workflow: a run that ends with the deferred
     requests, then a run that continues the history with every call approved."""
     output_type: list[type[Any]] = [str, DeferredToolRequests]
-    first = await guarded_app.own_guard.run(task, output_type=output_type)
+    first: AgentRunResult[Any] = await guarded_app.own_guard.run(task, output_type=output_type)
     deferred = first.output
     assert isinstance(deferred, DeferredToolRequests)
     approved = DeferredToolResults(approvals={c.tool_call_id: True for c in deferred.approvals})
-    second = await guarded_app.own_guard.run(
+    second: AgentRunResult[Any] = await guarded_app.own_guard.run(
         message_history=first.all_messages(),
         deferred_tool_results=approved,
         output_type=output_type,
