@@ -26,7 +26,8 @@ from pydantic_ai.messages import FunctionToolResultEvent, PartDeltaEvent
 
 import dbos_agent as da
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
-from dbos_agent.integrations.pydantic_ai import DEFAULT_EVENTS_KEY, agent_event
+from dbos_agent.integrations.pydantic_ai import DEFAULT_EVENTS_KEY, AgentRunEnd, agent_event
+from dbos_agent.integrations.pydantic_ai.events import EventPublisher
 from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
 from tests.helpers import new_id, wait_until
@@ -36,6 +37,8 @@ ROOT = Path(__file__).parent.parent
 MODEL = "narrator__model.request_stream"
 ADD = "narrator__function_toolset__math.call_tool:add"
 WRITE = "dbos_agent.write_stream"
+#: The marker before the item that ends a run's events, the item's write, the stream's close.
+RUN_END = ["dbos_agent.patch:pydantic_ai.run_result_event", WRITE, "dbos_agent.close_stream"]
 #: The second reply: ten deltas of three words (the scripted server's chunking).
 STORY = " ".join(f"word{i}" for i in range(30))
 
@@ -69,8 +72,9 @@ def storyteller(slow_first_story: bool) -> Callable[[dict[str, Any]], ScriptItem
 
 
 def essence(value: dict[str, Any]) -> dict[str, Any]:
-    """An event without its origin (which names the attempt that produced it)."""
-    return {k: v for k, v in value.items() if k != "origin"}
+    """An event without its origin and run id (which name the attempt and the workflow
+    that produced it)."""
+    return {k: v for k, v in value.items() if k not in ("origin", "run_id")}
 
 
 def story_told(items: list[dict[str, Any]]) -> str:
@@ -179,8 +183,13 @@ def test_the_event_stream_followed_by_a_second_process_across_a_kill_has_no_gap_
     # no gap, no duplicate: every offset once, in order
     assert [item["offset"] for item in items] == list(range(len(items)))
     steps = inspector.steps(wid)
-    assert [s.name for s in steps] == [MODEL, ADD, WRITE, WRITE, MODEL, "dbos_agent.close_stream"]
+    assert [s.name for s in steps] == [MODEL, ADD, WRITE, WRITE, MODEL, *RUN_END]
     story_step = steps[4].seq
+    *items, ending = items  # the run's last item says it ended, with its output
+    assert ending["step"] is None and ending["value"]["event_kind"] == "agent_run_result"
+    assert ending["value"]["output"] == STORY
+    end = agent_event(ending["value"])
+    assert isinstance(end, AgentRunEnd) and end.run_id == f"{wid}:0"
     # one reset: the killed attempt of the story's request
     resets = [n for n, item in enumerate(items) if item["reset"]]
     assert len(resets) == 1 and items[resets[0]]["step"] == story_step, resets
@@ -258,6 +267,44 @@ def test_replaying_a_finished_run_writes_no_event_again(
         server.stop()
 
 
+def test_a_log_recorded_before_the_run_end_item_replays_without_it(
+    runtime: da.Runtime, inspector: Inspector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Across a deploy: a run recorded by code that wrote no item at its end (emulated by
+    turning the write off) is replayed whole by today's code (a fork past its last step)
+    without diverging and without writing the item; a new run writes it."""
+    server = ScriptedServer(storyteller(slow_first_story=False)).start()
+    previous = app.use_server(server.url)
+    try:
+        with monkeypatch.context() as old_code:
+            old_code.setattr(EventPublisher, "write_run_result", _wrote_nothing)
+            old = da.start(narrate, "tell")
+            assert old.result(timeout=30) == STORY
+        steps = inspector.steps(old.workflow_id)
+        assert [s.name for s in steps] == [
+            MODEL,
+            ADD,
+            WRITE,
+            WRITE,
+            MODEL,
+            "dbos_agent.close_stream",
+        ]
+        fork = da.fork(old.workflow_id, from_step=len(steps))
+        assert fork.result(timeout=30) == STORY
+        assert inspector.status(fork.workflow_id) == da.WorkflowStatus.SUCCESS
+        assert [s.name for s in inspector.steps(fork.workflow_id)] == [s.name for s in steps]
+        kinds = [i.value["event_kind"] for i in stream_items(fork.workflow_id)]
+        assert "agent_run_result" not in kinds
+        assert len(server.requests) == 2  # the fork replayed both requests
+    finally:
+        app.use_server(previous)
+        server.stop()
+
+
+async def _wrote_nothing(self: EventPublisher, run_id: str | None, output: object) -> None:
+    """``EventPublisher.write_run_result`` before it existed."""
+
+
 def test_without_events_the_run_writes_no_stream(runtime: da.Runtime, inspector: Inspector) -> None:
     """The option is off by default: the requests are not streamed steps, and nothing
     is written."""
@@ -290,11 +337,12 @@ def test_tool_results_take_the_positions_their_calls_reserved_whichever_finishes
         assert handle.result(timeout=30) == "done"
         steps = inspector.steps(handle.workflow_id)
         calls = [slow, WRITE, WRITE] * 2  # each call, its call event, its result event
-        assert [s.name for s in steps] == [MODEL, *calls, MODEL, "dbos_agent.close_stream"]
+        assert [s.name for s in steps] == [MODEL, *calls, MODEL, *RUN_END]
         items = stream_items(handle.workflow_id)
         told = [agent_event(item.value) for item in items if item.step is None]
         kinds = [event.event_kind for event in told]
-        assert kinds == ["function_tool_call", "function_tool_call", *["function_tool_result"] * 2]
+        calls_then_results = ["function_tool_call"] * 2 + ["function_tool_result"] * 2
+        assert kinds == [*calls_then_results, "agent_run_result"]
         results = [e.part.content for e in told if isinstance(e, FunctionToolResultEvent)]
         assert results == [20, 10]  # slow(2) finished first
         # the writes' records are their offsets: the first call's result was written last

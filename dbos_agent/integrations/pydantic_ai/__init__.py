@@ -34,11 +34,12 @@ from .backend import (  # noqa: E402  (after the version check, by design)
     StepOptions,
 )
 from .capability import Durability, is_pydantic_ai_tool_step  # noqa: E402
-from .events import DEFAULT_EVENTS_KEY, agent_event, event_item  # noqa: E402
+from .events import DEFAULT_EVENTS_KEY, AgentRunEnd, agent_event, event_item  # noqa: E402
 
 __all__ = [
     "DEFAULT_EVENTS_KEY",
     "SUPPORTED",
+    "AgentRunEnd",
     "DbosAgentOperationBackend",
     "Durability",
     "RecordedModelError",

@@ -215,9 +215,12 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
         """The run, with this agent's budget in force for the agents its tools delegate to
-        (see :mod:`.delegation`)."""
+        (see :mod:`.delegation`), and the item that ends its events when it publishes them."""
         with budget_in_force(self._budget):
-            return await super().wrap_run(ctx, handler=handler)
+            result = await super().wrap_run(ctx, handler=handler)
+        if self._events is not None and in_workflow_code():
+            await self._events.write_run_result(result.run_id, result.output)
+        return result
 
     async def wrap_model_request(
         self,

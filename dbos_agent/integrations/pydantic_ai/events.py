@@ -29,6 +29,12 @@ Events a tool emits (``ctx.emit``) while other calls of the same reply run at on
 in the order they were emitted, which a replay need not repeat; keep such tools alone in
 their reply (``sequential=True``) or their events out of the stream.
 
+When a run ends, one more item says so: ``{"event_kind": "agent_run_result", "run_id":
+..., "output": ...}`` (the output as JSON; ``agent_event`` gives it as an
+:class:`AgentRunEnd`), Pydantic AI's ``AgentRunResultEvent`` as a reader can use it,
+written from workflow code like the others. Logs recorded before this
+item existed replay without it (it is behind the patch ``pydantic_ai.run_result_event``).
+
 The stream is not closed when a run ends: a workflow may run its agent again, or write
 items of its own under the key; close it with ``da.close_stream_async(key)`` when the
 workflow is done with it (readers stop anyway once the workflow has finished).
@@ -37,7 +43,8 @@ workflow is done with it (readers stop anyway once the workflow has finished).
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import pydantic
 import pydantic_core
@@ -49,14 +56,28 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 
 from ...agent.accounting import MODEL_STEP_NAMES
 from ...engine.extending import at_position, current_context, in_step
+from ...engine.patches import patched_async
 from ...engine.step import step_info
 from ...engine.streams import write_stream_async
 from .backend import _Reservations, in_workflow_code
 
-__all__ = ["DEFAULT_EVENTS_KEY", "EventPublisher", "agent_event", "event_item", "events_key"]
+__all__ = [
+    "DEFAULT_EVENTS_KEY",
+    "RUN_RESULT_EVENT_KIND",
+    "AgentRunEnd",
+    "EventPublisher",
+    "agent_event",
+    "event_item",
+    "events_key",
+]
 
 #: The stream key of ``Durability(events=True)``.
 DEFAULT_EVENTS_KEY = "pydantic_ai.events"
+
+#: The ``event_kind`` of the item that ends a run's events (Pydantic AI's own name for it).
+RUN_RESULT_EVENT_KIND: Literal["agent_run_result"] = "agent_run_result"
+#: The patch that brought that item: a run recorded before it replays without it.
+_RUN_RESULT_PATCH = "pydantic_ai.run_result_event"
 
 _EVENTS: pydantic.TypeAdapter[AgentStreamEvent] = pydantic.TypeAdapter(AgentStreamEvent)
 
@@ -81,8 +102,21 @@ def event_item(event: AgentStreamEvent) -> Any:
         return pydantic_core.to_jsonable_python(event, fallback=repr)
 
 
-def agent_event(value: Any) -> AgentStreamEvent:
-    """A stream item's value as the typed event it was (``event_item``'s inverse)."""
+@dataclass(frozen=True, slots=True)
+class AgentRunEnd:
+    """The item that ends a run's events: Pydantic AI's ``AgentRunResultEvent`` as the
+    stream keeps it, the run's id and its output as JSON."""
+
+    run_id: str | None
+    output: Any
+    event_kind: Literal["agent_run_result"] = RUN_RESULT_EVENT_KIND
+
+
+def agent_event(value: Any) -> AgentStreamEvent | AgentRunEnd:
+    """A stream item's value as the typed event it was (``event_item``'s inverse), or the
+    :class:`AgentRunEnd` that ends a run's events."""
+    if isinstance(value, dict) and value.get("event_kind") == RUN_RESULT_EVENT_KIND:
+        return AgentRunEnd(run_id=value.get("run_id"), output=value.get("output"))
     return _EVENTS.validate_python(value)
 
 
@@ -139,6 +173,16 @@ class EventPublisher:
                 yield event
         finally:
             await aclose_if_supported(events)
+
+    async def write_run_result(self, run_id: str | None, output: Any) -> None:
+        """The item that ends a run's events, with its output (from workflow code)."""
+        if await patched_async(_RUN_RESULT_PATCH):
+            value = {
+                "event_kind": RUN_RESULT_EVENT_KIND,
+                "run_id": run_id,
+                "output": pydantic_core.to_jsonable_python(output, fallback=repr),
+            }
+            await write_stream_async(self.key, value)
 
     async def _write_from_workflow(self, run_id: str | None, event: AgentStreamEvent) -> None:
         position = None
