@@ -141,7 +141,7 @@ def test_a_session_registering_during_a_take_over_waits_for_it_then_sees_the_new
     database: str, name: str
 ) -> None:
     take: Callable[[psycopg.Connection[Any]], list[str]] = TAKE_OVERS[name]
-    registered, backend = threading.Event(), []
+    registered, backend = threading.Event(), list[int]()
     with psycopg.connect(database) as claimer:
         assert take(claimer) == ["w"]  # judged dead, its row locked; not committed yet
         back = threading.Thread(target=comes_back, args=(database, registered, backend))
@@ -167,7 +167,7 @@ def test_a_session_registering_during_a_take_over_waits_for_it_then_sees_the_new
 def test_a_session_registered_before_a_take_over_is_seen_alive_and_keeps_its_workflow(
     database: str, name: str
 ) -> None:
-    registered, backend = threading.Event(), []
+    registered, backend = threading.Event(), list[int]()
     back = threading.Thread(target=comes_back, args=(database, registered, backend))
     back.start()
     try:
