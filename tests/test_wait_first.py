@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import Future
 
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.handle import WorkflowHandle
 from dbos_agent.engine.runtime.core import Engine
+from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent.engine.runtime.outcome import Outcome
+from dbos_agent.engine.runtime.plans import run_plan
+from dbos_agent.engine.runtime.waiting import finished_outcome
 from tests.helpers import new_id
 
 GATES: dict[str, threading.Event] = {}
@@ -112,3 +118,33 @@ def test_in_a_workflow_the_choice_is_recorded_and_replayed(
     monkeypatch.setattr(engine.db.workflows, "first_finished", not_asked)
     replay = da.fork(parent.workflow_id, from_step=len(steps))  # every step replayed
     assert replay.result(30) == fast.workflow_id
+
+
+def test_a_result_the_database_has_comes_back_before_the_run_resolves_its_future(
+    runtime: da.Runtime,
+) -> None:
+    """A run commits its outcome, then resolves its future: in between (forced here by a
+    future that never resolves), ``result(0)`` of a workflow ``wait_first`` saw finish
+    returns the stored result, for a handle holding the future and for a wait that
+    finds the run still active."""
+    (key,) = _gated(1)
+    GATES[key].set()
+    handle = da.start(first_gated, key)
+    assert handle.result(30) == key
+    engine = current_engine()
+    pending: Future[Outcome] = Future()
+    assert WorkflowHandle(engine, handle.workflow_id, pending).result(0) == key
+    assert asyncio.run(WorkflowHandle(engine, handle.workflow_id, pending).result_async(0)) == key
+    found = run_plan(finished_outcome(engine.db, handle.workflow_id, 0, lambda: pending))
+    assert found.unwrap() == key
+
+
+def test_an_unfinished_workflow_still_times_out_at_once(runtime: da.Runtime) -> None:
+    (key,) = _gated(1)
+    handle = da.start(first_gated, key)
+    try:
+        with pytest.raises(TimeoutError, match="did not finish within 0"):
+            handle.result(0)
+    finally:
+        GATES[key].set()
+    assert handle.result(30) == key

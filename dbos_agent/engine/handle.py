@@ -65,11 +65,10 @@ class WorkflowHandle(Generic[R]):
             try:
                 outcome = yield Await(self._future, timeout)
             except TimeoutError:
-                raise TimeoutError(
-                    f"workflow {self._workflow_id!r} did not finish within {timeout}s"
-                ) from None
-            if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
-                return outcome.unwrap()
+                pass  # the run may have committed its outcome and not yet said so: look
+            else:
+                if not isinstance(outcome.error, (OwnershipLost, WorkflowInterruptedError)):
+                    return outcome.unwrap()
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         outcome = yield from self._runtime.outcome_of(self._workflow_id, remaining)
         return outcome.unwrap()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from ...errors import WorkflowNotFoundError
-from ...records import WorkflowStatus
+from ...records import WorkflowInfo, WorkflowStatus
 from ...storage.database import SystemDatabase
 from .outcome import Outcome, held_error, workflow_outcome
 from .plans import Await, Io, Plan, Wait
@@ -19,6 +19,19 @@ from .registry import find_workflow
 
 POLL_MIN_S = 0.005
 POLL_MAX_S = 0.5
+
+
+def stored_outcome(info: WorkflowInfo) -> Outcome:
+    """A finished workflow's outcome as its row has it, typed through its registered
+    function if this process has it."""
+    definition = find_workflow(info.name)
+    return workflow_outcome(
+        info.workflow_id,
+        info.status,
+        info.output,
+        info.error,
+        definition.result if definition else None,
+    )
 
 
 def finished_outcome(
@@ -46,9 +59,14 @@ def finished_outcome(
             try:
                 outcome: Outcome = yield Await(future, remaining)
             except TimeoutError:
-                raise TimeoutError(
-                    f"workflow {workflow_id!r} did not finish within {timeout}s"
-                ) from None
+                # The run commits its outcome before it resolves its future: the
+                # database may have the answer a moment before the future does.
+                info = yield Io(lambda: db.workflows.get(workflow_id))
+                if info is None or not info.status.finished:
+                    raise TimeoutError(
+                        f"workflow {workflow_id!r} did not finish within {timeout}s"
+                    ) from None
+                return stored_outcome(info)
             return outcome
         info = yield Io(lambda: db.workflows.get(workflow_id))
         if info is None:
@@ -56,14 +74,7 @@ def finished_outcome(
         if held_is_an_answer and info.status is WorkflowStatus.DIVERGED:
             return Outcome(error=held_error(workflow_id, info.diverged))
         if info.status.finished:
-            definition = find_workflow(info.name)
-            return workflow_outcome(
-                workflow_id,
-                info.status,
-                info.output,
-                info.error,
-                definition.result if definition else None,
-            )
+            return stored_outcome(info)
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(
                 f"workflow {workflow_id!r} did not finish within {timeout}s (status {info.status})"
