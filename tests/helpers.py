@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -9,9 +10,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+
+from dbos_agent.storage.database import SystemDatabase
+from dbos_agent.testing import fresh_database
 
 
 def new_id(prefix: str = "wf") -> str:
@@ -101,3 +105,15 @@ def refused(result: subprocess.CompletedProcess[str], status: int, message: str)
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("dbos-agent: error: "), result.stderr
     assert message in result.stderr, result.stderr
+
+
+@contextlib.contextmanager
+def migrated_database(server_url: str) -> Iterator[str]:
+    """A fresh database on ``server_url`` with the schema in it (dropped afterwards)."""
+    with fresh_database(server_url) as url:
+        db = SystemDatabase(url, pool_size=1)
+        try:
+            db.migrate()
+        finally:
+            db.close()
+        yield url

@@ -25,12 +25,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.storage.database import SystemDatabase
 from dbos_agent.storage.locks import SESSION_LOCK_CLASS
 from dbos_agent.storage.rows import Runner
 from dbos_agent.storage.sql_files import query
-from dbos_agent.testing import fresh_database
-from tests.helpers import wait_until
+from tests.helpers import migrated_database, wait_until
 
 RUNNER = Runner(["job"], None, "code")
 DEAD_LOOKING = 9  # the session that is only cut off
@@ -41,12 +39,7 @@ CLAIMER = 1
 def database(dbos_agent_postgres_url: str) -> Iterator[str]:
     """Session 9, dead by the rules (no lock, stamped and heartbeat an hour ago), owning
     the PENDING workflow ``w``; the claimer, session 1, alive."""
-    with fresh_database(dbos_agent_postgres_url) as url:
-        db = SystemDatabase(url, pool_size=1)
-        try:
-            db.migrate()
-        finally:
-            db.close()
+    with migrated_database(dbos_agent_postgres_url) as url:
         with psycopg.connect(url) as conn:
             conn.execute(
                 "INSERT INTO dbos_agent.executors (session_key, executor_id, hostname, pid,"

@@ -16,7 +16,7 @@ from dbos_agent.storage.database import SystemDatabase
 from dbos_agent.storage.locks import SESSION_LOCK_CLASS
 from dbos_agent.storage.rows import Runner
 from dbos_agent.storage.sql_files import query
-from dbos_agent.testing import fresh_database
+from tests.helpers import migrated_database
 
 LIVE = 4  # sessions 1..4 hold their locks; session 9 is dead (a clean exit's -infinity)
 RUNNING = 5000  # PENDING workflows of the live sessions
@@ -26,12 +26,7 @@ RUNNER = Runner(["job"], None, "code")
 
 @pytest.fixture
 def database(dbos_agent_postgres_url: str) -> Iterator[str]:
-    with fresh_database(dbos_agent_postgres_url) as url:
-        db = SystemDatabase(url, pool_size=1)
-        try:
-            db.migrate()
-        finally:
-            db.close()
+    with migrated_database(dbos_agent_postgres_url) as url:
         with psycopg.connect(url) as conn:
             conn.execute(
                 "INSERT INTO dbos_agent.executors"
