@@ -17,7 +17,9 @@ the attempt's preparation for the wire and the hooks around the attempt, so the 
 is only taken when no other capability of the run has such a hook
 (:func:`answers_from_log`): with one, the request is replayed the long way, as before.
 A replayed reply then lands in the history exactly as the live one did (the tests
-compare the two runs' messages).
+compare the two runs' messages). Streamed requests (``events=``, ``run_stream``) replay the
+long way too: Pydantic AI rebuilds their event stream from the recorded reply for the
+run's consumers, which a short-circuited request would not give them the same.
 """
 
 from __future__ import annotations
