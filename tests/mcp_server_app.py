@@ -1,6 +1,8 @@
-"""A local MCP server (stdio) for the MCP tool tests, started by the registry under test.
+"""A local MCP server for the MCP tool tests: over stdio, started by the registry under
+test, or over Streamable HTTP on a port, started by the test itself.
 
     python -m tests.mcp_server_app
+    python -m tests.mcp_server_app --http PORT    # http://127.0.0.1:PORT/mcp
 
 Environment: MCP_SIDE_EFFECTS, a file each start of the server and every call's effect is
 appended to, one line each with this process's pid, so that the tests count from outside
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -76,4 +79,7 @@ async def slow_once(label: str, seconds: float) -> str:
 
 if __name__ == "__main__":
     note("server-start")
-    app.run()
+    if sys.argv[1:2] == ["--http"]:
+        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        app.run()

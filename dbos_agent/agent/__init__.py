@@ -27,7 +27,7 @@ from . import describe  # noqa: F401  (registers how model steps read in `dbos-a
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
     from .budget import Budget, Spend, raise_budget
-    from .mcp import AsyncOnlyToolError, McpServer, McpTool
+    from .mcp import AsyncOnlyToolError, McpConnectionError, McpHttpServer, McpServer, McpTool
     from .model import (
         DEFAULT_MODEL,
         MODEL_STEP_NAME,
@@ -79,7 +79,7 @@ _MODULES = {
     ),
     "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
     "tool_registry": ("ToolRegistry",),
-    "mcp": ("AsyncOnlyToolError", "McpServer", "McpTool"),
+    "mcp": ("AsyncOnlyToolError", "McpConnectionError", "McpHttpServer", "McpServer", "McpTool"),
     "tools": (
         "NotDone",
         "Tool",
@@ -108,6 +108,8 @@ __all__ = [
     "MODEL_STEP_NAME",
     "AsyncOnlyToolError",
     "Budget",
+    "McpConnectionError",
+    "McpHttpServer",
     "McpServer",
     "McpTool",
     "Model",

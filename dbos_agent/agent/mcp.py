@@ -17,7 +17,8 @@ its guard, retries, ``timeout``), so an agent loop cannot tell them apart:
   What is left after that is recorded as an ``isError`` result naming the failure.
 
 The connection to a server given as parameters (``StdioServerParameters``, or a command
-list) is opened lazily and lives on an event loop thread of its own, so the same registry
+list) or as a URL (:class:`~.mcp_sources.McpHttpServer`, Streamable HTTP) is opened lazily
+and lives on an event loop thread of its own, so the same registry
 serves async workflows on the shared loop, sync workflows in threads, and plain code. A
 ``mcp.ClientSession`` given instead belongs to the event loop that opened it: the
 registry calls it there, and sync use from that loop's own thread is refused with
@@ -31,22 +32,27 @@ import concurrent.futures
 import contextlib
 import itertools
 import json
-import os
-import re
-import sys
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TextIO, TypeVar, Unpack
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 
 from ..engine.extending import WorkflowContext, current_context
 from ..engine.step import step as engine_step
+from ..errors import DbosAgentError
+from .mcp_sources import (
+    McpHttpServer,
+    McpSource,
+    Transport,
+    default_name,
+    safe_name,
+    transport_for,
+)
 from .replay import note_step
 from .tools import Tool, ToolErrorResult, ToolInputError, ToolOptions, _checked_name
 
@@ -54,6 +60,8 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "AsyncOnlyToolError",
+    "McpConnectionError",
+    "McpHttpServer",
     "McpServer",
     "McpSource",
     "McpTool",
@@ -71,20 +79,19 @@ PING_TIMEOUT = 10.0
 #: Step name of a server's tool listing.
 LIST_STEP_PREFIX = "mcp:list_tools:"
 
-#: A server: an open session, or how to start one (parameters, or ``[command, *args]``).
-McpSource = ClientSession | StdioServerParameters | Sequence[str]
-
-_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
-
 
 class AsyncOnlyToolError(TypeError):
     """An MCP tool called from sync code where it cannot run: its ``ClientSession``
     belongs to an event loop that this thread would block (or that is not running)."""
 
 
-class _Broken(Exception):
-    """The connection failed (the server died, closed its pipes, or never came up).
-    ``sent``: the request may have reached the server; ``session``: the one that broke."""
+class McpConnectionError(DbosAgentError):
+    """The connection to an MCP server failed: the server died, closed its pipes, never
+    came up or cannot be reached (raised by a listing; a call gets an ``isError`` result
+    instead). Its message names the server without its secrets.
+
+    ``sent``: the request may have reached the server; ``session``: the one that broke.
+    """
 
     def __init__(self, message: str, *, sent: bool, session: ClientSession | None) -> None:
         super().__init__(message)
@@ -92,7 +99,7 @@ class _Broken(Exception):
         self.session = session
 
     @classmethod
-    def of(cls, exc: BaseException, session: ClientSession, *, sent: bool) -> _Broken:
+    def of(cls, exc: BaseException, session: ClientSession, *, sent: bool) -> McpConnectionError:
         return cls(str(exc) or type(exc).__name__, sent=sent, session=session)
 
 
@@ -109,6 +116,20 @@ def _closed(exc: BaseException) -> bool:
         return exc.code == mcp_types.CONNECTION_CLOSED
     return isinstance(
         exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError
+    )
+
+
+#: What an HTTP server answers (404) to a request of a session it does not know (it was
+#: restarted, or let the session expire): the spec says to start a new session.
+_LOST_SESSION = ("Session not found", "Session terminated")
+
+
+def _session_lost(exc: BaseException) -> bool:
+    """Does ``exc`` say the server no longer knows the session (nothing was run)?"""
+    return (
+        isinstance(exc, MCPError)
+        and exc.code == mcp_types.INVALID_REQUEST
+        and exc.message in _LOST_SESSION
     )
 
 
@@ -140,23 +161,24 @@ async def _guarded(
     except TimeoutError:
         raise
     except Exception as exc:
+        if _session_lost(exc):  # refused before it ran: safe to send on a new session
+            raise McpConnectionError.of(exc, session, sent=False) from exc
         if _closed(exc):
-            raise _Broken.of(exc, session, sent=True) from exc
+            raise McpConnectionError.of(exc, session, sent=True) from exc
         raise
 
 
 class _OwnedConnection(_Connection):
-    """A server this registry starts (over stdio), on an event loop thread of its own.
+    """A connection this registry opens (a server it starts over stdio, or one it reaches
+    over HTTP), on an event loop thread of its own.
 
     The session and its transport are entered and left by one task (anyio's task groups
-    require it), which holds them open until :meth:`reset_sync` or :meth:`close`.
+    require it), which holds them open until :meth:`reset_sync` or :meth:`close`. What it
+    says of a failure is scrubbed of the server's secrets (see ``mcp_sources``).
     """
 
-    def __init__(
-        self, params: StdioServerParameters, errlog: TextIO | None, connect_timeout: float
-    ) -> None:
-        self.params = params
-        self.errlog = errlog
+    def __init__(self, transport: Transport, connect_timeout: float) -> None:
+        self.transport = transport
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -192,7 +214,11 @@ class _OwnedConnection(_Connection):
         return self._submit(use, timeout).result(timeout + self.connect_timeout + 5)
 
     async def _on_loop(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        return await _guarded(await self._open(), use, timeout)
+        try:
+            return await _guarded(await self._open(), use, timeout)
+        except McpConnectionError as broken:
+            scrubbed = self.transport.scrub(str(broken))
+            raise McpConnectionError(scrubbed, sent=broken.sent, session=broken.session) from None
 
     async def _open(self) -> ClientSession:
         if self._opening is None:
@@ -209,14 +235,14 @@ class _OwnedConnection(_Connection):
                 await self._end_holder()
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                message = f"could not start the MCP server: {exc!r}"
-                raise _Broken(message, sent=False, session=None) from exc
+                message = f"could not connect to {self.transport.describe}: {exc!r}"
+                raise McpConnectionError(message, sent=False, session=None) from exc
             return self._session
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
         try:
             async with (
-                stdio_client(self.params, errlog=self.errlog or _stderr()) as streams,
+                self.transport.streams() as streams,
                 ClientSession(*streams) as session,
             ):
                 await session.initialize()
@@ -265,16 +291,6 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
         loop.close()
 
 
-def _stderr() -> TextIO:
-    """Where a server's stderr goes by default: ours, if it is a real file (not a
-    test runner's capture), else nowhere."""
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return open(os.devnull, "w")  # the server's stderr for its whole life
-    return sys.stderr
-
-
 def _on_thread(loop: asyncio.AbstractEventLoop) -> bool:
     """Is ``loop`` the loop running in this thread?"""
     try:
@@ -313,24 +329,6 @@ class _GivenSession(_Connection):
         return future.result(timeout + 5)
 
 
-def _parameters(source: StdioServerParameters | Sequence[str]) -> StdioServerParameters:
-    if isinstance(source, StdioServerParameters):
-        return source
-    command = [str(part) for part in source]
-    if not command:
-        raise ValueError("an MCP server command list must not be empty")
-    return StdioServerParameters(command=command[0], args=command[1:])
-
-
-def _default_name(source: McpSource) -> str:
-    if isinstance(source, ClientSession):
-        return "mcp"
-    params = _parameters(source)
-    scripts = [arg for arg in params.args if not arg.startswith("-")]
-    name = Path(scripts[-1] if scripts else params.command).stem.rsplit(".", 1)[-1]
-    return _NAME_UNSAFE.sub("_", name) or "mcp"
-
-
 class McpTool(Tool[..., Coroutine[Any, Any, mcp_types.CallToolResult]]):
     """One tool of an MCP server, as the registry runs it: a step ``tool:<name>``.
 
@@ -343,9 +341,7 @@ class McpTool(Tool[..., Coroutine[Any, Any, mcp_types.CallToolResult]]):
         # Not Tool.__init__: the schema is the server's, not derived from a signature.
         self.server = server
         self.mcp_name = listed.name
-        self.name = _checked_name(
-            options.get("name") or _NAME_UNSAFE.sub("_", listed.name)[:128], options
-        )
+        self.name = _checked_name(options.get("name") or safe_name(listed.name)[:128], options)
         self.description = options.get("description") or listed.description or ""
         self.input_schema: dict[str, Any] = dict(listed.input_schema)
 
@@ -403,7 +399,7 @@ class McpServer:
             raise TypeError(f"MCP server options: unknown {unknown}; see ToolOptions")
         if "name" in options or "description" in options:
             raise TypeError("name= and description= are per tool: pass them in tool_options")
-        self.name = server_name or _default_name(source)
+        self.name = server_name or default_name(source)
         self.defaults = options
         self.tool_options = dict(tool_options or {})
         self.request_timeout = request_timeout
@@ -411,7 +407,7 @@ class McpServer:
         self._connection: _Connection = (
             _GivenSession(source)
             if isinstance(source, ClientSession)
-            else _OwnedConnection(_parameters(source), errlog, connect_timeout)
+            else _OwnedConnection(transport_for(source, errlog), connect_timeout)
         )
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[WorkflowContext, list[McpTool]] = (
@@ -452,7 +448,7 @@ class McpServer:
         for tries_left in range(self.reconnects, -1, -1):
             try:
                 return self._connection.run_sync(use, timeout)
-            except _Broken as broken:
+            except McpConnectionError as broken:
                 if tries_left == 0 or not self._connection.reconnectable():
                     raise
                 self._connection.reset_sync(broken.session)
@@ -471,7 +467,7 @@ class McpServer:
         for tries_left in range(self.reconnects, -1, -1):
             try:
                 return await self._connection.run(use, timeout)
-            except _Broken as broken:
+            except McpConnectionError as broken:
                 if (
                     tries_left == 0
                     or not self._connection.reconnectable()
@@ -494,13 +490,13 @@ class McpServer:
                     await asyncio.wait_for(session.send_ping(), min(timeout, PING_TIMEOUT))
                 except Exception as exc:
                     if _closed(exc) or isinstance(exc, TimeoutError):
-                        raise _Broken.of(exc, session, sent=False) from exc
+                        raise McpConnectionError.of(exc, session, sent=False) from exc
                     raise
             return await session.call_tool(name, arguments)
 
         try:
             return await self._with_reconnects(call, timeout, resend=idempotent)
-        except _Broken as broken:
+        except McpConnectionError as broken:
             unknown = " (it may or may not have run)" if broken.sent else ""
             return error_result(
                 f"MCP server {self.name!r} failed during {name!r}{unknown}: {broken}"

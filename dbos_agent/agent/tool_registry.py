@@ -106,12 +106,22 @@ class ToolRegistry:
         server_name: str | None = None,
         tool_options: dict[str, ToolOptions] | None = None,
         errlog: TextIO | None = None,
+        connect_timeout: float | None = None,
+        request_timeout: float | None = None,
+        reconnects: int = 2,
         **options: Unpack[ToolOptions],
     ) -> ToolRegistry:
         """A registry of one MCP server's tools (see :meth:`add_mcp`)."""
         registry = cls()
         registry.add_mcp(
-            source, server_name=server_name, tool_options=tool_options, errlog=errlog, **options
+            source,
+            server_name=server_name,
+            tool_options=tool_options,
+            errlog=errlog,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            reconnects=reconnects,
+            **options,
         )
         return registry
 
@@ -122,22 +132,37 @@ class ToolRegistry:
         server_name: str | None = None,
         tool_options: dict[str, ToolOptions] | None = None,
         errlog: TextIO | None = None,
+        connect_timeout: float | None = None,
+        request_timeout: float | None = None,
+        reconnects: int = 2,
         **options: Unpack[ToolOptions],
     ) -> McpServer:
         """Add the tools of an MCP server (needs the ``mcp`` extra).
 
         ``source``: ``StdioServerParameters`` or ``[command, *args]`` (the server is started
-        on first use and stopped by :meth:`aclose`), or an open ``mcp.ClientSession``.
-        ``server_name`` names the listing step ``mcp:list_tools:<server_name>`` (default:
-        the server script's name). ``options`` (:class:`ToolOptions` but ``name`` and
+        on first use and stopped by :meth:`aclose`), an ``http(s)://`` URL or
+        ``McpHttpServer(url, headers=...)`` (a running server, over Streamable HTTP; the
+        URL's credentials and the headers' values are never shown or recorded), or an open
+        ``mcp.ClientSession``. ``server_name`` names the listing step
+        ``mcp:list_tools:<server_name>`` (default: the server script's name, or the URL's
+        last path part or host). ``options`` (:class:`ToolOptions` but ``name`` and
         ``description``) apply to every tool of the server; ``tool_options`` maps an MCP
         tool's name to its own (``name`` renames it for the model). ``errlog``: where the
-        server's stderr goes.
+        server's stderr goes. ``connect_timeout`` and ``request_timeout`` (seconds; default
+        30 and 300) bound connecting and each request; a broken connection is reopened at
+        most ``reconnects`` times per request.
         """
-        from .mcp import McpServer
+        from .mcp import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, McpServer
 
         server = McpServer(
-            source, server_name=server_name, tool_options=tool_options, errlog=errlog, **options
+            source,
+            server_name=server_name,
+            tool_options=tool_options,
+            errlog=errlog,
+            connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
+            request_timeout=DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
+            reconnects=reconnects,
+            **options,
         )
         if any(known.name == server.name for known in self._servers):
             raise ValueError(f"an MCP server named {server.name!r} is already registered")
