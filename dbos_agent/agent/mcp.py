@@ -152,6 +152,10 @@ class _Connection:
     def close(self) -> None:
         """Close what this object opened."""
 
+    def scrub(self, text: str) -> str:
+        """``text`` without the secrets of how this connection reaches its server."""
+        return text
+
 
 async def _guarded(
     session: ClientSession, use: Callable[[ClientSession], Awaitable[T]], timeout: float
@@ -214,11 +218,20 @@ class _OwnedConnection(_Connection):
         return self._submit(use, timeout).result(timeout + self.connect_timeout + 5)
 
     async def _on_loop(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
+        session = await self._open()
         try:
-            return await _guarded(await self._open(), use, timeout)
+            return await _guarded(session, use, timeout)
         except McpConnectionError as broken:
             scrubbed = self.transport.scrub(str(broken))
             raise McpConnectionError(scrubbed, sent=broken.sent, session=broken.session) from None
+        except (MCPError, TimeoutError):
+            raise  # the server's answer, or our own words
+        except Exception as exc:  # the transport's: its text may name the URL
+            text = self.transport.scrub(f"{type(exc).__name__}: {exc}")
+            raise McpConnectionError(text, sent=True, session=session) from None
+
+    def scrub(self, text: str) -> str:
+        return self.transport.scrub(text)
 
     async def _open(self) -> ClientSession:
         if self._opening is None:
@@ -235,7 +248,8 @@ class _OwnedConnection(_Connection):
                 await self._end_holder()
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                message = f"could not connect to {self.transport.describe}: {exc!r}"
+                said = self.transport.scrub(repr(exc))
+                message = f"could not connect to {self.transport.describe}: {said}"
                 raise McpConnectionError(message, sent=False, session=None) from exc
             return self._session
 
@@ -504,7 +518,8 @@ class McpServer:
         except TimeoutError:
             return error_result(f"MCP tool {name!r} did not answer within {timeout:g}s")
         except MCPError as refused:
-            return error_result(f"MCP server {self.name!r} refused {name!r}: {refused.message}")
+            said = self._connection.scrub(refused.message)
+            return error_result(f"MCP server {self.name!r} refused {name!r}: {said}")
 
     def _call_timeout(self, mcp_name: str) -> float:
         own = self.tool_options.get(mcp_name, {}).get("timeout", self.defaults.get("timeout"))
