@@ -7,6 +7,7 @@ readable from outside the process, and the demo coding conversation.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -442,3 +443,66 @@ def test_coding_task_script_drives_a_full_conversation(tmp_path: Path) -> None:
     assert subprocess.run([sys.executable, "test_calc.py"], cwd=tmp_path).returncode == 0
     assert resumed.model_dump(exclude={"id"}) == replies[3].model_dump(exclude={"id"})
     assert server.paid_calls == 7
+
+
+def raw_post(server: ScriptedServer, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+    """POST /v1/messages with exactly these headers (no client filling any in)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.putrequest("POST", "/v1/messages", skip_host=True, skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        if body:
+            conn.send(body)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "error"),
+    [
+        ({"Origin": "https://evil.example"}, 403, "permission_error"),  # a web page
+        ({"Origin": "null"}, 403, "permission_error"),  # a sandboxed page or a file
+        ({"Host": "evil.example:80"}, 403, "permission_error"),  # DNS rebinding
+        ({"Content-Type": "text/plain"}, 400, "invalid_request_error"),  # a "simple" request
+        ({"Content-Type": "application/x-www-form-urlencoded"}, 400, "invalid_request_error"),
+        ({"Content-Length": str(64 * 1024 * 1024)}, 413, "request_too_large"),  # not read
+        ({"Content-Length": "-1"}, 400, "invalid_request_error"),
+    ],
+)
+def test_cross_site_odd_and_oversized_requests_are_refused_before_the_script(
+    change: dict[str, str], status: int, error: str
+) -> None:
+    """The server listens on a local port every page of the user's browser can reach: a
+    request a page could make, or one too large to read, never consumes a reply."""
+    body = json.dumps({"model": MODEL, "max_tokens": 16, "messages": HELLO}).encode()
+    with ScriptedServer([Reply([text("for the real client")])]) as server:
+        headers = {
+            "Host": f"127.0.0.1:{server.port}",
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            **change,
+        }
+        sent = body if "Content-Length" not in change else b""
+        got, answer = raw_post(server, headers, sent)
+        assert (got, answer["error"]["type"]) == (status, error)
+        assert server.next_index == 0 and server.paid_calls == 0
+        # the real client, which sends none of that, is served
+        assert ask(make_client(server, max_retries=0)).content[0].type == "text"
+        assert server.next_index == 1
+
+
+def test_the_server_answers_to_its_loopback_names() -> None:
+    body = json.dumps({"model": MODEL, "max_tokens": 16, "messages": HELLO}).encode()
+    with ScriptedServer([Reply([text("one")]), Reply([text("two")])]) as server:
+        for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}"):
+            headers = {
+                "Host": host,
+                "Content-Type": "application/json; charset=utf-8",
+                "Content-Length": str(len(body)),
+            }
+            assert raw_post(server, headers, body)[0] == 200
+        assert server.paid_calls == 2

@@ -28,7 +28,13 @@ from .protocol import (
 from .request_log import RequestLog, RequestRecord
 from .script import Delay, Fail, JSONDict, ScriptFn, ScriptItem
 
-__all__ = ["ScriptedServer"]
+__all__ = ["MAX_REQUEST_BYTES", "ScriptedServer"]
+
+
+#: The largest request body read: the Messages API's own limit (32 MB); a larger one is
+#: refused (413 ``request_too_large``) before it is read.
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class _ScriptExhaustedError(Exception):
@@ -130,6 +136,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._not_found()
 
     def do_POST(self) -> None:
+        refused = self._refusal()
+        if refused is not None:  # answered without reading the body: the connection ends
+            self.close_connection = True
+            self._send_error_json(*refused)
+            return
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -139,6 +150,31 @@ class _Handler(BaseHTTPRequestHandler):
             self._count_tokens(raw)
         else:
             self._not_found()
+
+    def _refusal(self) -> tuple[int, str, str] | None:
+        """Why a request is refused before its body is read, if it is: this server is on a
+        local port every web page the user opens can reach, so a request from a page (it
+        carries an ``Origin``), for another host name (DNS rebinding), of a type a page may
+        send without asking (anything but JSON) or larger than the Messages API accepts
+        does not reach the script."""
+        if self.headers.get("origin") is not None:
+            return 403, "permission_error", "ScriptedServer refuses requests from web pages"
+        if not self.scripted.serves_host(self.headers.get("host")):
+            return 403, "permission_error", "ScriptedServer refuses requests for another host"
+        kind = (self.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            return 400, "invalid_request_error", "content-type must be application/json"
+        declared = self.headers.get("content-length") or "0"
+        if not declared.isdigit():
+            return 400, "invalid_request_error", "a request needs a valid content-length"
+        if int(declared) > MAX_REQUEST_BYTES:
+            return (
+                413,
+                "request_too_large",
+                f"the request body ({int(declared):,} bytes) is over the "
+                f"{MAX_REQUEST_BYTES:,}-byte limit",
+            )
+        return None
 
     def _not_found(self) -> None:
         self._send_error_json(
@@ -249,6 +285,16 @@ class ScriptedServer:
     def port(self) -> int:
         """The bound port (the requested one until started)."""
         return self._port
+
+    def serves_host(self, host: str | None) -> bool:
+        """Whether a request's ``Host`` names this server: on a loopback address, only
+        its own names with its port (a page on another name that resolves here is not
+        let in); bound to another address, any."""
+        if self.host not in _LOOPBACK:
+            return True
+        return host is not None and host.lower() in {
+            f"{name}:{self._port}" for name in ("127.0.0.1", "localhost", "[::1]")
+        }
 
     @property
     def url(self) -> str:
