@@ -213,3 +213,61 @@ def test_only_attempt_hooks_of_other_capabilities_keep_the_long_way() -> None:
     assert answers_from_log(plain, durability_of(plain))  # tool search, history processor
     assert not answers_from_log(checked, durability_of(checked))
     assert not answers_from_log(plain, Durability())  # its own hooks are another's here
+
+
+big_tools = FunctionToolset(id="bigtools")
+
+
+@big_tools.tool_plain
+def blob(kib: int) -> str:
+    """A document of ``kib`` KiB."""
+    TRIES["blob"] = TRIES.get("blob", 0) + 1
+    return "x" * (kib * 1024)
+
+
+big = Agent(
+    Counted(app.MODEL_NAME, provider=app.PROVIDER),
+    name="bigpayload",
+    toolsets=[big_tools],
+    capabilities=[Durability()],
+)
+
+
+@da.durable_workflow(name="pai_replay_big")
+async def read_big(kib: int) -> int:
+    result = await big.run(f"read {kib} KiB")
+    returned = [
+        part.content
+        for message in result.all_messages()
+        for part in getattr(message, "parts", [])
+        if getattr(part, "part_kind", "") == "tool-return"
+    ]
+    return len(str(returned[0]))
+
+
+def test_a_tool_result_of_megabytes_is_a_step_and_replays(inspector: Inspector) -> None:
+    """Beyond the ~2 MB a Temporal payload may hold: a 5 MiB tool result is one step,
+    sent to the model once, and a replay hands the same 5 MiB back without the tool."""
+    kib = 5 * 1024
+    script: list[ScriptItem] = [Reply((tool_use("blob", {"kib": kib}),)), Reply((text("read"),))]
+    server = ScriptedServer(script + script[1:]).start()
+    previous = app.use_server(server.url)
+    try:
+        wid = new_id("pai-big")
+        TRIES.clear()
+        with da.workflow_id(wid):
+            assert asyncio.run(read_big(kib)) == kib * 1024
+        steps = inspector.steps(wid)
+        assert [s.name for s in steps] == [
+            "bigpayload__model.request",
+            "bigpayload__function_toolset__bigtools.call_tool:blob",
+            "bigpayload__model.request",
+        ]
+        assert len(steps[1].output["result"]) == kib * 1024
+        fork = da.fork(wid, from_step=2)  # the second request live again, the tool not
+        assert fork.result(timeout=60) == kib * 1024
+        assert len(server.requests) == 3 and TRIES["blob"] == 1
+        assert len(json.dumps(server.requests[-1].body)) > kib * 1024  # sent whole
+    finally:
+        app.use_server(previous)
+        server.stop()
