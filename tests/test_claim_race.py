@@ -31,22 +31,28 @@ from dbos_agent.storage.sql_files import query
 from tests.helpers import migrated_database, wait_until
 
 RUNNER = Runner(["job"], None, "code")
+#: The database clock of every connection here, an hour ahead: session 9's heartbeat
+#: (written at the real time) is an hour old by it, and so is the server's start,
+#: however recently the test's Postgres came up (a session is last seen no earlier
+#: than that, see dbos_agent.last_seen).
+AHEAD = "-c dbos_agent.clock_offset=1h"
 DEAD_LOOKING = 9  # the session that is only cut off
 CLAIMER = 1
 
 
 @pytest.fixture
 def database(dbos_agent_postgres_url: str) -> Iterator[str]:
-    """Session 9, dead by the rules (no lock, stamped and heartbeat an hour ago), owning
-    the PENDING workflow ``w``; the claimer, session 1, alive."""
+    """Session 9, dead by the rules (no lock, its heartbeat and lock loss an hour old by
+    the clock of :data:`AHEAD`), owning the PENDING workflow ``w``; the claimer,
+    session 1, alive."""
     with migrated_database(dbos_agent_postgres_url) as url:
         with psycopg.connect(url) as conn:
             conn.execute(
                 "INSERT INTO dbos_agent.executors (session_key, executor_id, hostname, pid,"
                 " lease_seconds, grace_seconds, heartbeat_at, lock_lost_at)"
-                " VALUES (%(dead)s, 'exec-9', 'test', 9, 30, 3, now() - interval '1 hour',"
-                "         now() - interval '1 hour'),"
-                "        (%(claimer)s, 'exec-1', 'test', 1, 30, 3, now(), NULL)",
+                " VALUES (%(dead)s, 'exec-9', 'test', 9, 30, 3, now(), now()),"
+                "        (%(claimer)s, 'exec-1', 'test', 1, 30, 3, now() + interval '1 hour',"
+                "         NULL)",
                 {"dead": DEAD_LOOKING, "claimer": CLAIMER},
             )
             conn.execute(
@@ -90,7 +96,7 @@ TAKE_OVERS = {"claim_workflows": claim, "take_over_workflow": take_over}
 def comes_back(url: str, done: threading.Event, backend: list[int]) -> None:
     """Session 9 reconnecting: its lock taken back, then registered again (as
     ``ExecutorSession._reconnect`` does), committed."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, options=AHEAD) as conn:
         backend.append(conn.info.backend_pid)
         conn.execute("SELECT pg_advisory_lock(%s, %s)", (SESSION_LOCK_CLASS, DEAD_LOOKING))
         conn.execute(
@@ -135,7 +141,7 @@ def test_a_session_registering_during_a_take_over_waits_for_it_then_sees_the_new
 ) -> None:
     take: Callable[[psycopg.Connection[Any]], list[str]] = TAKE_OVERS[name]
     registered, backend = threading.Event(), list[int]()
-    with psycopg.connect(database) as claimer:
+    with psycopg.connect(database, options=AHEAD) as claimer:
         assert take(claimer) == ["w"]  # judged dead, its row locked; not committed yet
         back = threading.Thread(target=comes_back, args=(database, registered, backend))
         back.start()
@@ -165,7 +171,7 @@ def test_a_session_registered_before_a_take_over_is_seen_alive_and_keeps_its_wor
     back.start()
     try:
         assert registered.wait(10)
-        with psycopg.connect(database) as claimer:
+        with psycopg.connect(database, options=AHEAD) as claimer:
             assert TAKE_OVERS[name](claimer) == []
         assert owner_of_w(database) == DEAD_LOOKING
     finally:

@@ -24,6 +24,8 @@ import pytest
 import dbos_agent as da
 from dbos_agent.agent import Budget, Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
+from dbos_agent.storage.database import SystemDatabase
+from dbos_agent.storage.locks import SESSION_LOCK_CLASS
 from dbos_agent.testing import (
     Inspector,
     RestartablePostgres,
@@ -445,3 +447,44 @@ def test_a_worker_paused_while_starting_children_runs_nothing_after_it_wakes(
     assert db.status(after) is da.WorkflowStatus.SUCCESS
     assert {pid for _, pid, w, _, _ in read_log(step_log) if w == after} == {paused.pid}
     assert "Traceback" not in logs
+
+
+# ------------------------------------------------------- a restart as long as a lease
+
+
+def _dead_at(url: str, ahead: str) -> list[int]:
+    """``dead_sessions()`` as a claimer whose clock is ``ahead`` of now sees them."""
+    with psycopg.connect(url, options=f"-c dbos_agent.clock_offset={ahead}") as conn:
+        rows = conn.execute("SELECT * FROM dbos_agent.dead_sessions() ORDER BY 1").fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def test_after_a_restart_a_session_has_its_lease_and_grace_to_come_back(
+    server: RestartablePostgres, url: str
+) -> None:
+    """No session can heartbeat while Postgres is down, so its lease and grace count
+    from the server's start too: a restart that lasted as long as a lease (crash
+    recovery on a loaded machine) does not make every live process dead the moment the
+    server is back, before any could reconnect and take its lock back. A session that
+    ended cleanly is dead at once all the same."""
+    database = SystemDatabase(url, pool_size=1)
+    try:
+        database.migrate()
+    finally:
+        database.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        # 7 holds its lock (the lease rule alone), 8 lost it (the grace too), 9 exited
+        conn.execute(
+            "INSERT INTO dbos_agent.executors (session_key, executor_id, hostname, pid,"
+            " lease_seconds, grace_seconds, heartbeat_at, lock_lost_at) VALUES"
+            " (7, 'held', 'test', 7, 30, 3, now() - interval '1 hour', NULL),"
+            " (8, 'lost', 'test', 8, 30, 3, now() - interval '1 hour',"
+            "  now() - interval '1 hour'),"
+            " (9, 'gone', 'test', 9, 30, 3, '-infinity', NULL)"
+        )
+    server.restart()  # the heartbeats are an hour old when the server comes back
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s, 7)", (SESSION_LOCK_CLASS,))
+        assert _dead_at(url, "0s") == [9]  # back, and nobody else is dead yet
+        assert _dead_at(url, "5s") == [8, 9]  # a grace after the start: 8 did not relock
+        assert _dead_at(url, "31s") == [7, 8, 9]  # a lease after the start: 7 did not renew

@@ -276,7 +276,8 @@ WITH locked AS (
     UPDATE dbos_agent.executors AS e
     SET lock_lost_at = dbos_agent.now()
     WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
-      AND e.heartbeat_at >= dbos_agent.now() - make_interval(secs => e.lease_seconds)
+      AND dbos_agent.last_seen(e.heartbeat_at)
+          >= dbos_agent.now() - make_interval(secs => e.lease_seconds)
     RETURNING e.session_key
 ), dead AS (
     -- dead_sessions()'s rules, written out on the row and the row locked (no row of
@@ -288,9 +289,11 @@ WITH locked AS (
     -- dead could commit after it had confirmed its ownership and started a step.
     SELECT e.session_key AS owner_key
     FROM dbos_agent.executors AS e
-    WHERE e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.lease_seconds)
+    WHERE dbos_agent.last_seen(e.heartbeat_at)
+              < dbos_agent.now() - make_interval(secs => e.lease_seconds)
        OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-           AND e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+           AND dbos_agent.last_seen(e.heartbeat_at)
+               < dbos_agent.now() - make_interval(secs => e.grace_seconds)
            AND e.session_key NOT IN (SELECT session_key FROM locked))
     FOR SHARE OF e
 ), candidates AS (
@@ -525,9 +528,10 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
        OR EXISTS (
            SELECT 1 FROM dbos_agent.executors AS e
            WHERE e.session_key = w.owner_key
-             AND (e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.lease_seconds)
+             AND (dbos_agent.last_seen(e.heartbeat_at)
+                      < dbos_agent.now() - make_interval(secs => e.lease_seconds)
                   OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-                      AND e.heartbeat_at
+                      AND dbos_agent.last_seen(e.heartbeat_at)
                           < dbos_agent.now() - make_interval(secs => e.grace_seconds)
                       AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions())))
            FOR SHARE OF e))
@@ -754,9 +758,11 @@ ON CONFLICT (session_key) DO UPDATE
 -- No row: the session was forgotten (it looked dead) and must register again.
 WITH before AS (
     SELECT session_key,
-           heartbeat_at < dbos_agent.now() - make_interval(secs => lease_seconds)
+           dbos_agent.last_seen(heartbeat_at)
+               < dbos_agent.now() - make_interval(secs => lease_seconds)
            OR (lock_lost_at < dbos_agent.now() - make_interval(secs => grace_seconds)
-               AND heartbeat_at < dbos_agent.now() - make_interval(secs => grace_seconds))
+               AND dbos_agent.last_seen(heartbeat_at)
+                   < dbos_agent.now() - make_interval(secs => grace_seconds))
            AS was_dead
     FROM dbos_agent.executors
     WHERE session_key = %(session_key)s

@@ -297,6 +297,9 @@ CREATE TRIGGER steps_count_family_usage_on_success AFTER UPDATE OF status ON dbo
 --     time someone saw it free (lock_lost_at) and from its last heartbeat, so
 --     that after a Postgres restart every live process has the grace to
 --     reconnect.
+-- Both count from when the session was last seen (last_seen): its last heartbeat,
+-- or the server's start if later, so a restart that took as long as a lease does
+-- not make every session dead before any could reconnect.
 -- A process on the same host (same boot and pid namespace, see process_key)
 -- may also see at once that the pid is gone and end the session itself. The
 -- owner keeps a fence that mirrors these rules (storage/session.py).
@@ -331,14 +334,25 @@ LANGUAGE sql STABLE AS $$
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 $$;
 
+-- When a session was last known alive: its last heartbeat, or the server's start if
+-- that is later (no session can heartbeat while the server is down, so after a restart
+-- each has its whole lease and grace to come back); a clean exit's -infinity stays.
+CREATE FUNCTION dbos_agent.last_seen(heartbeat_at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN heartbeat_at = '-infinity' THEN heartbeat_at
+                ELSE greatest(heartbeat_at, pg_postmaster_start_time()) END
+$$;
+
 -- The sessions whose PENDING workflows others may take over (see the rules above).
 CREATE FUNCTION dbos_agent.dead_sessions() RETURNS SETOF integer
 LANGUAGE sql STABLE AS $$
     SELECT e.session_key
     FROM dbos_agent.executors AS e
-    WHERE e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.lease_seconds)
+    WHERE dbos_agent.last_seen(e.heartbeat_at)
+              < dbos_agent.now() - make_interval(secs => e.lease_seconds)
        OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-           AND e.heartbeat_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
+           AND dbos_agent.last_seen(e.heartbeat_at)
+               < dbos_agent.now() - make_interval(secs => e.grace_seconds)
            AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
 $$;
 
