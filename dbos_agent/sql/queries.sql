@@ -254,7 +254,7 @@ ORDER BY seq;
 -- name: claim_workflows
 -- scope: many
 -- Take over the next page of PENDING workflows whose session is dead (see
--- migration 006 for when a session counts as dead), for the caller's session,
+-- migrations 006 and 022 for when a session counts as dead), for the caller's session,
 -- counting one recovery attempt on each; a workflow that has used up its
 -- attempts is dead-lettered here instead, in the same statement. Sessions seen
 -- without their lock for the first time are stamped (lock_lost_at): their grace

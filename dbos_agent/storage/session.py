@@ -2,8 +2,9 @@
 
 The session holds ``pg_advisory_lock(SESSION_LOCK_CLASS, key)`` (locks.py) on a
 dedicated connection and renews a lease on it. Others take its workflows over only once
-it is dead by the rules of migration 006: lease run out, or lock missing for longer
-than its grace.
+it is dead by the rules of migrations 006 and 022: lease run out, or lock missing for
+longer than its grace, both counted from the later of its last heartbeat and the
+server's start.
 When the connection dies while the process lives (a Postgres restart, a
 ``pg_terminate_backend``), the heartbeat thread reconnects and takes the same key
 back within moments, well inside the grace, and the process keeps its workflows.

@@ -2,8 +2,9 @@
 
 At launch, an executor takes back its own executor id's workflows whose session
 is dead; the worker daemon also takes over orphans of any executor. When a
-session counts as dead is written in migration 006: a lease run out, a lock
-free past its grace, or (seen from the same host) a pid that no longer runs,
+session counts as dead is written in migrations 006 and 022: a lease run out, a
+lock free past its grace (both counted from the later of the last heartbeat and
+the server's start), or (seen from the same host) a pid that no longer runs,
 which makes a restart after kill -9 take its workflows back at once.
 Workflows are claimed a page at a time (each claim counts one recovery
 attempt and dead-letters those over their limit, in one statement), their
