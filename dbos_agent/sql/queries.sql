@@ -280,7 +280,7 @@ WITH locked AS (
           >= dbos_agent.now() - make_interval(secs => e.lease_seconds)
     RETURNING e.session_key
 ), dead AS (
-    -- dead_sessions()'s rules, written out on the row and the row locked (no row of
+    -- dead_sessions()'s rules (session_row_dead) on the row, the row locked (no row of
     -- `stamped`: those are not dead yet): a session that registers again meanwhile
     -- (back after a Postgres restart) either waits for this claim to commit, and then
     -- reads its workflows' new owner before its next live step, or has committed its
@@ -289,12 +289,9 @@ WITH locked AS (
     -- dead could commit after it had confirmed its ownership and started a step.
     SELECT e.session_key AS owner_key
     FROM dbos_agent.executors AS e
-    WHERE dbos_agent.last_seen(e.heartbeat_at)
-              < dbos_agent.now() - make_interval(secs => e.lease_seconds)
-       OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-           AND dbos_agent.last_seen(e.heartbeat_at)
-               < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-           AND e.session_key NOT IN (SELECT session_key FROM locked))
+    WHERE dbos_agent.session_row_dead(
+        e.heartbeat_at, e.lease_seconds, e.lock_lost_at, e.grace_seconds,
+        e.session_key NOT IN (SELECT session_key FROM locked))
     FOR SHARE OF e
 ), candidates AS (
     (SELECT c.workflow_id, c.owner_key, c.created_at
@@ -528,12 +525,9 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
        OR EXISTS (
            SELECT 1 FROM dbos_agent.executors AS e
            WHERE e.session_key = w.owner_key
-             AND (dbos_agent.last_seen(e.heartbeat_at)
-                      < dbos_agent.now() - make_interval(secs => e.lease_seconds)
-                  OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-                      AND dbos_agent.last_seen(e.heartbeat_at)
-                          < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-                      AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions())))
+             AND dbos_agent.session_row_dead(
+                 e.heartbeat_at, e.lease_seconds, e.lock_lost_at, e.grace_seconds,
+                 e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
            FOR SHARE OF e))
 RETURNING w.workflow_id;
 
@@ -758,11 +752,8 @@ ON CONFLICT (session_key) DO UPDATE
 -- No row: the session was forgotten (it looked dead) and must register again.
 WITH before AS (
     SELECT session_key,
-           dbos_agent.last_seen(heartbeat_at)
-               < dbos_agent.now() - make_interval(secs => lease_seconds)
-           OR (lock_lost_at < dbos_agent.now() - make_interval(secs => grace_seconds)
-               AND dbos_agent.last_seen(heartbeat_at)
-                   < dbos_agent.now() - make_interval(secs => grace_seconds))
+           coalesce(dbos_agent.session_row_dead(
+               heartbeat_at, lease_seconds, lock_lost_at, grace_seconds, true), false)
            AS was_dead
     FROM dbos_agent.executors
     WHERE session_key = %(session_key)s

@@ -343,17 +343,30 @@ LANGUAGE sql STABLE AS $$
                 ELSE greatest(heartbeat_at, pg_postmaster_start_time()) END
 $$;
 
+-- Whether a session's row says it is dead (the rules above): ``unlocked`` says its
+-- lock is free now. The one statement of the rules: dead_sessions(), the take-overs
+-- (which lock the row they judge) and the heartbeat use it.
+CREATE FUNCTION dbos_agent.session_row_dead(
+    heartbeat_at timestamptz, lease_seconds double precision, lock_lost_at timestamptz,
+    grace_seconds double precision, unlocked boolean
+) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT dbos_agent.last_seen(heartbeat_at)
+               < dbos_agent.now() - make_interval(secs => lease_seconds)
+        OR (lock_lost_at < dbos_agent.now() - make_interval(secs => grace_seconds)
+            AND dbos_agent.last_seen(heartbeat_at)
+                < dbos_agent.now() - make_interval(secs => grace_seconds)
+            AND unlocked)
+$$;
+
 -- The sessions whose PENDING workflows others may take over (see the rules above).
 CREATE FUNCTION dbos_agent.dead_sessions() RETURNS SETOF integer
 LANGUAGE sql STABLE AS $$
     SELECT e.session_key
     FROM dbos_agent.executors AS e
-    WHERE dbos_agent.last_seen(e.heartbeat_at)
-              < dbos_agent.now() - make_interval(secs => e.lease_seconds)
-       OR (e.lock_lost_at < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-           AND dbos_agent.last_seen(e.heartbeat_at)
-               < dbos_agent.now() - make_interval(secs => e.grace_seconds)
-           AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
+    WHERE dbos_agent.session_row_dead(
+        e.heartbeat_at, e.lease_seconds, e.lock_lost_at, e.grace_seconds,
+        e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
 $$;
 
 -- A workflow PENDING without an owner (resumed or forked by a process that cannot
