@@ -303,9 +303,11 @@ def test_parallel_async_tool_calls_keep_their_positions_across_a_kill(
                 lambda: (
                     {line.rsplit(" ", 1)[0] for line in _lines(log)}
                     >= {"done 0", "done 2", "done 4", "start 1", "start 3"}
+                    # a part's "done" is written before its step is: wait for the steps
+                    and {s.seq for s in inspector.steps(wid)} >= {0, 1, 3, 5}
                 ),
                 timeout=60,
-                message="even parts done and odd parts running",
+                message="even parts done and recorded, odd parts running",
             )
         finally:
             first.send_signal(signal.SIGKILL)
