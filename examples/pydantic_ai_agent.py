@@ -60,7 +60,6 @@ from dbos_agent.agent import (
     replay_report,
     replaying,
     track_replay,
-    usage_totals,
 )
 from dbos_agent.agent.scripted_server import (
     CrashPlan,
@@ -68,7 +67,9 @@ from dbos_agent.agent.scripted_server import (
     appended_already,
     coding_task_prompt,
     coding_task_script,
-    seed_coding_task,
+    demo_arguments,
+    demo_project,
+    run_demo,
 )
 from dbos_agent.integrations.pydantic_ai import Durability
 
@@ -258,84 +259,29 @@ async def coding_agent(task: str, workdir: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument(
-        "--task-id",
-        default="pydantic-ai-task-demo",
-        help="workflow id; run the same id again to continue after a crash",
-    )
-    parser.add_argument(
-        "--workdir", type=Path, help="project to work on (default: ./agent-work/<task-id>, seeded)"
-    )
-    parser.add_argument("--database-url", help="Postgres URL (default: env or embedded)")
-    parser.add_argument(
-        "--base-url",
-        help="use this Messages API endpoint (e.g. a scripted server started separately)",
-    )
-    parser.add_argument(
-        "--offline",
-        action="store_true",
-        help="use the scripted model even if ANTHROPIC_API_KEY is set",
-    )
-    parser.add_argument(
-        "--crash-after-turn",
-        type=int,
-        metavar="N",
-        help="kill -9 this process once turn N (a reply and its tool calls) is checkpointed",
-    )
-    parser.add_argument(
-        "--crash-in-tool",
-        type=int,
-        metavar="N",
-        help="kill -9 inside turn N's tool call, after it acted, before its result is checkpointed",
+    parser = demo_arguments(
+        __doc__.split("\n\n")[0] if __doc__ else None,
+        task_id="pydantic-ai-task-demo",
+        crash_in_tool="kill -9 inside turn N's tool call, after it acted, before its result is "
+        "checkpointed",
     )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    project = (args.workdir or Path("agent-work") / args.task_id).resolve()
-    if not (project / "calc.py").exists():
-        seed_coding_task(project)
+    project = demo_project(args)
     CRASH.after_turn, CRASH.in_tool = args.crash_after_turn, args.crash_in_tool
     ENDPOINT.use(args.base_url, args.offline)
     print(ENDPOINT.describe())
     # A one-shot command: it continues its own task id below, and leaves other
     # processes' workflows to them.
     with da.launch(args.database_url, recover=False, take_over=False):
-        return run(args, project)
-
-
-def run(args: argparse.Namespace, project: Path) -> int:
-    try:
-        status = da.retrieve(args.task_id).status()
-        if status.finished:
-            print(f"Workflow {args.task_id!r} already finished ({status}): its recorded outcome.")
-        else:
-            print(f"Workflow {args.task_id!r} exists ({status}): continuing it from its log.")
-    except da.WorkflowNotFoundError:
-        print(f"Starting workflow {args.task_id!r} in {project}")
-    print()
-    try:
-        with da.workflow_id(args.task_id):
-            answer = asyncio.run(coding_agent(coding_task_prompt(project), str(project)))
-    except da.WorkflowIdConflictError as exc:
-        print(f"{exc}\nUse another --task-id for another task or work directory.")
-        return 2
-    except KeyboardInterrupt:
-        print(
-            f"\nInterrupted. Workflow {args.task_id!r} stays PENDING: run the same command "
-            f"again to continue it from its log."
+        return run_demo(
+            args.task_id,
+            project,
+            lambda: asyncio.run(coding_agent(coding_task_prompt(project), str(project))),
         )
-        return 130
-    totals = usage_totals(args.task_id)
-    cost = f", about ${totals.cost_usd:.4f}" if totals.cost_usd is not None else ""
-    print(f"\n=== final answer ===\n{answer}\n")
-    print(
-        f"Workflow {args.task_id!r}: {totals.model_calls} model calls, {totals.tool_calls} tool "
-        f"calls, {totals.input_tokens:,} input + {totals.output_tokens:,} output tokens{cost}."
-    )
-    return 0
 
 
 if __name__ == "__main__":

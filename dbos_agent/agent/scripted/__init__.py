@@ -7,6 +7,7 @@
 * :mod:`.request_log`: what the server was asked (:class:`RequestRecord`), in memory and as
   JSON lines.
 * :mod:`.demo_task`: the demo coding task.
+* :mod:`.demo_cli`: what the demo scripts share on the command line.
 * :mod:`.cli`: the command line (``python -m dbos_agent.agent.scripted_server``).
 
 The public entry point is :mod:`dbos_agent.agent.scripted_server`, which re-exports these.
@@ -15,6 +16,7 @@ The public entry point is :mod:`dbos_agent.agent.scripted_server`, which re-expo
 from __future__ import annotations
 
 from .cli import main
+from .demo_cli import demo_arguments, demo_project, run_demo
 from .demo_task import (
     CHANGELOG_LINE,
     CODING_TASK_TOOLS,
@@ -61,11 +63,14 @@ __all__ = [
     "appended_already",
     "coding_task_prompt",
     "coding_task_script",
+    "demo_arguments",
+    "demo_project",
     "dump_script",
     "item_from_json",
     "item_to_json",
     "load_script",
     "main",
+    "run_demo",
     "seed_coding_task",
     "text",
     "tool_use",
