@@ -68,6 +68,22 @@ class SchemaVersionError(DbosAgentError):
     """The database holds a dbos_agent schema newer than this library knows."""
 
 
+class InvalidOptionError(DbosAgentError, ValueError):
+    """An option of a decorator or constructor is out of its range or not of its type
+    (``give_up_after=-1``, ``give_up_after="1h"``): raised where it is given, before
+    anything runs, naming the option and what it got."""
+
+
+class DependencyUnavailableError(DbosAgentError):
+    """Something a step depends on cannot be reached now: an MCP server that does not
+    start or answer, a connection that broke before the request was sent.
+
+    A step that fails with it waits the outage out durably instead of recording it (see
+    ``give_up_after`` of ``@da.step``); only past that horizon is it recorded, as the
+    step's error. Its message names the dependency without its secrets.
+    """
+
+
 class SerializationError(DbosAgentError, TypeError):
     """A value cannot be stored as JSON (or read back as the annotated type).
 

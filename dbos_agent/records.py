@@ -39,11 +39,19 @@ class WorkflowStatus(StrEnum):
 
 
 class StepStatus(StrEnum):
-    """A recorded step's outcome; PENDING is the intent of a non-idempotent step."""
+    """A recorded step's outcome; PENDING is the intent of a non-idempotent step, and
+    RETRYING a step waiting for its next attempt after transient failures (its last
+    error and attempts so far are on its row, see :class:`RetryInfo`)."""
 
     PENDING = "PENDING"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
+    RETRYING = "RETRYING"
+
+    @property
+    def finished(self) -> bool:
+        """True when the row holds the step's outcome (replayed, never run again)."""
+        return self in (StepStatus.SUCCESS, StepStatus.ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,11 @@ class WorkflowInfo:
     #: A delayed ENQUEUED workflow is not dequeued before this (database clock); a
     #: delayed start waits SUSPENDED in ``waiting_for`` (``sleep`` until its time).
     delayed_until: datetime | None = None
+    #: The step of an unfinished workflow that waits out a failing dependency (the model
+    #: API, an MCP server...): what it waits for, since when, its attempts, its next
+    #: attempt and its last error. Set whether the workflow is SUSPENDED meanwhile or
+    #: waits in the process that runs it.
+    retrying: RetryInfo | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""
@@ -120,8 +133,9 @@ APPROVAL_TOPIC_PREFIX = "dbos_agent.approval:"
 class WaitInfo:
     """What wakes a suspended workflow: ``kind`` ``sleep`` (at ``until``), ``recv``
     (a message on topic ``name``, or the deadline ``until``), ``event`` (workflow
-    ``target`` publishes ``name``, or the deadline) or ``child`` (workflow ``target``
-    finishes)."""
+    ``target`` publishes ``name``, or the deadline), ``child`` (workflow ``target``
+    finishes) or ``retry`` (the next attempt of its step ``name``, at ``until``: see
+    ``WorkflowInfo.retrying``)."""
 
     kind: str
     target: str | None
@@ -140,7 +154,47 @@ class WaitInfo:
             return f"recv {self.name or '(default topic)'!r}{until}"
         if self.kind == "child":
             return f"the result of {self.target}"
+        if self.kind == "retry":
+            return f"the next attempt of {self.name}{until}"
         return f"event {self.name!r} of {self.target}{until}"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryInfo:
+    """A step waiting for its next attempt after transient failures: its dependency (the
+    model API overloaded, an MCP server down...) is waited out durably, without recording
+    an error, until the step's ``give_up_after`` horizon. Times are the database clock's."""
+
+    seq: int
+    step: str
+    #: What it waits for, as operators read it (``the model API``, ``MCP server 'files'``).
+    waiting_for: str
+    #: Attempts made so far (all failed).
+    attempts: int
+    #: When its first attempt started: the horizon counts from here.
+    since: datetime
+    #: When its next attempt is due (``dbos-agent retry ID`` makes it now).
+    next_at: datetime
+    #: The last attempt's error, as recorded (``{"type", "message", ...}``).
+    last_error: dict[str, Any] | None
+
+    def error_line(self) -> str:
+        """The last error in one line: ``Type: message`` (the type's last name), clipped."""
+        if not self.last_error:
+            return "(no error recorded)"
+        kind = str(self.last_error.get("type", "")).rsplit(".", 1)[-1] or "Error"
+        message = " ".join(str(self.last_error.get("message", "")).split())
+        line = f"{kind}: {message}" if message else kind
+        return line if len(line) <= 200 else line[:199] + "…"
+
+    def describe(self) -> str:
+        """One line, e.g. ``waiting for the model API since 12:00:01 (step 3
+        anthropic.messages): attempt 5 failed, next at 12:04:00; last error: ...``."""
+        return (
+            f"waiting for {self.waiting_for} since {self.since:%Y-%m-%d %H:%M:%S} (step "
+            f"{self.seq} {self.step}): attempt {self.attempts} failed, next at "
+            f"{self.next_at:%Y-%m-%d %H:%M:%S}; last error: {self.error_line()}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +212,8 @@ class StepInfo:
     finished_at: datetime | None
     #: The recorded inputs of a non-idempotent step's intent (else None).
     inputs: Any = None
+    #: A RETRYING step's wait for its next attempt (else None).
+    retry: RetryInfo | None = None
 
     @property
     def duration_ms(self) -> float | None:

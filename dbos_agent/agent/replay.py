@@ -102,7 +102,7 @@ def _tracker(ctx: WorkflowContext) -> _Tracker:
         tracker = _trackers.get(ctx)
         if tracker is None:
             rows = sorted(ctx.recorded.items())
-            history = [row for _, row in rows if row.status is not StepStatus.PENDING]
+            history = [row for _, row in rows if row.status.finished]
             tracker = _Tracker(
                 workflow_id=ctx.workflow_id,
                 started=time.perf_counter(),
@@ -203,7 +203,7 @@ def next_step_replays() -> bool:
     """
     ctx = current_context()
     row = None if ctx is None else ctx.next_recorded()
-    return row is not None and row.status is not StepStatus.PENDING
+    return row is not None and row.status.finished
 
 
 def replay_report() -> ReplayReport | None:

@@ -190,6 +190,8 @@ def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None])
     for step, digest in zip(steps, digests, strict=True):
         if step.status is StepStatus.PENDING:
             result = "intent, no result (in doubt) inputs " + compact(step.inputs)
+        elif step.retry is not None:
+            result = step.retry.describe()
         elif step.status is StepStatus.ERROR:
             result = error_text(step.error)
         elif digest is not None and digest.summary is not None:

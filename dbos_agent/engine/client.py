@@ -33,6 +33,7 @@ from .operations import (
     fork_workflow,
     resolve_in_doubt_step,
     resume_workflow,
+    retry_workflow,
 )
 from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, garbage_collect_db
 from .runtime.context import current_workflow_timeout, take_workflow_id
@@ -291,6 +292,14 @@ class Client:
         had (cancelling a CANCELLED one changes nothing). A run of it stops at its next
         step boundary; a finished one raises WorkflowStatusError (see ``da.cancel``)."""
         return cancel_workflow(self.db, workflow_id)
+
+    def retry(self, workflow_id: str) -> int:
+        """Try now the steps of a workflow that wait out a failing dependency (the model
+        API, an MCP server: RETRYING, with a next attempt time): a suspended workflow
+        wakes in whichever live process can run it, one waiting in a process tries at
+        once. Returns how many steps were waiting; WorkflowNotFoundError for an unknown
+        id, WorkflowStatusError for a finished one or one that waits for no retry."""
+        return retry_workflow(self.db, workflow_id)
 
     def resume(self, workflow_id: str, *, executor_id: str | None = None) -> ClientHandle:
         """Make a cancelled, dead-lettered or diverged workflow PENDING (or ENQUEUED,

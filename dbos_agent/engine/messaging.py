@@ -32,10 +32,10 @@ from typing import Any, TypeVar, overload
 
 from ..errors import WorkflowNotFoundError
 from ..limits import check_identifier, check_topic
-from ..records import StepStatus
 from ..serialization import Codec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.suspension import WaitCondition
+from .runtime.clock import cancel_key, wait_once
 from .runtime.context import WorkflowHost, current_context, in_step
 from .runtime.engine import current_engine
 from .runtime.notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
@@ -45,12 +45,10 @@ from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .step import adopt_recorded, checkpoint, where
 from .waits import (
     builtin_step,
-    cancel_key,
     check_seconds,
     continue_or_adopt,
     durable_wait,
     recorded,
-    wait_once,
     workflow_only,
 )
 
@@ -176,7 +174,7 @@ def recv_plan(topic: str | None, timeout: float | None, codec: Codec) -> Plan[An
     ctx = workflow_only("recv()")
     seq, row = ctx.begin_step(RECV_STEP)
     step = builtin_step(RECV_STEP, codec)
-    if row is not None and row.status is not StepStatus.PENDING:
+    if row is not None and row.status.finished:
         return recorded(ctx, step, seq, row).unwrap()
     db = ctx.engine.db
     started_at = datetime.now(UTC)
@@ -324,7 +322,7 @@ def _get_event_plan(workflow_id: str, key: str, timeout: float | None, codec: Co
         return (yield from poll_event(engine.db, engine, workflow_id, key, timeout, codec))
     seq, row = ctx.begin_step(GET_EVENT_STEP)
     step = builtin_step(GET_EVENT_STEP, codec)
-    if row is not None and row.status is not StepStatus.PENDING:
+    if row is not None and row.status.finished:
         return recorded(ctx, step, seq, row).unwrap()
     db = ctx.engine.db
     started_at = datetime.now(UTC)

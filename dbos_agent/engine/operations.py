@@ -1,4 +1,5 @@
-"""Operator actions on stored workflows: cancel, resume, fork, resolve an in-doubt step.
+"""Operator actions on stored workflows: cancel, resume, fork, retry now, resolve an
+in-doubt step.
 
 Each action comes in two layers. The functions taking a ``SystemDatabase``
 work from the database alone: the CLI uses them, and it never has the user's
@@ -174,6 +175,32 @@ def fork_workflow(
             f"recorded steps; only step 0 is possible"
         )
     raise WorkflowIdConflictError(f"workflow id {new_id!r} is already taken")
+
+
+def retry_workflow(db: SystemDatabase, workflow_id: str) -> int:
+    """Make the next attempt of the workflow's steps that wait out a failing dependency
+    (RETRYING, see runtime/retries.py) due now: a SUSPENDED one wakes in whichever process
+    can run it, one that waits in a process tries at once. Returns how many steps were
+    waiting. An unknown workflow raises WorkflowNotFoundError; a finished one, or one with
+    no step waiting for a retry, WorkflowStatusError."""
+    found = db.operations.retry_now(check_identifier(workflow_id, "workflow id"))
+    if found is None:
+        raise WorkflowNotFoundError(workflow_id)
+    status, retrying = found
+    if status.finished:
+        raise WorkflowStatusError(
+            workflow_id,
+            status,
+            f"workflow {workflow_id!r} already finished with status {status}: nothing to retry",
+        )
+    if not retrying:
+        raise WorkflowStatusError(
+            workflow_id,
+            status,
+            f"workflow {workflow_id!r} ({status}) is not waiting for a retry: no step of "
+            "it waits out a failing dependency",
+        )
+    return retrying
 
 
 def resolve_in_doubt_step(

@@ -12,21 +12,22 @@ import asyncio
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ..errors import (
     ConfigurationError,
     DatabaseUnavailableError,
+    InvalidOptionError,
     NotInStepError,
     StepInDoubtError,
     WorkflowDivergedError,
 )
 from ..errors_codec import dumps_error
 from ..records import StepStatus, WorkflowStatus
-from ..storage.rows import StepWrite
+from ..storage.rows import StepRow, StepWrite
 from .runtime import tracing
 from .runtime.context import (
     OwnershipLost,
@@ -46,9 +47,11 @@ from .runtime.context import (
 )
 from .runtime.outcome import Outcome, capture, capture_async, step_outcome
 from .runtime.ownership import ensure_owned, owns_now, stop_for
+from .runtime.plans import run_plan, run_plan_async
 from .runtime.registry import NotDone as NotDone
 from .runtime.registry import RetryPolicy as RetryPolicy
-from .runtime.registry import StepDefinition, step_definition
+from .runtime.registry import StepDefinition, seconds_option, step_definition
+from .runtime.retries import Retrying
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,6 +103,8 @@ def checkpoint(
     outcome: Outcome,
     attempts: int,
     started_at: datetime,
+    *,
+    fresh: bool | None = None,
 ) -> Outcome:
     """Commit a live step's outcome to the log; the one place a step is checkpointed.
 
@@ -107,7 +112,8 @@ def checkpoint(
     retried write finds its first attempt recorded, that record. A value that
     cannot be stored (not JSON, over the size limit, refused by Postgres) raises
     SerializationError and writes nothing; a database failure stops the run
-    unfinished (PENDING).
+    unfinished (PENDING). ``fresh`` (default: the step is idempotent) says that no row
+    holds the position yet (no intent, no RETRYING row), for the cheapest write.
     """
     if outcome.error is None:
         output = step.result.dumps(outcome.value, where(ctx, seq, step))
@@ -125,7 +131,7 @@ def checkpoint(
             attempts=attempts,
             started_at=started_at,
             owner_key=ctx.engine.session_key,
-            fresh=step.idempotent,
+            fresh=step.idempotent if fresh is None else fresh,
         )
     return outcome if write.written else adopt_recorded(ctx, step, seq, write)
 
@@ -151,21 +157,26 @@ def _resolve_in_doubt(
 
 def _position(
     ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[int, Outcome | None]:
+) -> tuple[int, Outcome | None, StepRow | None]:
     """Take the step's position and resolve it without running the step if possible.
 
     Returns the recorded (or guarded) outcome, or None when the step must run
-    live; for a non-idempotent step the intent is durable by then.
+    live; for a non-idempotent step the intent is durable by then. A step that waited
+    for its next attempt comes with its RETRYING row (its attempts go on from it).
     """
     seq, row = ctx.begin_step(step.name)
-    if row is not None and row.status is not StepStatus.PENDING:
-        return seq, step_outcome(
-            row.status, row.output, row.error, step.result, where(ctx, seq, step)
+    if row is not None and row.status.finished:
+        return (
+            seq,
+            step_outcome(row.status, row.output, row.error, step.result, where(ctx, seq, step)),
+            None,
         )
+    if row is not None and row.status is StepStatus.RETRYING:
+        return seq, None, row
     if row is not None:
-        return seq, _resolve_in_doubt(ctx, step, seq, args, kwargs)
+        return seq, _resolve_in_doubt(ctx, step, seq, args, kwargs), None
     if step.inputs is None:  # idempotent: nothing to write before running
-        return seq, None
+        return seq, None, None
     inputs = step.inputs.dumps(args, kwargs)
     with ctx.noting_database_failures():
         write = ctx.engine.db.steps.record_intent(
@@ -175,7 +186,7 @@ def _position(
             inputs=inputs,
             owner_key=ctx.engine.session_key,
         )
-    return seq, None if write.written else adopt_recorded(ctx, step, seq, write)
+    return seq, None if write.written else adopt_recorded(ctx, step, seq, write), None
 
 
 def _not_an_outage(ctx: WorkflowContext, outcome: Outcome) -> Outcome:
@@ -220,12 +231,12 @@ def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any
 def _run_sync_in(
     ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    seq, known = _position(ctx, step, args, kwargs)
+    seq, known, row = _position(ctx, step, args, kwargs)
     if known is not None:
         tracing.step_replayed(seq, step.name)
         return known.unwrap()
     with tracing.span(_step_span, seq, step) as current:
-        return _traced(current, *_attempts_sync(ctx, step, seq, args, kwargs))
+        return _traced(current, *_attempts_sync(ctx, step, seq, args, kwargs, row))
 
 
 def _traced(current: tracing.Span | None, outcome: Outcome, attempts: int) -> Any:
@@ -245,28 +256,33 @@ def _attempts_sync(
     seq: int,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    row: StepRow | None,
 ) -> tuple[Outcome, int]:
-    """Run a step live (with retries) and checkpoint it; its outcome and attempts."""
-    started_at = datetime.now(UTC)
-    attempt = 0
+    """Run a step live (with retries, see runtime/retries.py) and checkpoint it; its
+    outcome and attempts."""
+    retrying = Retrying.begin(ctx, step, seq, row)
     with entered_step(seq):
         while True:
             ensure_owned(ctx)
-            attempt += 1
+            if retrying.reopens:
+                run_plan(retrying.before_attempt())
+            attempt = retrying.attempts + 1
             with entered_attempt(seq, attempt, step.name, step.retry.max_attempts) as current:
                 outcome = capture(step.fn, *args, **kwargs)
-            if outcome.error is not None and current.wrote:
-                current.void()
-            delay = (
-                None
-                if outcome.error is None
-                else step.retry.delay_before_retry(attempt, outcome.error)
-            )
-            if delay is None:
+            if outcome.error is None:
                 break
-            time.sleep(delay)
+            if current.wrote:
+                current.void()
+            # a sync step may run on an async run's loop (warned): its waits block it
+            verdict = run_plan(retrying.after_failure(attempt, outcome.error), blocking=True)
+            if verdict is False:
+                break
+            if verdict is not True:  # the log holds something else at this position
+                return adopt_recorded(ctx, step, seq, verdict), attempt
     outcome = _not_an_outage(ctx, outcome)
-    return checkpoint(ctx, step, seq, outcome, attempt, started_at), attempt
+    fresh = step.idempotent and not retrying.recorded
+    done = checkpoint(ctx, step, seq, outcome, attempt, retrying.started_at, fresh=fresh)
+    return done, attempt
 
 
 async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -281,14 +297,14 @@ async def _run_async_in(
     ctx: WorkflowContext, step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     if step.idempotent:  # no I/O before a live run: stay on the loop
-        seq, known = _position(ctx, step, args, kwargs)
+        seq, known, row = _position(ctx, step, args, kwargs)
     else:
-        seq, known = await asyncio.to_thread(_position, ctx, step, args, kwargs)
+        seq, known, row = await asyncio.to_thread(_position, ctx, step, args, kwargs)
     if known is not None:
         tracing.step_replayed(seq, step.name)
         return known.unwrap()
     with tracing.span(_step_span, seq, step) as current:
-        return _traced(current, *await _attempts_async(ctx, step, seq, args, kwargs))
+        return _traced(current, *await _attempts_async(ctx, step, seq, args, kwargs, row))
 
 
 async def _attempts_async(
@@ -297,29 +313,33 @@ async def _attempts_async(
     seq: int,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    row: StepRow | None,
 ) -> tuple[Outcome, int]:
     """:func:`_attempts_sync` on the event loop."""
-    started_at = datetime.now(UTC)
-    attempt = 0
+    retrying = Retrying.begin(ctx, step, seq, row)
     with entered_step(seq):
         while True:
             if not owns_now(ctx):
                 await asyncio.to_thread(ensure_owned, ctx)
-            attempt += 1
+            if retrying.reopens:
+                await run_plan_async(retrying.before_attempt())
+            attempt = retrying.attempts + 1
             with entered_attempt(seq, attempt, step.name, step.retry.max_attempts) as current:
                 outcome = await capture_async(_attempt_async(step, args, kwargs))
-            if outcome.error is not None and current.wrote:
-                await asyncio.to_thread(current.void)
-            delay = (
-                None
-                if outcome.error is None
-                else step.retry.delay_before_retry(attempt, outcome.error)
-            )
-            if delay is None:
+            if outcome.error is None:
                 break
-            await asyncio.sleep(delay)
+            if current.wrote:
+                await asyncio.to_thread(current.void)
+            verdict = await run_plan_async(retrying.after_failure(attempt, outcome.error))
+            if verdict is False:
+                break
+            if verdict is not True:  # the log holds something else at this position
+                return adopt_recorded(ctx, step, seq, verdict), attempt
     outcome = _not_an_outage(ctx, outcome)
-    done = await asyncio.to_thread(checkpoint, ctx, step, seq, outcome, attempt, started_at)
+    fresh = step.idempotent and not retrying.recorded
+    done = await asyncio.to_thread(
+        partial(checkpoint, fresh=fresh), ctx, step, seq, outcome, attempt, retrying.started_at
+    )
     return done, attempt
 
 
@@ -403,6 +423,7 @@ def step(
     guard: Callable[..., Any] | None = None,
     retry_policy: RetryPolicy | None = None,
     timeout: float | None = None,
+    give_up_after: float | timedelta | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -422,6 +443,7 @@ def step(
     guard: Callable[..., Any] | None = None,
     retry_policy: RetryPolicy | None = None,
     timeout: float | None = None,
+    give_up_after: float | timedelta | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
 
@@ -446,9 +468,31 @@ def step(
     ``timeout`` (async steps only) cancels an attempt that runs longer than that many
     seconds; the attempt fails with a TimeoutError, retried (by ``retry_on``) and
     recorded like any error.
+
+    ``give_up_after`` (seconds or a ``timedelta``; ``math.inf`` for ever) makes the step
+    outlast an outage of what it depends on: an error it retries (``retry_on`` and
+    ``retry_if``, or a :class:`~dbos_agent.errors.DependencyUnavailableError`) is tried
+    again past ``retries``, with the same capped backoff, until that long after the
+    first attempt; only then is it recorded. Without it (the default) ``retries`` alone
+    decides, as before. Either way a wait for the next attempt longer than
+    ``launch(suspend_after=)`` is durable: the step's row says RETRYING (attempts, last
+    error, next attempt), a background workflow is SUSPENDED meanwhile (no thread held,
+    surviving kill -9 and take-over), and ``dbos-agent retry ID`` tries it now (see
+    runtime/retries.py). ``retry_policy`` replaces every retry argument, this one too.
     """
+    if retry_policy is not None and give_up_after is not None:
+        raise InvalidOptionError(
+            "give_up_after= and retry_policy= were both given: set give_up_after on the policy"
+        )
     policy = retry_policy or RetryPolicy(
-        retries, interval, backoff, max_interval, jitter, tuple(retry_on), retry_if
+        retries,
+        interval,
+        backoff,
+        max_interval,
+        jitter,
+        tuple(retry_on),
+        retry_if,
+        give_up_after=seconds_option(give_up_after),
     )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:

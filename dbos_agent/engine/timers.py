@@ -17,6 +17,14 @@ from functools import partial
 
 from ..serialization import codec_for
 from ..storage.suspension import WaitCondition
+from .runtime.clock import (
+    cancel_key,
+    clock,
+    database_now,
+    stop_if_interrupted,
+    wait_end,
+    wait_once,
+)
 from .runtime.context import (
     WorkflowContext,
     current_context,
@@ -26,17 +34,7 @@ from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .runtime.suspension import suspend_if_long
 from .step import checkpoint
-from .waits import (
-    builtin_step,
-    cancel_key,
-    check_seconds,
-    clock,
-    database_now,
-    recorded,
-    stop_if_interrupted,
-    wait_end,
-    wait_once,
-)
+from .waits import builtin_step, check_seconds, recorded
 
 SLEEP_STEP = "dbos_agent.sleep"
 _SLEEP = builtin_step(SLEEP_STEP, codec_for(float))

@@ -1,7 +1,7 @@
-"""What every durable wait builds on (sleep, recv and get_event, streams, approvals,
-wait_first): built-in steps and their recorded outcomes, the checks that end a wait (a
-shutdown, a cancel), one wait on a waiter, the database clock, and a wait whose deadline
-is recorded as its step's intent (so a crash does not restart a timeout).
+"""What the durable waits of a workflow's body build on (sleep, recv and get_event,
+streams, approvals, wait_first): built-in steps and their recorded outcomes, and a wait
+whose deadline is recorded as its step's intent (so a crash does not restart a timeout).
+The database clock and what ends a wait (a shutdown, a cancel) are in runtime/clock.py.
 """
 
 from __future__ import annotations
@@ -9,28 +9,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from ..errors import NotInWorkflowError, NotLaunchedError
+from ..errors import NotInWorkflowError
 from ..records import StepStatus, WorkflowStatus
 from ..serialization import Codec
-from ..storage.database import SystemDatabase
 from ..storage.rows import StepRow, StepWrite
 from ..storage.suspension import WaitCondition
+from .runtime.clock import clock, database_now, wait_end, wait_once
 from .runtime.context import (
-    RuntimeStopping,
     WorkflowContext,
-    WorkflowHost,
     current_context,
     in_step,
 )
-from .runtime.notifications import CANCEL_CHANNEL, Waiter
+from .runtime.notifications import Waiter
 from .runtime.outcome import Outcome, step_outcome
-from .runtime.plans import Io, Plan, Wait
+from .runtime.plans import Io, Plan
 from .runtime.registry import RetryPolicy, StepDefinition
 from .runtime.suspension import suspend_if_long
 from .step import adopt_recorded, checkpoint, where
@@ -74,50 +71,6 @@ def check_seconds(seconds: float, what: str) -> float:
             f"{what} must be a finite, non-negative number of seconds, got {seconds!r}"
         )
     return value
-
-
-def stop_if_interrupted(ctx: WorkflowContext) -> None:
-    """End a wait in a workflow that is shutting down here (it stays PENDING and resumes
-    later), that was cancelled, or that must stop for another reason (as at a step
-    boundary)."""
-    if ctx.engine.notifications.closed:
-        raise RuntimeStopping()
-    ctx.check_not_stopped()
-
-
-def wait_once(
-    engine: WorkflowHost, waiter: Waiter, seconds: float, ctx: WorkflowContext | None
-) -> Plan[None]:
-    """Wait up to ``seconds`` (at most one poll interval), then stop if interrupted."""
-    yield Wait(waiter, min(seconds, engine.notifications.recheck_interval()))
-    if ctx is not None:
-        stop_if_interrupted(ctx)
-    elif engine.stopping or engine.notifications.closed:
-        raise NotLaunchedError("the dbos_agent engine is shutting down")
-
-
-def cancel_key(ctx: WorkflowContext) -> tuple[str, str]:
-    """The NOTIFY that wakes a waiting workflow when it is cancelled."""
-    return (CANCEL_CHANNEL, ctx.workflow_id)
-
-
-def clock(db: SystemDatabase) -> float:
-    """A monotonic clock that moves with the database clock's offset (tests move it)."""
-    return time.monotonic() + db.clock_offset
-
-
-def database_now(db: SystemDatabase) -> Plan[tuple[float, float]]:
-    """The database clock now, and the offset this process's clock had just before it
-    was read: an end computed from both stays right if a test moves the clock meanwhile
-    (it then errs towards the moved clock)."""
-    offset = db.clock_offset
-    now: float = yield Io(db.messages.database_time)
-    return now, offset
-
-
-def wait_end(seconds: float, offset: float) -> float:
-    """When, on :func:`clock`, ``seconds`` from a reading taken at ``offset`` are over."""
-    return time.monotonic() + offset + seconds
 
 
 # -- durable deadlines of recv and get_event ---------------------------------------------

@@ -79,8 +79,9 @@ RETURNING workflow_id, seq;
 -- scope: one workflow
 -- Record step `seq`'s result: the checkpoint. Only while the workflow is
 -- PENDING and owned by the caller's session (else its status reads NOT_OWNER),
--- and only if that position holds nothing or this step's own intent
--- (a result is written once, never overwritten). Returns whether this call
+-- and only if that position holds nothing, this step's own intent, or its own
+-- RETRYING row (a result is written once, never overwritten; a step that waited
+-- for retries keeps the start of its first attempt). Returns whether this call
 -- wrote, the workflow's status, and the row that was there before: the loser
 -- of a race adopts the recorded result.
 WITH workflow AS (
@@ -93,9 +94,9 @@ WITH workflow AS (
     WHERE (SELECT status FROM workflow) = 'PENDING'
     ON CONFLICT (workflow_id, seq) DO UPDATE
         SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
-            attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
-            finished_at = now()
-        WHERE steps.status = 'PENDING' AND steps.name = EXCLUDED.name
+            attempts = EXCLUDED.attempts, retry = NULL,
+            started_at = least(steps.started_at, EXCLUDED.started_at), finished_at = now()
+        WHERE steps.status IN ('PENDING', 'RETRYING') AND steps.name = EXCLUDED.name
     RETURNING seq
 )
 SELECT (SELECT count(*) FROM written) = 1 AS written,
@@ -154,12 +155,107 @@ SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now(),
 WHERE workflow_id = %(workflow_id)s AND status = 'IN_DOUBT'
 RETURNING name, inputs::text;
 
+-- name: retry_step_later
+-- scope: one workflow
+-- An attempt of step `seq` failed with a transient error and its next attempt is
+-- `delay` seconds away (database clock): the step's row becomes RETRYING (made, or
+-- its intent or earlier RETRYING row updated) with the last error, the attempts so
+-- far and `retry` {since, next_at, waiting_for}; `since` (its first attempt) is kept
+-- from an earlier RETRYING row, else it is now minus `elapsed`. With `suspend` the
+-- workflow is given up in the same statement: SUSPENDED 'retry' until next_at, owned
+-- by nobody. Guarded on the workflow being PENDING and the caller's, like every log
+-- write; returns, as record_step does, what held the position before, and the times.
+WITH workflow AS (
+    SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status,
+           extract(epoch FROM dbos_agent.now())::float8 AS now
+), planned AS (
+    SELECT coalesce(
+               (SELECT (s.retry ->> 'since')::float8 FROM dbos_agent.steps AS s
+                WHERE s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s
+                  AND s.status = 'RETRYING' AND s.name = %(name)s),
+               w.now - %(elapsed)s::float8) AS since,
+           w.now + %(delay)s::float8 AS next_at, w.now
+    FROM workflow AS w
+), written AS (
+    INSERT INTO dbos_agent.steps
+        (workflow_id, seq, name, status, error, attempts, started_at, finished_at, retry)
+    SELECT %(workflow_id)s, %(seq)s, %(name)s, 'RETRYING', %(error)s::jsonb, %(attempts)s,
+           %(started_at)s, NULL,
+           jsonb_build_object('since', p.since, 'next_at', p.next_at,
+                              'waiting_for', %(waiting_for)s::text)
+    FROM planned AS p
+    WHERE (SELECT status FROM workflow) = 'PENDING'
+    ON CONFLICT (workflow_id, seq) DO UPDATE
+        SET status = 'RETRYING', error = EXCLUDED.error, attempts = EXCLUDED.attempts,
+            retry = EXCLUDED.retry
+        WHERE steps.status IN ('PENDING', 'RETRYING') AND steps.name = EXCLUDED.name
+    RETURNING seq
+), suspended AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = 'SUSPENDED', owner_key = NULL, wait_kind = 'retry', wait_target = NULL,
+        wait_name = %(name)s, wake_at = to_timestamp((SELECT next_at FROM planned)),
+        updated_at = now()
+    WHERE %(suspend)s AND w.workflow_id = %(workflow_id)s AND w.status = 'PENDING'
+      AND w.owner_key IS NOT DISTINCT FROM %(owner_key)s
+      AND EXISTS (SELECT 1 FROM written)
+    RETURNING w.workflow_id
+)
+SELECT (SELECT count(*) FROM written) = 1 AS written,
+       (SELECT status FROM workflow) AS workflow_status,
+       s.name, s.status, s.output::text, s.error::text, s.attempts,
+       p.since, p.next_at, p.now, (SELECT count(*) FROM suspended) = 1 AS suspended
+FROM planned AS p
+LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
+
+-- name: reopen_step_intent
+-- scope: one workflow
+-- A non-idempotent step that waited for a retry is about to try again: its RETRYING
+-- row becomes its intent again (PENDING, inputs kept), so that a crash during the
+-- attempt leaves it in doubt as any intent. Guarded on the caller owning the
+-- PENDING workflow.
+UPDATE dbos_agent.steps
+SET status = 'PENDING', error = NULL, retry = NULL
+WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s AND status = 'RETRYING'
+  AND name = %(name)s
+  AND dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) = 'PENDING'
+RETURNING seq;
+
+-- name: retry_workflow_now
+-- scope: one workflow
+-- An operator's "try again now" (dbos-agent retry ID): the workflow's RETRYING steps
+-- are due now, a workflow SUSPENDED for its retry wakes (any waker may take it at
+-- once), and the NOTIFY on dbos_agent_retry ends the wait of a run that waits in a
+-- process. Returns the workflow's status and how many steps were waiting (no row:
+-- no such workflow).
+WITH due AS (
+    UPDATE dbos_agent.steps
+    SET retry = jsonb_set(retry, '{next_at}',
+                          to_jsonb(extract(epoch FROM dbos_agent.now())::float8))
+    WHERE workflow_id = %(workflow_id)s AND status = 'RETRYING'
+    RETURNING seq
+), woken AS (
+    UPDATE dbos_agent.workflows
+    SET wake_at = dbos_agent.now(), updated_at = now()
+    WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND wait_kind = 'retry'
+    RETURNING workflow_id
+), told AS (
+    SELECT pg_notify('dbos_agent_retry',
+                     CASE WHEN octet_length(%(workflow_id)s) < 7000
+                          THEN %(workflow_id)s ELSE '' END) AS sent
+    WHERE EXISTS (SELECT 1 FROM due)
+)
+SELECT w.status, (SELECT count(*) FROM due) AS retrying,
+       (SELECT count(*) FROM told) AS told, (SELECT count(*) FROM woken) AS woken
+FROM dbos_agent.workflows AS w
+WHERE w.workflow_id = %(workflow_id)s;
+
 -- name: load_steps
 -- scope: one workflow
 -- The whole log of one workflow, for replay: one query, not one per step. An
--- intent (PENDING) comes with its inputs: a waiting recv keeps its deadline there.
+-- intent (PENDING) comes with its inputs: a waiting recv keeps its deadline there;
+-- a RETRYING step with its retry state (migration 023).
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts,
-       CASE WHEN status = 'PENDING' THEN inputs::text END AS inputs
+       CASE WHEN status = 'PENDING' THEN inputs::text END AS inputs, retry::text
 FROM dbos_agent.steps
 WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;
@@ -169,7 +265,7 @@ ORDER BY seq;
 -- The logs of a batch of workflows being recovered or woken, in one query (as
 -- load_steps).
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts,
-       CASE WHEN status = 'PENDING' THEN inputs::text END AS inputs
+       CASE WHEN status = 'PENDING' THEN inputs::text END AS inputs, retry::text
 FROM dbos_agent.steps
 WHERE workflow_id = ANY(%(workflow_ids)s)
 ORDER BY workflow_id, seq;
@@ -183,7 +279,7 @@ ORDER BY workflow_id, seq;
 -- statement so that the state and the log are one snapshot. A workflow with an
 -- empty log comes back as one row without a step.
 SELECT w.workflow_id, s.seq, s.name, s.status, s.output::text, s.error::text, s.attempts,
-       CASE WHEN s.status = 'PENDING' THEN s.inputs::text END AS inputs
+       CASE WHEN s.status = 'PENDING' THEN s.inputs::text END AS inputs, s.retry::text
 FROM dbos_agent.workflows AS w
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = w.workflow_id
 WHERE w.workflow_id = ANY(%(workflow_ids)s) AND w.status = 'PENDING'
@@ -211,11 +307,15 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 
 -- name: get_workflow
 -- scope: one workflow
-SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
-       app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
-FROM dbos_agent.workflows
-WHERE workflow_id = %(workflow_id)s;
+-- With the first of its steps waiting for a retry, if any (retrying_step).
+SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
+       w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
+       w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
+       w.wake_at, w.run_started_at, w.diverged, r.*
+FROM dbos_agent.workflows AS w
+LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
+    ON w.status IN ('PENDING', 'SUSPENDED')
+WHERE w.workflow_id = %(workflow_id)s;
 
 -- name: list_workflows
 -- scope: many
@@ -224,10 +324,16 @@ WHERE workflow_id = %(workflow_id)s;
 -- with AND): each combination is its own statement with its own plan, which walks the
 -- index of its filter (workflows_by_status, workflows_by_name, workflows_by_created)
 -- instead of a generic plan for "the parameter is NULL or matches" that can use none.
+-- An unfinished workflow comes with the first of its steps waiting for a retry (a
+-- dependency waited out, migration 023: retrying_step, through the small steps_retrying
+-- index).
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
-FROM dbos_agent.workflows
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
+       r.*
+FROM dbos_agent.workflows AS w
+LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
+    ON w.status IN ('PENDING', 'SUSPENDED')
 WHERE {filters}
 ORDER BY created_at DESC, workflow_id DESC
 LIMIT %(limit)s;
@@ -246,7 +352,7 @@ LIMIT 1;
 -- name: list_steps
 -- scope: one workflow
 SELECT workflow_id, seq, name, status, output::text, error::text, attempts, started_at,
-       finished_at, inputs::text
+       finished_at, inputs::text, retry::text
 FROM dbos_agent.steps
 WHERE workflow_id = %(workflow_id)s
 ORDER BY seq;

@@ -54,9 +54,12 @@ CREATE TABLE dbos_agent.workflows (
     -- What wakes a SUSPENDED workflow: 'sleep' at wake_at; 'recv' a message to it
     -- (wait_target, itself) on topic wait_name, or its deadline wake_at; 'event'
     -- workflow wait_target publishing event wait_name, or the deadline; 'child'
-    -- workflow wait_target finishing. A delayed start is SUSPENDED 'sleep' until
-    -- wake_at; a delayed enqueue is ENQUEUED with wake_at, not dequeued before then.
-    wait_kind             text        CHECK (wait_kind IN ('sleep', 'recv', 'event', 'child')),
+    -- workflow wait_target finishing; 'retry' the next attempt, at wake_at, of its
+    -- RETRYING step named wait_name (a failing dependency waited out, migration 023).
+    -- A delayed start is SUSPENDED 'sleep' until wake_at; a delayed enqueue is
+    -- ENQUEUED with wake_at, not dequeued before then.
+    wait_kind             text
+        CHECK (wait_kind IN ('sleep', 'recv', 'event', 'child', 'retry')),
     wait_target           text,
     wait_name             text,
     wake_at               timestamptz,
@@ -99,8 +102,8 @@ CREATE TABLE dbos_agent.workflows (
     -- Exactly the SUSPENDED workflows say what wakes them, and say it whole.
     CONSTRAINT workflows_suspended_waits CHECK (
         (status = 'SUSPENDED') = (wait_kind IS NOT NULL)
-        AND (wait_kind IS DISTINCT FROM 'sleep' OR wake_at IS NOT NULL)
-        AND (wait_kind NOT IN ('recv', 'event') OR wait_name IS NOT NULL)
+        AND (wait_kind NOT IN ('sleep', 'retry') OR wake_at IS NOT NULL)
+        AND (wait_kind NOT IN ('recv', 'event', 'retry') OR wait_name IS NOT NULL)
         AND (wait_kind NOT IN ('event', 'child') OR wait_target IS NOT NULL)
     )
 );
@@ -147,6 +150,11 @@ CREATE INDEX workflows_dequeued_by_queue
 -- primary key makes "two runs both record step N" impossible. A non-idempotent
 -- step first writes an intent (status PENDING, with its inputs); its result then
 -- fills that row, once. An intent without a result after a crash is in doubt.
+-- A step waiting out a failing dependency (migration 023) is RETRYING: the last
+-- error, the attempts so far, and `retry` {"since", "next_at": epoch seconds on the
+-- database clock, "waiting_for": what it waits for}; no attempt runs while the row
+-- says so (a non-idempotent step makes it its intent again first), and its outcome
+-- is recorded over it, once.
 -- No foreign key to workflows: every insert is guarded by the workflow's status
 -- and owner in the same statement, and a foreign key would lock the parent row
 -- on every step.
@@ -154,7 +162,8 @@ CREATE TABLE dbos_agent.steps (
     workflow_id text        NOT NULL,
     seq         integer     NOT NULL CHECK (seq >= 0),
     name        text        NOT NULL,
-    status      text        NOT NULL CHECK (status IN ('PENDING', 'SUCCESS', 'ERROR')),
+    status      text        NOT NULL
+        CHECK (status IN ('PENDING', 'SUCCESS', 'ERROR', 'RETRYING')),
     inputs      jsonb,
     output      jsonb,
     error       jsonb,
@@ -167,8 +176,32 @@ CREATE TABLE dbos_agent.steps (
         OR (status = 'ERROR' AND error IS NOT NULL AND output IS NULL
             AND finished_at IS NOT NULL)
         OR (status = 'PENDING' AND output IS NULL AND error IS NULL AND finished_at IS NULL)
+        OR (status = 'RETRYING' AND output IS NULL AND error IS NOT NULL
+            AND finished_at IS NULL)
+    ),
+    retry       jsonb,
+    CONSTRAINT steps_retry_when_retrying CHECK (
+        (status = 'RETRYING') = (retry IS NOT NULL)
+        AND (retry IS NULL OR (jsonb_typeof(retry -> 'since') = 'number'
+                               AND jsonb_typeof(retry -> 'next_at') = 'number'))
     )
 );
+-- The steps waiting for their next attempt (operators list them; few at any time).
+CREATE INDEX steps_retrying ON dbos_agent.steps (workflow_id, seq) WHERE status = 'RETRYING';
+
+-- The first step of a workflow that waits for its next attempt (at most one row): what
+-- `workflows list/show` say it waits for, whether it is SUSPENDED meanwhile or waits in
+-- the process that runs it.
+CREATE FUNCTION dbos_agent.retrying_step(wid text)
+RETURNS TABLE (retry_seq integer, retry_step text, retry_attempts integer,
+               retry_error text, retry_state text)
+LANGUAGE sql STABLE AS $$
+    SELECT s.seq, s.name, s.attempts, s.error::text, s.retry::text
+    FROM dbos_agent.steps AS s
+    WHERE s.workflow_id = wid AND s.status = 'RETRYING'
+    ORDER BY s.seq
+    LIMIT 1
+$$;
 
 -- The status a session may write under: the workflow's status, or NOT_OWNER
 -- when it is PENDING under another session (NULL when there is no such

@@ -150,6 +150,7 @@ def parse_history(document: str, where: str) -> History:
                 _stored_text(s.get("error")),
                 int(s.get("attempts") or 1),
                 _stored_text(s.get("inputs")) if s["status"] == StepStatus.PENDING else None,
+                _stored_text(s.get("retry")) if s["status"] == StepStatus.RETRYING else None,
             )
             for s in doc.get("steps", [])
         }

@@ -119,6 +119,19 @@ class OperationStore:
             row["approvals"],
         )
 
+    def retry_now(self, workflow_id: str) -> tuple[WorkflowStatus, int] | None:
+        """Make the workflow's steps that wait for a retry due now (waking it if it is
+        SUSPENDED for that, telling the process that waits for it otherwise); its status
+        and how many steps were waiting, or None if unknown."""
+        row = self._db.one(
+            "retry_workflow_now",
+            f"retry workflow {workflow_id!r} now",
+            workflow_id=workflow_id,
+        )
+        if row is None:
+            return None
+        return WorkflowStatus(row["status"]), int(row["retrying"])
+
     def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:
         """``(original id, from_step)`` of a forked workflow, else None."""
         row = self._db.one(

@@ -7,12 +7,19 @@ back through ``jsonb.from_db`` so NUL-escaped values come back as written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from ..records import Divergence, StepStatus, WaitInfo, WorkflowInfo, WorkflowStatus
+from ..records import (
+    Divergence,
+    RetryInfo,
+    StepStatus,
+    WaitInfo,
+    WorkflowInfo,
+    WorkflowStatus,
+)
 from . import jsonb
 
 Row = dict[str, Any]
@@ -55,6 +62,8 @@ class StepRow:
     attempts: int
     #: An intent's inputs, when the log was read for replay (other rows: None).
     inputs: str | None = None
+    #: A RETRYING row's retry state (JSON: since, next_at, waiting_for), else None.
+    retry: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +197,32 @@ def workflow_info(row: Row) -> WorkflowInfo:
             if row["status"] == WorkflowStatus.ENQUEUED and row.get("wait_kind") is None
             else None
         ),
+        retrying=retry_info(
+            row.get("retry_seq"),
+            row.get("retry_step"),
+            row.get("retry_attempts"),
+            row.get("retry_error"),
+            row.get("retry_state"),
+        ),
+    )
+
+
+def retry_info(
+    seq: int | None, step: str | None, attempts: int | None, error: Any, state: Any
+) -> RetryInfo | None:
+    """A RETRYING step's columns (its ``retry`` state, migration 023) as a record."""
+    found = jsonb.parse(state) if isinstance(state, str) else state
+    if seq is None or step is None or not isinstance(found, dict):
+        return None
+    last = jsonb.parse(error) if isinstance(error, str) else error
+    return RetryInfo(
+        seq=seq,
+        step=step,
+        waiting_for=str(found.get("waiting_for") or step),
+        attempts=int(attempts or 0),
+        since=datetime.fromtimestamp(float(found["since"]), UTC),
+        next_at=datetime.fromtimestamp(float(found["next_at"]), UTC),
+        last_error=last if isinstance(last, dict) else None,
     )
 
 
@@ -216,6 +251,7 @@ def step_row(row: Row, seq: int | None = None) -> StepRow:
         text_of(row["error"]),
         row["attempts"],
         text_of(row.get("inputs")),
+        text_of(row.get("retry")),
     )
 
 

@@ -19,7 +19,7 @@ from ..records import StepInfo, StepStatus, WorkflowStatus
 from . import jsonb
 from .connector import Connection, Connector
 from .group_commit import GroupCommit
-from .rows import StepRow, StepWrite, step_row, step_write, text_of
+from .rows import StepRow, StepWrite, retry_info, step_row, step_write, text_of
 from .sql_files import query
 
 T = TypeVar("T")
@@ -161,6 +161,51 @@ class StepStore:
             )
         return step_write(seq, row)
 
+    def retry_later(self, later: RetryLater) -> RetryWrite:
+        """Record that step ``later.seq`` waits for its next attempt (RETRYING), and give
+        its workflow up to wait (SUSPENDED 'retry') when ``later.suspend``: one guarded
+        statement (``retry_step_later``)."""
+        where = f"workflow {later.workflow_id!r} step {later.seq} ({later.name}) retry"
+        with self._db.log_write(later.workflow_id, later.seq):
+            row = self._db.one(
+                "retry_step_later",
+                f"note the retry of step {later.seq} of workflow {later.workflow_id!r}",
+                where=where,
+                workflow_id=later.workflow_id,
+                seq=later.seq,
+                name=later.name,
+                error=jsonb.to_db(later.error),
+                attempts=later.attempts,
+                started_at=later.started_at,
+                owner_key=later.owner_key,
+                elapsed=later.elapsed,
+                delay=later.delay,
+                waiting_for=later.waiting_for,
+                suspend=later.suspend,
+            )
+        assert row is not None
+        return RetryWrite(
+            write=step_write(later.seq, row),
+            since=float(row["since"]),
+            next_at=float(row["next_at"]),
+            now=float(row["now"]),
+            suspended=bool(row["suspended"]),
+        )
+
+    def reopen_intent(self, workflow_id: str, seq: int, name: str, owner_key: int | None) -> bool:
+        """Make a non-idempotent step's RETRYING row its intent again before it is tried
+        again (a crash during the attempt then leaves it in doubt); False when the row is
+        not that, or the workflow is no longer the caller's."""
+        row = self._db.one(
+            "reopen_step_intent",
+            f"reopen the intent of step {seq} of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            seq=seq,
+            name=name,
+            owner_key=owner_key,
+        )
+        return row is not None
+
     def resolve_in_doubt(
         self, workflow_id: str, seq: int, output: str | None, owner_key: int | None
     ) -> tuple[str, str] | None:
@@ -244,6 +289,9 @@ class StepStore:
                 started_at=row["started_at"],
                 finished_at=row["finished_at"],
                 inputs=jsonb.parse(row["inputs"]),
+                retry=retry_info(
+                    row["seq"], row["name"], row["attempts"], row["error"], row["retry"]
+                ),
             )
             for row in rows
         ]
@@ -257,6 +305,40 @@ class StepStore:
             seq=seq,
         )
         return None if row is None else text_of(row["inputs"])
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLater:
+    """What :meth:`StepStore.retry_later` writes: a failed attempt's error (JSON), the
+    attempts so far, how long ago the first one started (``elapsed``, used when no earlier
+    RETRYING row says it), the wait before the next one, what it waits for, and whether
+    the workflow is given up meanwhile."""
+
+    workflow_id: str
+    seq: int
+    name: str
+    error: str
+    attempts: int
+    started_at: datetime
+    owner_key: int | None
+    elapsed: float
+    delay: float
+    waiting_for: str
+    suspend: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RetryWrite:
+    """What :meth:`StepStore.retry_later` did: the write (as a checkpoint's), the first
+    attempt's and the next attempt's times and the time of the write (epoch seconds,
+    database clock), and whether the workflow is SUSPENDED now."""
+
+    write: StepWrite
+    since: float
+    next_at: float
+    #: The database clock when it was written.
+    now: float
+    suspended: bool
 
 
 @dataclass(frozen=True, slots=True)

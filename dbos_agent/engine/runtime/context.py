@@ -23,7 +23,6 @@ from ...errors import (
     WorkflowDivergedError,
 )
 from ...limits import check_identifier
-from ...records import StepStatus
 from ...storage.rows import StepRow
 
 log = logging.getLogger(__name__)
@@ -183,14 +182,15 @@ class WorkflowContext:
             with self._lock:
                 self._waits -= 1
 
-    def may_suspend(self) -> bool:
+    def may_suspend(self, *, own_step: bool = False) -> bool:
         """Whether this run may give its workflow up to wait (see suspension.py): a
-        background run, with no step running and no other wait (a suspended workflow
-        records one wake-up condition, so two waits at once stay in memory)."""
+        background run, with no step running (but the waiting one itself, for a step
+        that waits for its next attempt: ``own_step``) and no other wait (a suspended
+        workflow records one wake-up condition, so two waits at once stay in memory)."""
         with self._lock:
             return (
                 self.suspendable
-                and self._live_steps == 0
+                and self._live_steps == (1 if own_step else 0)
                 and self._waits <= 1
                 and self.stop_reason is None
             )
@@ -232,7 +232,7 @@ class WorkflowContext:
                 StopReason.DIVERGED,
                 WorkflowDivergedError(self.workflow_id, seq, recorded.name, name),
             )
-        if self.engine.replay_only and (recorded is None or recorded.status is StepStatus.PENDING):
+        if self.engine.replay_only and (recorded is None or not recorded.status.finished):
             raise self.stop_past_log(seq)  # it would run live (or resolve an intent) here
         return seq, recorded
 

@@ -38,6 +38,9 @@ EVENTS_CHANNEL = "dbos_agent_events"
 CANCEL_CHANNEL = "dbos_agent_cancel"
 #: Payload: a workflow that finished while another was suspended on its result.
 FINISHED_CHANNEL = "dbos_agent_finished"
+#: Payload: a workflow whose steps waiting for a retry were made due now (``dbos-agent
+#: retry``): a run waiting for it in memory tries at once, the waker wakes a suspended one.
+RETRY_CHANNEL = "dbos_agent_retry"
 #: Payload '': a workflow became claimable (PENDING without an owner, or its session
 #: ended): take-over passes look now.
 CLAIMABLE_CHANNEL = "dbos_agent_claimable"

@@ -73,8 +73,10 @@ def _replay_stops(request: Wait | Await) -> BaseException | None:
     return None
 
 
-def run_plan(plan: Plan[T]) -> T:
-    """Drive a plan in this thread: calls are made here, waits block here."""
+def run_plan(plan: Plan[T], *, blocking: bool = False) -> T:
+    """Drive a plan in this thread: calls are made here, waits block here (refused on a
+    shared event loop's thread unless the caller accepts ``blocking`` it, as a sync step
+    that the user put in an async workflow does)."""
     reply: Any = None
     failure: BaseException | None = None
     try:
@@ -91,7 +93,8 @@ def run_plan(plan: Plan[T]) -> T:
                 stop = _replay_stops(request)
                 if stop is not None:
                     raise stop
-                refuse_blocking_wait("a sync durable wait (sleep, recv, get_event, result)")
+                if not blocking:
+                    refuse_blocking_wait("a sync durable wait (sleep, recv, get_event, result)")
                 if isinstance(request, Await):
                     reply = request.future.result(request.seconds)
                 elif request.waiter is None:

@@ -16,9 +16,10 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from ...errors import DbosAgentError
+from ...errors import DbosAgentError, DependencyUnavailableError, InvalidOptionError
 from ...limits import check_identifier
 from ...serialization import Codec, InputsCodec, result_codec
 
@@ -34,7 +35,14 @@ _code_modules: dict[str, str] = {}
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How often and how patiently a failing step is tried again."""
+    """How often and how patiently a failing step is tried again.
+
+    Two limits, as Temporal's retry policy has: ``retries`` attempts after the first for
+    any error it retries (``retry_on`` and ``retry_if``), and, with ``give_up_after``, a
+    horizon in seconds from the first attempt during which a *transient* error is tried
+    again past ``retries`` (a dependency that is down is waited out). Waits longer than
+    the engine's ``suspend_after`` are durable (see ``runtime/retries.py``).
+    """
 
     retries: int = 0
     interval: float = 1.0
@@ -46,6 +54,13 @@ class RetryPolicy:
     #: ``retry_on`` *and* ``retry_if(error)`` is true (a 429 but not a 400 of one
     #: exception class). An exception raised by the predicate itself ends the retries.
     retry_if: Callable[[BaseException], bool] | None = None
+    #: Seconds from the first attempt during which a transient error is tried again,
+    #: whatever ``retries`` says (None: ``retries`` alone decides; ``math.inf``: never
+    #: give up). Past it the last error is recorded.
+    give_up_after: float | None = None
+    #: What a transient failure waits for, as operators read it (``"the model API"``);
+    #: None: the step's own name.
+    waits_for: str | None = None
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -54,17 +69,32 @@ class RetryPolicy:
             raise ValueError("interval and max_interval must be >= 0 and backoff >= 1")
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"jitter must be between 0 and 1, got {self.jitter}")
+        object.__setattr__(self, "give_up_after", seconds_option(self.give_up_after))
+
+    def transient(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt at all (whatever the count says):
+        one of ``retry_on`` that ``retry_if`` allows, never an engine signal. A
+        :class:`~dbos_agent.errors.DependencyUnavailableError` always is."""
+        if isinstance(error, DependencyUnavailableError):
+            return True
+        if not isinstance(error, self.retry_on) or isinstance(error, DbosAgentError):
+            return False
+        return self.retry_if is None or self._predicate_allows(error)
+
+    def backoff_delay(self, attempt: int, error: BaseException) -> float:
+        """Seconds before attempt ``attempt + 1``: ``interval * backoff**(attempt-1)``, at
+        most ``max_interval``, randomised by +/- ``jitter``."""
+        exponent = min(attempt - 1, 64)  # no overflow after thousands of attempts
+        delay = min(self.interval * self.backoff**exponent, self.max_interval)
+        return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
 
     def delay_before_retry(self, attempt: int, error: BaseException) -> float | None:
-        """Seconds to wait before attempt ``attempt + 1``, or None to give up."""
-        if attempt > self.retries or not isinstance(error, self.retry_on):
+        """Seconds to wait before attempt ``attempt + 1`` within ``retries``, or None."""
+        if attempt > self.retries or not self.transient(error):
             return None
-        if isinstance(error, DbosAgentError):  # engine signals are never retried
-            return None
-        if self.retry_if is not None and not self._predicate_allows(error):
-            return None
-        delay = min(self.interval * self.backoff ** (attempt - 1), self.max_interval)
-        return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
+        if isinstance(error, DependencyUnavailableError) and not isinstance(error, self.retry_on):
+            return None  # only the horizon retries what the step did not ask to retry
+        return self.backoff_delay(attempt, error)
 
     def _predicate_allows(self, error: BaseException) -> bool:
         """``retry_if(error)``; a predicate that fails says no (the step's own error is
@@ -78,8 +108,27 @@ class RetryPolicy:
 
     @property
     def max_attempts(self) -> int:
-        """How many attempts a step gets at most (1 + retries)."""
+        """How many attempts a step gets at most (1 + retries; a step with a horizon may
+        get more while its errors are transient)."""
         return self.retries + 1
+
+
+def seconds_option(value: object, name: str = "give_up_after") -> float | None:
+    """A duration option as seconds: a number or a ``timedelta``, not negative, not NaN
+    (``math.inf``: for ever); None stays None. Anything else is an InvalidOptionError
+    naming the option, raised where it is given."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidOptionError(
+            f"{name} must be a number of seconds or a timedelta, got {value!r}"
+        )
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidOptionError(f"{name} must be >= 0 seconds (or math.inf), got {value!r}")
+    return seconds
 
 
 class _NotDone:
