@@ -181,7 +181,7 @@ def test_dependency_unavailable_is_transient_whatever_retry_on_says() -> None:
 @pytest.mark.parametrize("bad", [-1, math.nan, "1h", True, [3]])
 def test_give_up_after_is_checked_when_the_step_is_defined(bad: object) -> None:
     with pytest.raises(InvalidOptionError, match="give_up_after"):
-        da.step(give_up_after=bad)(lambda: None)  # type: ignore[arg-type]
+        da.step(give_up_after=bad)(lambda: None)  # type: ignore[call-overload]
 
 
 def test_give_up_after_takes_a_timedelta_and_infinity() -> None:
