@@ -142,8 +142,9 @@ def test_5xx_and_a_dropped_connection_are_retried(runtime: da.Runtime) -> None:
             assert conversation(1) == ["ok"]
         assert da.list_steps(wid)[0].attempts == 3
 
-    # nothing listens on this port any more: connection refused, then give up
-    CURRENT["model"] = fast_model(url, retries=2)
+    # nothing listens on this port any more: connection refused, then give up (with no
+    # horizon, as give_up_after=None asks, only `retries` decides)
+    CURRENT["model"] = fast_model(url, retries=2, give_up_after=None)
     wid = new_id()
     with pytest.raises(anthropic.APIConnectionError), da.workflow_id(wid):
         conversation(1)

@@ -28,7 +28,7 @@ import dbos_agent as da
 from dbos_agent.agent import ToolRegistry
 from dbos_agent.agent.mcp import McpConnectionError, McpHttpServer
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id
+from tests.helpers import new_id, wait_until
 from tests.test_mcp_tools import CURRENT, async_calls, effects, use
 from tests.test_web import free_port
 
@@ -155,15 +155,22 @@ def test_no_secret_of_the_url_or_headers_reaches_an_error_the_log_or_a_repr(
     alone = ToolRegistry()
     mcp_server = alone.add_mcp(server, connect_timeout=5, reconnects=1)
     try:
-        result = asyncio.run(mcp_server.call_tool("add", {"a": 1, "b": 2}, idempotent=True))
+        with pytest.raises(McpConnectionError) as unreachable:  # a call waits for it too
+            asyncio.run(mcp_server.call_tool("add", {"a": 1, "b": 2}, idempotent=True))
     finally:
         alone.close()
-    assert result.is_error
-    assert not any(secret in result.model_dump_json() for secret in SECRETS)
+    assert not any(secret in str(unreachable.value) for secret in SECRETS)
 
+    # in a workflow the listing waits for the server, its error on the RETRYING row
     wid = new_id("mcp-http-secrets")
     handle = da.start(async_calls, [use(0, "add", a=1, b=2)], workflow_id=wid)
-    with pytest.raises(McpConnectionError):
-        handle.result(timeout=120)
-    recorded = [repr(step) for step in inspector.steps(wid)] + [repr(handle.get_info())]
+    wait_until(lambda: handle.get_info().retrying is not None, 60, "the listing to wait")
+    info = handle.get_info()
+    assert info.retrying is not None and info.retrying.waiting_for == f"MCP server {LISTING[15:]!r}"
+    assert f"127.0.0.1:{port}/mcp" in info.retrying.error_line()
+    recorded = [repr(step) for step in inspector.steps(wid)] + [
+        repr(info),
+        info.retrying.describe(),
+    ]
     assert recorded and not any(secret in text for text in recorded for secret in SECRETS)
+    da.cancel(wid)

@@ -14,7 +14,14 @@ its guard, retries, ``timeout``), so an agent loop cannot tell them apart:
 * **A server that dies or hangs never hangs the agent.** A broken connection is reopened
   (a new server process) and an idempotent call tried again, at most ``reconnects`` times;
   a non-idempotent call is never sent twice. Connecting and every request have a timeout.
-  What is left after that is recorded as an ``isError`` result naming the failure.
+* **A server that is down is waited out, never recorded.** A listing, or a call, that
+  cannot reach the server (it does not start, refuses connections, closes before the
+  request could be sent; for an idempotent tool, also after it was sent) raises
+  :class:`McpConnectionError`, a ``DependencyUnavailableError``: its step waits durably
+  for its next attempt (``workflows list`` says it waits for ``MCP server 'name'``), up to
+  ``give_up_after`` (24 hours by default, a tool option like any other). A non-idempotent
+  call that may have reached the server is never sent again: it is recorded as an
+  ``isError`` result saying so, and so is a call the server refused or that timed out.
 
 The connection to a server given as parameters (``StdioServerParameters``, or a command
 list) or as a URL (:class:`~.mcp_sources.McpHttpServer`, Streamable HTTP) is opened lazily
@@ -28,27 +35,30 @@ registry calls it there, and sync use from that loop's own thread is refused wit
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import itertools
 import json
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TextIO, TypeVar, Unpack
+from typing import Any, TextIO, TypeVar, Unpack, cast
 
-import anyio
 from mcp import ClientSession
 from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 
 from ..engine.extending import WorkflowContext, current_context
 from ..engine.step import step as engine_step
-from ..errors import DbosAgentError
+from .mcp_connections import (
+    AsyncOnlyToolError,
+    Connection,
+    GivenSession,
+    McpConnectionError,
+    OwnedConnection,
+    connection_closed,
+)
 from .mcp_sources import (
     McpHttpServer,
     McpSource,
-    Transport,
     default_name,
     safe_name,
     transport_for,
@@ -78,29 +88,9 @@ DEFAULT_REQUEST_TIMEOUT = 300.0
 PING_TIMEOUT = 10.0
 #: Step name of a server's tool listing.
 LIST_STEP_PREFIX = "mcp:list_tools:"
-
-
-class AsyncOnlyToolError(TypeError):
-    """An MCP tool called from sync code where it cannot run: its ``ClientSession``
-    belongs to an event loop that this thread would block (or that is not running)."""
-
-
-class McpConnectionError(DbosAgentError):
-    """The connection to an MCP server failed: the server died, closed its pipes, never
-    came up or cannot be reached (raised by a listing; a call gets an ``isError`` result
-    instead). Its message names the server without its secrets.
-
-    ``sent``: the request may have reached the server; ``session``: the one that broke.
-    """
-
-    def __init__(self, message: str, *, sent: bool, session: ClientSession | None) -> None:
-        super().__init__(message)
-        self.sent = sent
-        self.session = session
-
-    @classmethod
-    def of(cls, exc: BaseException, session: ClientSession, *, sent: bool) -> McpConnectionError:
-        return cls(str(exc) or type(exc).__name__, sent=sent, session=session)
+#: How long a listing or call waits out a server that is down (seconds) unless the tool
+#: options say otherwise (``give_up_after``).
+DEFAULT_GIVE_UP_AFTER = 24 * 3600.0
 
 
 def error_result(text: str) -> mcp_types.CallToolResult:
@@ -108,239 +98,6 @@ def error_result(text: str) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(
         content=[mcp_types.TextContent(type="text", text=text)], is_error=True
     )
-
-
-def _closed(exc: BaseException) -> bool:
-    """Does ``exc`` mean the connection is gone (rather than the server refusing)?"""
-    if isinstance(exc, MCPError):
-        return exc.code == mcp_types.CONNECTION_CLOSED
-    return isinstance(
-        exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError
-    )
-
-
-#: What an HTTP server answers (404) to a request of a session it does not know (it was
-#: restarted, or let the session expire): the spec says to start a new session.
-_LOST_SESSION = ("Session not found", "Session terminated")
-
-
-def _session_lost(exc: BaseException) -> bool:
-    """Does ``exc`` say the server no longer knows the session (nothing was run)?"""
-    return (
-        isinstance(exc, MCPError)
-        and exc.code == mcp_types.INVALID_REQUEST
-        and exc.message in _LOST_SESSION
-    )
-
-
-class _Connection:
-    """Runs coroutines against one live ``ClientSession``, opening it when needed."""
-
-    async def run(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        raise NotImplementedError
-
-    def run_sync(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        raise NotImplementedError
-
-    def reconnectable(self) -> bool:
-        return False
-
-    def reset_sync(self, broken: ClientSession | None) -> None:
-        """Drop the connection of session ``broken`` if it is still the current one
-        (calls that broke together reopen it once); the next :meth:`run` opens a new one."""
-
-    def close(self) -> None:
-        """Close what this object opened."""
-
-    def scrub(self, text: str) -> str:
-        """``text`` without the secrets of how this connection reaches its server."""
-        return text
-
-
-async def _guarded(
-    session: ClientSession, use: Callable[[ClientSession], Awaitable[T]], timeout: float
-) -> T:
-    try:
-        return await asyncio.wait_for(use(session), timeout)
-    except TimeoutError:
-        raise
-    except Exception as exc:
-        if _session_lost(exc):  # refused before it ran: safe to send on a new session
-            raise McpConnectionError.of(exc, session, sent=False) from exc
-        if _closed(exc):
-            raise McpConnectionError.of(exc, session, sent=True) from exc
-        raise
-
-
-class _OwnedConnection(_Connection):
-    """A connection this registry opens (a server it starts over stdio, or one it reaches
-    over HTTP), on an event loop thread of its own.
-
-    The session and its transport are entered and left by one task (anyio's task groups
-    require it), which holds them open until :meth:`reset_sync` or :meth:`close`. What it
-    says of a failure is scrubbed of the server's secrets (see ``mcp_sources``).
-    """
-
-    def __init__(self, transport: Transport, connect_timeout: float) -> None:
-        self.transport = transport
-        self.connect_timeout = connect_timeout
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: ClientSession | None = None
-        self._holder: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None
-        self._opening: asyncio.Lock | None = None
-
-    def reconnectable(self) -> bool:
-        return True
-
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=_serve, args=(loop,), name="dbos-agent-mcp", daemon=True
-                ).start()
-                self._loop = loop
-            return self._loop
-
-    def _submit(
-        self, use: Callable[[ClientSession], Awaitable[T]], timeout: float
-    ) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(self._on_loop(use, timeout), self._ensure_loop())
-
-    async def run(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        return await asyncio.wrap_future(self._submit(use, timeout))
-
-    def run_sync(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        if self._loop is not None and _on_thread(self._loop):
-            raise AsyncOnlyToolError("an MCP call cannot wait for its own connection's loop")
-        return self._submit(use, timeout).result(timeout + self.connect_timeout + 5)
-
-    async def _on_loop(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        session = await self._open()
-        try:
-            return await _guarded(session, use, timeout)
-        except McpConnectionError as broken:
-            scrubbed = self.transport.scrub(str(broken))
-            raise McpConnectionError(scrubbed, sent=broken.sent, session=broken.session) from None
-        except (MCPError, TimeoutError):
-            raise  # the server's answer, or our own words
-        except Exception as exc:  # the transport's: its text may name the URL
-            text = self.transport.scrub(f"{type(exc).__name__}: {exc}")
-            raise McpConnectionError(text, sent=True, session=session) from None
-
-    def scrub(self, text: str) -> str:
-        return self.transport.scrub(text)
-
-    async def _open(self) -> ClientSession:
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._session is not None:
-                return self._session
-            ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
-            self._stop = asyncio.Event()
-            self._holder = asyncio.ensure_future(self._hold(ready, self._stop))
-            try:
-                self._session = await asyncio.wait_for(asyncio.shield(ready), self.connect_timeout)
-            except BaseException as exc:
-                await self._end_holder()
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                said = self.transport.scrub(repr(exc))
-                message = f"could not connect to {self.transport.describe}: {said}"
-                raise McpConnectionError(message, sent=False, session=None) from exc
-            return self._session
-
-    async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
-        try:
-            async with (
-                self.transport.streams() as streams,
-                ClientSession(*streams) as session,
-            ):
-                await session.initialize()
-                ready.set_result(session)
-                await stop.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-
-    async def _end_holder(self, only: ClientSession | None = None) -> None:
-        """End the task holding the connection open (if it holds ``only``, when given)."""
-        if only is not None and self._session is not only:
-            return
-        holder, self._holder, self._session = self._holder, None, None
-        if self._stop is not None:
-            self._stop.set()
-        if holder is not None:
-            done, _ = await asyncio.wait({holder}, timeout=10)
-            if not done:
-                holder.cancel()
-                await asyncio.gather(holder, return_exceptions=True)
-
-    def reset_sync(self, broken: ClientSession | None) -> None:
-        loop = self._loop
-        if loop is not None and broken is not None:
-            asyncio.run_coroutine_threadsafe(self._end_holder(broken), loop).result(30)
-
-    def close(self) -> None:
-        with self._lock:
-            loop, self._loop = self._loop, None
-        if loop is None:
-            return
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._end_holder(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        self._opening = None  # bound to that loop; a later use starts a new one
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """The connection thread: run ``loop`` until :meth:`_OwnedConnection.close` stops it."""
-    try:
-        loop.run_forever()
-    finally:
-        loop.close()
-
-
-def _on_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    """Is ``loop`` the loop running in this thread?"""
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
-class _GivenSession(_Connection):
-    """A session the application opened: called on its own event loop, never reopened."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-        self.loop: asyncio.AbstractEventLoop | None = None
-        with contextlib.suppress(RuntimeError):
-            self.loop = asyncio.get_running_loop()
-
-    async def run(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        running = asyncio.get_running_loop()
-        if self.loop is None or self.loop.is_closed():
-            self.loop = running
-        if self.loop is running:
-            return await _guarded(self.session, use, timeout)
-        future = asyncio.run_coroutine_threadsafe(_guarded(self.session, use, timeout), self.loop)
-        return await asyncio.wrap_future(future)
-
-    def run_sync(self, use: Callable[[ClientSession], Awaitable[T]], timeout: float) -> T:
-        loop = self.loop
-        if loop is None or not loop.is_running() or _on_thread(loop):
-            raise AsyncOnlyToolError(
-                "this MCP ClientSession belongs to an event loop that sync code here cannot "
-                "wait on: use the registry's async methods (call_all_async, "
-                "Model.create_async) from that loop, or give from_mcp server parameters"
-            )
-        future = asyncio.run_coroutine_threadsafe(_guarded(self.session, use, timeout), loop)
-        return future.result(timeout + 5)
 
 
 class McpTool(Tool[..., Coroutine[Any, Any, mcp_types.CallToolResult]]):
@@ -362,7 +119,10 @@ class McpTool(Tool[..., Coroutine[Any, Any, mcp_types.CallToolResult]]):
         async def call_mcp_tool(**arguments: Any) -> mcp_types.CallToolResult:
             return await server.call_tool(self.mcp_name, arguments, idempotent=self.idempotent)
 
-        self._init_step(call_mcp_tool, options)
+        # Its ``timeout`` is the request's (a hang is an isError result for the model, see
+        # call_tool), never the step's: the step only ever sees a server it cannot reach.
+        step_options = cast(ToolOptions, {k: v for k, v in options.items() if k != "timeout"})
+        self._init_step(call_mcp_tool, step_options)
 
     def validate(self, raw: object) -> dict[str, Any]:
         """The input as keyword arguments; the server checks it against its schema."""
@@ -414,14 +174,20 @@ class McpServer:
         if "name" in options or "description" in options:
             raise TypeError("name= and description= are per tool: pass them in tool_options")
         self.name = server_name or default_name(source)
-        self.defaults = options
+        #: The step options every tool of the server starts from: a server that is down
+        #: is waited for (``give_up_after``), and named as what the step waits for.
+        self.defaults: ToolOptions = {
+            "give_up_after": DEFAULT_GIVE_UP_AFTER,
+            "waits_for": f"MCP server {self.name!r}",
+            **options,
+        }
         self.tool_options = dict(tool_options or {})
         self.request_timeout = request_timeout
         self.reconnects = reconnects
-        self._connection: _Connection = (
-            _GivenSession(source)
+        self._connection: Connection = (
+            GivenSession(source)
             if isinstance(source, ClientSession)
-            else _OwnedConnection(transport_for(source, errlog), connect_timeout)
+            else OwnedConnection(transport_for(source, errlog), connect_timeout)
         )
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[WorkflowContext, list[McpTool]] = (
@@ -437,8 +203,14 @@ class McpServer:
         async def list_mcp_tools_async() -> list[mcp_types.Tool]:
             return await self._with_reconnects(self._list_all, self.request_timeout)
 
-        self._list_step = engine_step(name=step_name)(list_mcp_tools)
-        self._list_step_async = engine_step(name=step_name)(list_mcp_tools_async)
+        listing = engine_step(
+            name=step_name,
+            retry_on=(McpConnectionError, TimeoutError),
+            give_up_after=self.defaults.get("give_up_after"),
+            waits_for=self.defaults.get("waits_for"),
+        )
+        self._list_step = listing(list_mcp_tools)
+        self._list_step_async = listing(list_mcp_tools_async)
 
     def __repr__(self) -> str:
         return f"<McpServer {self.name}>"
@@ -495,7 +267,9 @@ class McpServer:
         self, name: str, arguments: dict[str, Any], *, idempotent: bool
     ) -> mcp_types.CallToolResult:
         """The server's result for one call, or an ``isError`` result saying why there is
-        none (never an exception for a server that died, hung or refused)."""
+        none (the server refused, hung, or may have run a non-idempotent call before its
+        connection broke); :class:`McpConnectionError` when the server cannot be reached
+        and sending the call again is safe (the step waits for the server)."""
         timeout = self._call_timeout(name)
 
         async def call(session: ClientSession) -> mcp_types.CallToolResult:
@@ -503,7 +277,7 @@ class McpServer:
                 try:
                     await asyncio.wait_for(session.send_ping(), min(timeout, PING_TIMEOUT))
                 except Exception as exc:
-                    if _closed(exc) or isinstance(exc, TimeoutError):
+                    if connection_closed(exc) or isinstance(exc, TimeoutError):
                         raise McpConnectionError.of(exc, session, sent=False) from exc
                     raise
             return await session.call_tool(name, arguments)
@@ -511,9 +285,11 @@ class McpServer:
         try:
             return await self._with_reconnects(call, timeout, resend=idempotent)
         except McpConnectionError as broken:
-            unknown = " (it may or may not have run)" if broken.sent else ""
+            if idempotent or not broken.sent:
+                raise  # nothing that must not repeat may have happened: wait for the server
             return error_result(
-                f"MCP server {self.name!r} failed during {name!r}{unknown}: {broken}"
+                f"MCP server {self.name!r} failed during {name!r} (it may or may not have "
+                f"run): {broken}"
             )
         except TimeoutError:
             return error_result(f"MCP tool {name!r} did not answer within {timeout:g}s")

@@ -14,12 +14,13 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
+from datetime import timedelta
 from typing import Any, cast
 
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from ..engine.extending import tracing
+from ..engine.extending import seconds_option, tracing
 from ..engine.step import step as durable_step
 from ..engine.streams import write_stream, write_stream_async
 from ..errors import BudgetExceededError, ConfigurationError
@@ -39,6 +40,11 @@ __all__ = [
 ]
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
+#: How long a model call waits out a failing provider (transient errors) before its
+#: error is recorded: a provider's bad afternoon, not a workflow error.
+DEFAULT_GIVE_UP_AFTER = 24 * 3600.0
+#: What a model call that waits for its next attempt waits for, as operators read it.
+MODEL_API = "the model API"
 #: The step name of model calls, streamed or not (so a recovered run may switch).
 MODEL_STEP_NAME = "anthropic.messages"
 
@@ -101,9 +107,16 @@ class Model:
     Transient failures (529 overloaded, 429 honouring ``retry-after``, 408/409, 5xx,
     timeouts, connection errors) are retried up to ``retries`` times by the step, with
     exponential backoff (``interval * backoff**n``, at most ``max_interval``) and +/-
-    ``jitter``; each attempt is counted in the step log. Other errors (a 400, a 401) are
-    recorded and raised at once. The client's own retries are switched off so that there
-    is exactly one retry loop.
+    ``jitter``, and then on, with the same capped backoff, until ``give_up_after`` (24
+    hours by default; None: ``retries`` alone) has passed since the call's first attempt:
+    a provider's outage of minutes or hours never ends the agent. A wait longer than
+    ``launch(suspend_after=)`` is durable: the workflow is SUSPENDED (no thread held,
+    surviving kill -9 and take-over) and ``workflows list/show`` say it waits for the
+    model API, since when, its attempts, its next attempt and its last error
+    (``dbos-agent retry ID`` tries now). Each attempt is counted in the step log; a
+    failed one charges no budget. Other errors (a 400) are recorded and raised at once;
+    refused credentials (401/403) are this process's configuration, never recorded. The
+    client's own retries are switched off so that there is exactly one retry loop.
 
     ``budget=Budget(max_tokens=..., max_cost_usd=...)`` refuses a call the workflow's
     family cannot afford with a recorded BudgetExceededError (see budget.py); the budget
@@ -130,9 +143,10 @@ class Model:
         backoff: float = 2.0,
         max_interval: float = 60.0,
         jitter: float = 0.25,
-        max_retry_after: float = 120.0,
+        max_retry_after: float | None = None,
         step_name: str = MODEL_STEP_NAME,
         budget: Budget | None = None,
+        give_up_after: float | timedelta | None = DEFAULT_GIVE_UP_AFTER,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
@@ -153,6 +167,8 @@ class Model:
             max_interval,
             jitter,
             RETRYABLE_TYPES,
+            give_up_after=seconds_option(give_up_after),
+            waits_for=MODEL_API,
             max_retry_after=max_retry_after,
         )
         MODEL_STEP_NAMES.add(step_name)

@@ -6,6 +6,8 @@ there is one retry budget instead of the client's retries multiplied by the step
 module supplies the two things the generic loop cannot know: which errors are transient
 (overloaded, rate-limited, 5xx, timeouts, dropped connections) and how long the server
 asked us to wait (``retry-after``), which takes precedence over our own backoff when longer.
+A provider's outage longer than the in-process retries is then waited out durably, up to
+the model's ``give_up_after`` (engine/runtime/retries.py).
 """
 
 from __future__ import annotations
@@ -99,21 +101,22 @@ def retry_after_seconds(error: BaseException) -> float | None:
 class ModelRetryPolicy(RetryPolicy):
     """Exponential backoff with jitter for transient API errors, honouring ``retry-after``.
 
-    ``max_retry_after`` caps how long a ``retry-after`` may make us wait; a longer demand
-    gives up (the error is recorded) rather than blocking a workflow for minutes.
+    Which errors are transient is :func:`is_retryable`'s answer; with ``give_up_after``
+    (the :class:`~dbos_agent.agent.Model` default: 24 hours) they are waited out durably
+    past ``retries`` (see ``@da.step``). ``max_retry_after``, when set, caps how long a
+    ``retry-after`` may make the step wait: a longer demand gives up (the error is
+    recorded). None (the default) honours any demand: a durable wait holds no thread.
     """
 
-    max_retry_after: float = 120.0
+    max_retry_after: float | None = None
 
-    def delay_before_retry(self, attempt: int, error: BaseException) -> float | None:
+    def transient(self, error: BaseException) -> bool:
         if not is_retryable(error):
-            return None
-        delay = RetryPolicy.delay_before_retry(self, attempt, error)
-        if delay is None:
-            return None
+            return False
         asked = retry_after_seconds(error)
-        if asked is None:
-            return delay
-        if asked > self.max_retry_after:
-            return None
-        return max(delay, asked)
+        return asked is None or self.max_retry_after is None or asked <= self.max_retry_after
+
+    def backoff_delay(self, attempt: int, error: BaseException) -> float:
+        return max(
+            RetryPolicy.backoff_delay(self, attempt, error), retry_after_seconds(error) or 0.0
+        )

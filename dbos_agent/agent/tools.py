@@ -13,6 +13,7 @@ import inspect
 import re
 import typing
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Annotated, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 import pydantic
@@ -143,6 +144,13 @@ class ToolOptions(TypedDict, total=False):
     timeout: float | None
     """Seconds an attempt of an ``async def`` tool may take before it is cancelled: the
     model gets the TimeoutError as an ``is_error`` result, after ``retries``."""
+    give_up_after: float | timedelta | None
+    """Seconds (or a ``timedelta``) from the first attempt during which an error in
+    ``retry_on`` (or a ``DependencyUnavailableError``: an MCP server that is down) is
+    tried again past ``retries``, waiting durably: see ``@da.step``. MCP tools default to
+    24 hours; function tools to None (``retries`` alone)."""
+    waits_for: str | None
+    """What a failing call waits for, as operators read it (MCP tools: the server)."""
 
 
 #: The options that are the tool's own; every other one is its step's.

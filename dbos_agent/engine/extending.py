@@ -1,8 +1,9 @@
 """What the layers built on the engine may use of its machinery.
 
 The agent layer keeps per-run state beside a workflow's context (its replay tracker, its
-budget), runs parallel tool calls at reserved step positions and opens tracing spans
-around model calls; the CLI, the worker and the replay checker list the registered
+budget), runs parallel tool calls at reserved step positions, opens tracing spans
+around model calls and makes retry policies of its own (its options checked as the
+engine's are); the CLI, the worker and the replay checker list the registered
 workflows. Those are the only doors into ``engine/runtime/``: everything else there is
 the engine's own, so it can change without the layers above noticing.
 """
@@ -17,7 +18,13 @@ from .runtime.context import (
     in_step,
     reserve_positions,
 )
-from .runtime.registry import NotDone, RetryPolicy, StepDefinition, workflow_names
+from .runtime.registry import (
+    NotDone,
+    RetryPolicy,
+    StepDefinition,
+    seconds_option,
+    workflow_names,
+)
 
 __all__ = [
     "NotDone",
@@ -28,6 +35,7 @@ __all__ = [
     "current_context",
     "in_step",
     "reserve_positions",
+    "seconds_option",
     "tracing",
     "workflow_names",
 ]

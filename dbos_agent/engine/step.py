@@ -424,6 +424,7 @@ def step(
     retry_policy: RetryPolicy | None = None,
     timeout: float | None = None,
     give_up_after: float | timedelta | None = None,
+    waits_for: str | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -444,6 +445,7 @@ def step(
     retry_policy: RetryPolicy | None = None,
     timeout: float | None = None,
     give_up_after: float | timedelta | None = None,
+    waits_for: str | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
 
@@ -478,11 +480,13 @@ def step(
     ``launch(suspend_after=)`` is durable: the step's row says RETRYING (attempts, last
     error, next attempt), a background workflow is SUSPENDED meanwhile (no thread held,
     surviving kill -9 and take-over), and ``dbos-agent retry ID`` tries it now (see
-    runtime/retries.py). ``retry_policy`` replaces every retry argument, this one too.
+    runtime/retries.py). ``waits_for`` names what it waits for meanwhile, as operators
+    read it (``"the payments API"``; default: the step's name). ``retry_policy`` replaces
+    every retry argument, these two too.
     """
-    if retry_policy is not None and give_up_after is not None:
+    if retry_policy is not None and (give_up_after is not None or waits_for is not None):
         raise InvalidOptionError(
-            "give_up_after= and retry_policy= were both given: set give_up_after on the policy"
+            "give_up_after= or waits_for= was given with retry_policy=: set them on the policy"
         )
     policy = retry_policy or RetryPolicy(
         retries,
@@ -493,6 +497,7 @@ def step(
         tuple(retry_on),
         retry_if,
         give_up_after=seconds_option(give_up_after),
+        waits_for=waits_for,
     )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
