@@ -732,14 +732,14 @@ SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
 -- A new session, or its own key taken back after a reconnect (the lock is held
 -- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
-    (session_key, executor_id, app_version, hostname, pid, process_key, lease_seconds,
-     grace_seconds, heartbeat_at, queues)
-VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(hostname)s, %(pid)s,
-        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now(),
+    (session_key, executor_id, app_version, code_version, hostname, pid, process_key,
+     lease_seconds, grace_seconds, heartbeat_at, queues)
+VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(code_version)s, %(hostname)s,
+        %(pid)s, %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now(),
         %(queues)s::text[])
 ON CONFLICT (session_key) DO UPDATE
     SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
-        hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
+        code_version = EXCLUDED.code_version, hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
         lease_seconds = EXCLUDED.lease_seconds, grace_seconds = EXCLUDED.grace_seconds,
         heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = EXCLUDED.queues;
 
@@ -1851,11 +1851,13 @@ RETURNING workflow_id;
 
 -- name: summarize_app_versions
 -- scope: many
--- Every application version (NULL: none) that has unfinished workflows or live
--- executor sessions: its unfinished workflows by status, how many of them other
--- versions may run too (accepted_versions, see may_run) and which versions those
--- are, and its live sessions (those not among dead_sessions()). One statement,
--- so workflows and sessions are read in one snapshot.
+-- Every application version (NULL: none) that has unfinished workflows or sessions
+-- not dead: its unfinished workflows by status, how many of them other versions may
+-- run too (accepted_versions, see may_run) and which versions those are, and its
+-- sessions that are not among dead_sessions(), each with its code version, process
+-- key and whether its lock is free (the caller also leaves out those whose process
+-- it knows is gone: the database cannot see pids). One statement, so workflows and
+-- sessions are read in one snapshot.
 WITH unfinished AS (
     SELECT app_version, status, accepted_versions
     FROM dbos_agent.workflows
@@ -1879,7 +1881,11 @@ WITH unfinished AS (
                                       'hostname', e.hostname,
                                       'pid', e.pid,
                                       'started_at', e.started_at,
-                                      'heartbeat_at', e.heartbeat_at)
+                                      'heartbeat_at', e.heartbeat_at,
+                                      'code_version', e.code_version,
+                                      'process_key', e.process_key,
+                                      'lock_free', e.session_key NOT IN (
+                                          SELECT dbos_agent.locked_sessions()))
                     ORDER BY e.executor_id, e.session_key) AS sessions
     FROM dbos_agent.executors AS e
     WHERE e.session_key NOT IN (SELECT dbos_agent.dead_sessions())
