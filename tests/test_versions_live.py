@@ -17,8 +17,7 @@ from typing import Any
 
 import psycopg
 
-from dbos_agent.testing import fresh_database
-from tests.helpers import cli, ok, wait_until
+from tests.helpers import cli, migrated_database, ok, wait_until
 from tests.processes import ROOT, start_worker, stop_workers
 
 #: One build of the application: the builds differ in their source, so in code version.
@@ -77,7 +76,7 @@ def test_versions_tells_builds_apart_and_leaves_out_a_process_killed_9(
     dbos_agent_postgres_url: str, tmp_path: Path
 ) -> None:
     host = socket.gethostname()
-    with fresh_database(dbos_agent_postgres_url) as url:
+    with migrated_database(dbos_agent_postgres_url) as url:  # the CLI reads it at once
         workers = [start_build(url, tmp_path, build) for build in (1, 2, 3)]
         try:
             pids = [w.pid for w in workers]
@@ -130,4 +129,5 @@ def test_versions_tells_builds_apart_and_leaves_out_a_process_killed_9(
             assert codes[2] not in "\n".join(table)
         finally:
             stderr = stop_workers(workers)
+            print(f"the workers' stderr:\n{stderr}")  # shown when the test fails
         assert "Traceback" not in stderr, stderr
