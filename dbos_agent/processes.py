@@ -73,3 +73,11 @@ def known_gone(key: str | None) -> bool:
     except ValueError:
         return False
     return not pid_alive(pid) or proc_start_time(pid) != start
+
+
+def session_gone_here(key: str | None, lock_free: bool) -> bool:
+    """Whether an executor session is over, as seen from this host: its advisory lock is
+    free and its process (``key``, of this namespace) no longer runs. A process killed
+    -9 is known gone at once this way, long before its lease runs out; a session of
+    another host, or whose lock is held, is left to the database's rules."""
+    return lock_free and known_gone(key)

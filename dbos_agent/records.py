@@ -232,6 +232,10 @@ class SlotOutcome(StrEnum):
     SKIPPED = "skipped"
     #: Waits (``overlap="buffer_one"``) and starts when the unfinished run ends.
     BUFFERED = "buffered"
+    #: Waits its turn (``catch_up="all"`` with ``overlap`` ``"skip"`` or ``"buffer_one"``:
+    #: slots run in order); nothing is recorded, and it fires once the run before it
+    #: ended, unless it fell out of the catch-up window meanwhile.
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +253,9 @@ class ScheduleInfo:
     overlap: str
     paused: bool
     #: Every slot at or before this was dealt with (fired, skipped, buffered, or passed
-    #: over by the catch-up policy or a pause); later slots are still to come.
+    #: over by the catch-up policy or a pause); later slots are still to come (with
+    #: ``catch_up="all"`` and ``overlap`` ``"skip"`` or ``"buffer_one"``, it stays behind
+    #: the clock while due slots wait their turn).
     handled_through: datetime
     #: The latest slot whose workflow was started, and that workflow.
     last_slot: datetime | None
@@ -261,6 +267,11 @@ class ScheduleInfo:
     #: How many slots the overlap policy skipped, and the latest of them.
     skipped_slots: int
     last_skipped_slot: datetime | None
+    #: How many slots ``catch_up="all"`` passed over without a run (older than the
+    #: catch-up window, or beyond its 10,000 latest, when their turn came), and the
+    #: latest of them.
+    passed_slots: int = 0
+    last_passed_slot: datetime | None = None
     #: The next slot that will come due (None while paused).
     next_slot: datetime | None = None
 

@@ -503,20 +503,24 @@ def test_versions_shows_each_versions_unfinished_workflows_and_live_sessions(
                 "both workers' sessions",
             )
 
+            # this process's code is not the workers' (both run tests.worker_app)
+            code = {v.app_version: v.sessions[0].code_version for v in db.versions.summary()[2:]}
+            assert code["v1"] != code["v2"] == code["v3"] and code["v1"] is not None
             table = [line.split() for line in ok(cli(url, "versions")).splitlines()]
             assert table == [
                 ["APP", "VERSION", "PENDING", "ENQUEUED", "SUSPENDED", "DIVERGED", "OTHERS",
-                 "MAY", "RUN", "LIVE", "SESSIONS"],
-                ["(none)", "0", "1", "0", "0", "0", "0"],
-                ["v0", "0", "1", "0", "0", "0", "0"],
-                ["v1", "1", "1", "1", "1", "0", "1"],
-                ["v2", "1", "2", "0", "0", "1", "(v3)", "1"],
-                ["v3", "0", "0", "0", "0", "0", "1"],
+                 "MAY", "RUN", "LIVE", "SESSIONS", "CODE", "VERSIONS"],
+                ["(none)", "0", "1", "0", "0", "0", "0", "-"],
+                ["v0", "0", "1", "0", "0", "0", "0", "-"],
+                ["v1", "1", "1", "1", "1", "0", "1", code["v1"], "(1)"],
+                ["v2", "1", "2", "0", "0", "1", "(v3)", "1", code["v2"], "(1)"],
+                ["v3", "0", "0", "0", "0", "0", "1", code["v3"], "(1)"],
             ]  # fmt: skip
             wide = ok(cli(url, "versions", "--wide")).splitlines()
-            assert wide[0].split()[-1] == "EXECUTOR@HOST:PID" and len(wide[0].split()) == 12
-            assert wide[4].endswith(f"{key}-v2@{host}:{v2.pid}")
-            assert wide[3].endswith(f"{key}-v1@{host}:{os.getpid()}")
+            assert wide[0].split()[-2:] == ["EXECUTOR@HOST:PID", "CODE"]
+            assert len(wide[0].split()) == 15
+            assert wide[4].endswith(f"{key}-v2@{host}:{v2.pid} {code['v2']}")
+            assert wide[3].endswith(f"{key}-v1@{host}:{os.getpid()} {code['v1']}")
 
             document = json.loads(ok(cli(url, "versions", "--json")))
             assert [v["app_version"] for v in document] == [None, "v0", "v1", "v2", "v3"]
@@ -533,7 +537,12 @@ def test_versions_shows_each_versions_unfinished_workflows_and_live_sessions(
                 v3.pid,
             )
             assert datetime.fromisoformat(session["heartbeat_at"]).tzinfo is not None
+            assert session["code_version"] == code["v3"]
             assert [v["live_sessions"] for v in document] == [0, 0, 1, 1, 1]
+            assert by_version["v1"]["code_versions"] == [
+                {"code_version": code["v1"], "sessions": 1}
+            ]
+            assert by_version["v0"]["code_versions"] == []
 
             stop_workers([v3])  # a session that ended is no longer listed
             assert [v["app_version"] for v in json.loads(ok(cli(url, "versions", "--json")))] == [

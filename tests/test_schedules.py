@@ -38,6 +38,7 @@ from tests.helpers import cli, new_id, ok, refused, wait_until
 from tests.processes import start_worker, stop_workers
 
 FIRED, SKIPPED, BUFFERED = SlotOutcome.FIRED, SlotOutcome.SKIPPED, SlotOutcome.BUFFERED
+WAITING = SlotOutcome.WAITING
 #: Each schedule's slots as its workflow saw them, in the order they ran.
 RUNS: dict[str, list[datetime]] = defaultdict(list)
 #: A schedule's runs wait for its gate (an unfinished run, for the overlap policies).
@@ -141,6 +142,9 @@ def test_catch_up_after_downtime_latest_all_or_none(engine: Engine) -> None:
     assert fired[latest] == [first]
     assert fired[every] == [first - m * MINUTE for m in (4, 3, 2, 1, 0)]
     assert fired[none] == [first]  # half a second late: on time
+    passed = get_schedule_db(engine.db, every)  # older than the window: passed, counted
+    assert (passed.passed_slots, passed.last_passed_slot) == (5, first - 5 * MINUTE)
+    assert get_schedule_db(engine.db, latest).passed_slots == 0  # its promise is the latest
     for name, slots in fired.items():
         assert [result_of(name, s) for s in slots] == [f"{s:%H:%M:%S}" for s in slots]
     assert fire_due(engine) == []
@@ -210,6 +214,34 @@ def test_overlap_buffer_one_keeps_one_slot_that_starts_when_the_run_ends(engine:
     fourth = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(fourth, FIRED, True)]
     assert result_of(name, fourth) and RUNS[name] == [first, second, fourth]
+
+
+def test_catch_up_all_runs_a_slot_due_during_a_run_after_it_within_the_window(
+    engine: Engine,
+) -> None:
+    """overlap="skip" under catch_up="all": a slot due while a run is unfinished waits its
+    turn (nothing recorded) and runs after it; one that falls out of the window first is
+    passed over and counted."""
+    name = define(gated=True, catch_up="all", catch_up_window=2 * MINUTE)
+    record(engine)
+    first = to_next_slot(engine, name)
+    assert outcomes(fire_due(engine)) == [(first, FIRED, True)]
+    second = to_next_slot(engine, name)
+    assert outcomes(fire_due(engine)) == [(second, WAITING, False)]
+    third = to_next_slot(engine, name)
+    assert outcomes(fire_due(engine)) == [(second, WAITING, False)]  # the oldest goes first
+    info = get_schedule_db(engine.db, name)
+    assert (info.handled_through, info.skipped_slots, info.passed_slots) == (first, 0, 0)
+    fourth = to_next_slot(engine, name)  # the second slot is now older than the window
+    assert outcomes(fire_due(engine)) == [(third, WAITING, False)]
+    info = get_schedule_db(engine.db, name)
+    assert (info.passed_slots, info.last_passed_slot, info.skipped_slots) == (1, second, 0)
+    GATES[name].set()
+    assert result_of(name, first)
+    assert outcomes(fire_due(engine)) == [(third, FIRED, True), (fourth, WAITING, False)]
+    assert result_of(name, third)
+    assert outcomes(fire_due(engine)) == [(fourth, FIRED, True)]
+    assert result_of(name, fourth) and RUNS[name] == [first, third, fourth]
 
 
 def test_pause_and_resume(engine: Engine) -> None:

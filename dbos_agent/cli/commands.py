@@ -34,7 +34,6 @@ from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.rows import ForkResult, ResumeResult
 from ..storage.sql_files import migrations
-from ..storage.versions import UNFINISHED
 from . import render
 from .arguments import PROG
 
@@ -421,32 +420,6 @@ def approvals(args: argparse.Namespace, db: SystemDatabase) -> None:
         for a in found
     ]
     render.print_table(["WORKFLOW ID", "STEP", "TOOL", "ARGUMENTS", "STATUS", "DIGEST"], rows)
-
-
-def versions(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Application versions: unfinished workflows by status and the live sessions of each."""
-    found = db.versions.summary()
-    if args.json:
-        render.print_json(
-            [{**dataclasses.asdict(v), "live_sessions": len(v.sessions)} for v in found]
-        )
-        return
-    if not found:
-        print("no unfinished workflows and no live sessions")
-        return
-    headers = ["APP VERSION", *UNFINISHED, "OTHERS MAY RUN", "LIVE SESSIONS"]
-    rows = []
-    for v in found:
-        others = str(v.accepted_elsewhere)
-        if v.accepted_by:
-            others += f" ({', '.join(v.accepted_by)})"
-        version = "(none)" if v.app_version is None else v.app_version
-        row = [version, *(str(v.unfinished[s]) for s in UNFINISHED)]
-        row += [others, str(len(v.sessions))]
-        if args.wide:
-            row.append(", ".join(f"{s.executor_id}@{s.hostname}:{s.pid}" for s in v.sessions))
-        rows.append(row)
-    render.print_table([*headers, *(["EXECUTOR@HOST:PID"] if args.wide else [])], rows)
 
 
 def _decide(args: argparse.Namespace, db: SystemDatabase, approved: bool) -> None:

@@ -1,4 +1,5 @@
 """The deploy commands: ``check-deploy`` (does new code fit the workflows in flight?),
+``versions`` (what each application version has unfinished, and which builds serve it),
 ``export`` and ``import`` (workflows with their logs, as JSON Lines).
 
 ``check-deploy`` is the one command besides ``worker`` that imports the application: it
@@ -9,6 +10,7 @@ replays logs against the new code, on read-only connections, and runs nothing li
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +22,71 @@ from ..errors import DbosAgentError
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.histories import History, read_histories
+from ..storage.versions import UNFINISHED, AppVersionSummary
 from ..worker import import_app
 from . import render
 
 #: How many ids ``export --unfinished`` reads per statement.
 _EXPORT_PAGE = 200
+
+
+def versions(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Application versions: unfinished workflows by status, and the live sessions of each
+    with the code versions they run.
+
+    One row per application version, not per code version: workflows record (and are
+    routed by) their application version only, so any build of it may recover them;
+    what a deploy needs per build is whether its processes are up, which the code
+    versions of the row's sessions say.
+    """
+    found = db.versions.summary()
+    if args.json:
+        render.print_json([_version_json(v) for v in found])
+        return
+    if not found:
+        print("no unfinished workflows and no live sessions")
+        return
+    headers = ["APP VERSION", *UNFINISHED, "OTHERS MAY RUN", "LIVE SESSIONS", "CODE VERSIONS"]
+    rows = []
+    for v in found:
+        others = str(v.accepted_elsewhere)
+        if v.accepted_by:
+            others += f" ({', '.join(v.accepted_by)})"
+        row = [render.app_version(v.app_version), *(str(v.unfinished[s]) for s in UNFINISHED)]
+        codes = ", ".join(
+            f"{render.code_version(code)} ({count})" for code, count in v.code_versions.items()
+        )
+        row += [others, str(len(v.sessions)), codes or "-"]
+        if args.wide:
+            row.append(
+                ", ".join(
+                    f"{s.executor_id}@{s.hostname}:{s.pid} {render.code_version(s.code_version)}"
+                    for s in v.sessions
+                )
+            )
+        rows.append(row)
+    render.print_table([*headers, *(["EXECUTOR@HOST:PID CODE"] if args.wide else [])], rows)
+    for v in found:
+        if len(v.code_versions) > 1:
+            print(
+                f"note: application version {render.app_version(v.app_version)} is served by "
+                f"{len(v.code_versions)} code versions; any of them may recover its "
+                f"workflows (one whose code does not fit a workflow's log holds it DIVERGED)"
+            )
+
+
+def _version_json(summary: AppVersionSummary) -> dict[str, Any]:
+    """An application version as ``--json`` prints it: its fields (each session with its
+    ``code_version``), how many live sessions it has, and how many of them run each code
+    version (``[{"code_version", "sessions"}]``, the most first)."""
+    return {
+        **dataclasses.asdict(summary),
+        "live_sessions": len(summary.sessions),
+        "code_versions": [
+            {"code_version": code, "sessions": count}
+            for code, count in summary.code_versions.items()
+        ],
+    }
 
 
 def check_deploy(args: argparse.Namespace, db: SystemDatabase) -> int:

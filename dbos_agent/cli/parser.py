@@ -347,16 +347,22 @@ def _add_versions(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         common,
         "versions",
         "application versions: their unfinished workflows and the live sessions serving each",
-        commands.versions,
+        deploys.versions,
         "One row per application version (launch(app_version=...), `worker --app-version`;\n"
         "(none) for workflows and sessions without one) that has unfinished workflows or live\n"
         "executor sessions: its PENDING, ENQUEUED, SUSPENDED and DIVERGED workflows, how many\n"
         "of them processes of other versions may run too (accepted for those versions), and\n"
-        "its live sessions. A session without a version runs the workflows of every version.\n"
-        "--wide (or --json) names each session: executor id, host and pid.",
+        "its live sessions with the code versions they run (a digest of each process's\n"
+        "durable code, as check-deploy prints it; more than one under an application version\n"
+        "is a rollout under way, or two builds sharing it). Live: not dead by the take-over\n"
+        "rules, and not a process of this host that is gone. A session without a version\n"
+        "runs the workflows of every version.\n"
+        "--wide (or --json) names each session: executor id, host, pid and code version.",
     )
     versions.add_argument(
-        "--wide", action="store_true", help="name each live session (executor@host:pid)"
+        "--wide",
+        action="store_true",
+        help="name each live session (executor@host:pid code-version)",
     )
 
 

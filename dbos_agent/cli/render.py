@@ -70,6 +70,17 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
+def app_version(version: str | None) -> str:
+    """An application version, ``(none)`` for workflows and sessions without one."""
+    return "(none)" if version is None else version
+
+
+def code_version(version: str | None) -> str:
+    """A session's code version, ``(unknown)`` where it registered before they were
+    recorded."""
+    return "(unknown)" if version is None else version
+
+
 def clip(text: str, limit: int) -> str:
     """One line of at most ``limit`` characters (whitespace runs become one space)."""
     text = " ".join(text.split())

@@ -7,10 +7,20 @@ then, per schedule that is not paused:
 
 1. a buffered slot (``overlap="buffer_one"``) is fired once the run it waited for ended;
 2. the due slots (after the cursor, up to now) go through the catch-up policy
-   (:func:`plan_slots`): which to fire, and how far to pass over the others;
+   (:func:`plan_slots`): which to fire, and how far to pass over the others (one guarded
+   statement, from the cursor the plan was made with);
 3. each slot to fire is one transaction (``storage/schedules.py``): the overlap policy
    decides, the cursor moves past the slot, and a fired slot's workflow is inserted
    PENDING under this process's session, which then runs it on its worker pool.
+
+With ``catch_up="all"`` and ``overlap`` ``"skip"`` or ``"buffer_one"`` the slots run *in
+order* (:func:`in_order`): a slot due while the previous run is unfinished is decided
+``waiting``, which records nothing, so the cursor stays before it and it keeps its turn;
+the run's end wakes the scheduler, which fires it. So a catch-up after downtime runs every
+slot of the window one after another, and on-time slots queue behind a long run instead
+of being skipped. Only a slot that falls out of the catch-up window before its turn is
+passed over, and counted (``passed_slots``). A slot due while the database was down is a
+missed slot like any other: the first look once it is back fires it as the policy says.
 
 Any number of processes may look at once: the row lock serialises them and the later one
 finds the slot handled. A process killed -9 after a slot's transaction leaves the slot's
@@ -47,6 +57,14 @@ _BUFFER_POLL_S = 0.5
 #: A look that could not fire (this session's fence lapsed, a failure) tries again after.
 _RETRY_S = 0.2
 _MIN_SLEEP_S = 0.005
+#: Slots are whole seconds apart at least: a span this long holds MAX_SLOTS at most.
+_MAX_SLOTS_SPAN = timedelta(seconds=MAX_SLOTS)
+_ONE_MICROSECOND = timedelta(microseconds=1)
+#: The most passed-over slots one look counts (a long outage of a per-second schedule
+#: is counted over several looks, none of them long).
+_PASS_CHUNK = 100_000
+#: The slots one look tries in order: the first fires, the next waits for its run.
+_IN_ORDER_BATCH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,25 +73,53 @@ class SlotPlan:
 
     #: The slots to fire, in order (firing one passes over every earlier slot).
     fire: list[datetime]
-    #: Move the cursor here without running anything (the due slots are all missed).
+    #: Move the cursor here first without running anything (the due slots up to here
+    #: are missed for good).
     pass_through: datetime | None = None
+    #: How many slots that passes over, counted on the row (``catch_up="all"`` only:
+    #: they fell out of its promise).
+    passed: int = 0
+    #: More is due than this plan holds: look again at once.
+    more: bool = False
+
+
+def in_order(schedule: Schedule) -> bool:
+    """Whether the schedule's due slots run one after another, each once the previous
+    run ended: ``catch_up="all"`` keeps every slot of the window, and an ``overlap`` other
+    than ``"allow"`` keeps two runs from overlapping."""
+    return schedule.catch_up == "all" and schedule.overlap != "allow"
 
 
 def plan_slots(schedule: Schedule, handled_through: datetime, now: datetime) -> SlotPlan:
     """Which of the slots in ``(handled_through, now]`` to fire. ``latest``: the most
-    recent; ``all``: every one within the catch-up window (at most ``MAX_SLOTS``, the
-    latest); ``none``: the most recent if it is on time (see ``ON_TIME``)."""
+    recent; ``none``: the most recent if it is on time (see ``ON_TIME``); ``all``: every
+    one within the catch-up window (at most ``MAX_SLOTS``, the latest), the earlier ones
+    passed over and counted. In order (:func:`in_order`) a look fires the first few only:
+    the next waits its turn."""
     times = schedule.times
-    latest = times.latest_until(now)
-    if latest is None or latest <= handled_through:
-        return SlotPlan([])
-    if schedule.catch_up == "all":
-        after = max(handled_through, now - schedule.catch_up_window)
-        fire = times.latest_between(after, now, MAX_SLOTS)
-        return SlotPlan(fire) if fire else SlotPlan([], latest)
-    if schedule.catch_up == "none" and now - latest > ON_TIME:
-        return SlotPlan([], latest)
-    return SlotPlan([latest])
+    if schedule.catch_up != "all":
+        latest = times.latest_until(now)
+        if latest is None or latest <= handled_through:
+            return SlotPlan([])
+        if schedule.catch_up == "none" and now - latest > ON_TIME:
+            return SlotPlan([], latest)
+        return SlotPlan([latest])
+    floor = max(handled_through, now - schedule.catch_up_window)
+    if now - floor > _MAX_SLOTS_SPAN:  # the window may hold more than MAX_SLOTS slots
+        kept = times.latest_between(floor, now, MAX_SLOTS)
+        if len(kept) == MAX_SLOTS:
+            floor = max(floor, kept[0] - _ONE_MICROSECOND)
+    passed = times.between(handled_through, floor, _PASS_CHUNK) if floor > handled_through else []
+    if len(passed) == _PASS_CHUNK:  # a long outage: count it a chunk per look
+        return SlotPlan([], passed[-1], len(passed), more=True)
+    batch = _IN_ORDER_BATCH if in_order(schedule) else MAX_SLOTS
+    fire = times.between(floor, now, batch)
+    return SlotPlan(
+        fire,
+        passed[-1] if passed else None,
+        len(passed),
+        more=len(fire) == batch and fire[-1] < now,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +233,19 @@ class Scheduler:
         if buffered is not None:
             waiting = self._fire(schedule, buffered, look, from_buffer=True) is None
         plan = plan_slots(schedule, handled_through, now)
-        if plan.pass_through is not None:
-            self.engine.db.schedules.pass_slots(schedule.name, plan.pass_through)
+        if plan.pass_through is not None and not self.engine.db.schedules.pass_slots(
+            schedule.name, handled_through, plan.pass_through, plan.passed
+        ):
+            look.sleep = min(look.sleep, _MIN_SLEEP_S)  # another process moved the cursor
+            return
+        if plan.more:
+            look.sleep = min(look.sleep, _MIN_SLEEP_S)
         for slot in plan.fire:
-            waiting |= self._fire(schedule, slot, look) is SlotOutcome.BUFFERED
+            outcome = self._fire(schedule, slot, look)
+            if outcome is SlotOutcome.WAITING:  # the later slots wait behind it
+                waiting = True
+                break
+            waiting |= outcome is SlotOutcome.BUFFERED
         if waiting:  # a slot waits for an unfinished run: look again soon
             look.sleep = min(look.sleep, _BUFFER_POLL_S)
 
@@ -198,7 +253,8 @@ class Scheduler:
         self, schedule: Schedule, slot: datetime, look: Look, *, from_buffer: bool = False
     ) -> SlotOutcome | None:
         """One slot's transaction, and its run here when it started; the outcome (None:
-        nothing to do, e.g. the buffered slot's run is still unfinished)."""
+        nothing to do, e.g. the buffered slot's run is still unfinished). A slot that may
+        have others waiting for its run wakes this scheduler when the run ends."""
         engine = self.engine
         if engine.ownership_mark() < 0 or engine.stopping:
             raise _NotNow
@@ -220,7 +276,9 @@ class Scheduler:
                 FiredSlot(schedule.name, slot, outcome, workflow.workflow_id, started)
             )
         if started:
-            engine.start_claimed([Claim(definition, workflow.workflow_id, workflow.inputs)])
+            [run] = engine.start_claimed([Claim(definition, workflow.workflow_id, workflow.inputs)])
+            if run is not None and schedule.overlap != "allow":
+                run.add_done_callback(lambda _: self.poke())
         return outcome
 
 

@@ -98,13 +98,20 @@ def scheduled(
     name). ``name`` (default: the workflow's name) identifies the schedule in the database,
     the CLI and the slots' workflow ids.
 
-    After downtime (no process ran the schedule), ``catch_up`` says which missed slots
-    still run: ``"latest"`` the most recent one, ``"all"`` every one within
-    ``catch_up_window`` (at most 10,000), ``"none"`` none (only a slot less than a minute
-    late counts as on time). While a run of the schedule is unfinished, ``overlap`` says
-    what a new slot does: ``"skip"`` is not run (counted as skipped), ``"allow"`` starts
-    anyway, ``"buffer_one"`` waits and starts when the unfinished run ends (a slot coming
-    while one already waits is skipped).
+    After downtime (no process ran the schedule, or the database was down), ``catch_up``
+    says which missed slots still run: ``"latest"`` the most recent one, ``"all"`` every
+    one within ``catch_up_window`` (at most the latest 10,000), ``"none"`` none (only a
+    slot less than a minute late counts as on time).
+
+    ``overlap`` says whether two runs of the schedule may be unfinished at once. With
+    ``"allow"`` every slot starts when it is decided. With ``catch_up="all"``, ``"skip"``
+    and ``"buffer_one"`` both mean *in order*: each slot starts once the previous run
+    ended, oldest first, whether it was missed during downtime or came due on time during
+    a long run; none is dropped, except a slot that falls out of ``catch_up_window``
+    before its turn, which is passed over and counted (``ScheduleInfo.passed_slots``).
+    With ``"latest"`` or ``"none"``, a slot coming due while a run is unfinished is not run
+    with ``"skip"`` (counted as skipped), and waits with ``"buffer_one"`` to start when the
+    run ends (a slot coming while one already waits is skipped).
 
     A bad expression, time zone or policy, a function that is not a durable workflow of one
     ``datetime`` argument, or a name another function's schedule has, raises

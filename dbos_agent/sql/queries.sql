@@ -838,14 +838,14 @@ SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
 -- A new session, or its own key taken back after a reconnect (the lock is held
 -- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
-    (session_key, executor_id, app_version, hostname, pid, process_key, lease_seconds,
-     grace_seconds, heartbeat_at, queues)
-VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(hostname)s, %(pid)s,
-        %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now(),
+    (session_key, executor_id, app_version, code_version, hostname, pid, process_key,
+     lease_seconds, grace_seconds, heartbeat_at, queues)
+VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(code_version)s, %(hostname)s,
+        %(pid)s, %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now(),
         %(queues)s::text[])
 ON CONFLICT (session_key) DO UPDATE
     SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
-        hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
+        code_version = EXCLUDED.code_version, hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
         lease_seconds = EXCLUDED.lease_seconds, grace_seconds = EXCLUDED.grace_seconds,
         heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = EXCLUDED.queues;
 
@@ -1845,12 +1845,16 @@ SELECT name FROM dbos_agent.schedules WHERE name = %(name)s FOR UPDATE;
 -- Decide what becomes of one slot and record it, in lock_schedule's transaction:
 -- 'fired' (the caller then inserts the slot's workflow, in the same transaction),
 -- 'skipped' or 'buffered' (the overlap policy: an earlier run is unfinished, or a
--- slot already waits for it). Every outcome moves the cursor past the slot. No row
--- back: nothing to do (the schedule is paused, or the slot was handled already).
--- With from_buffer the slot is the buffered one: it is fired once no run is
--- unfinished, and until then nothing changes.
+-- slot already waits for it). Every one of these moves the cursor past the slot.
+-- 'waiting' records nothing: with catch_up = 'all' and overlap 'skip' or
+-- 'buffer_one' slots run in order, so while a run is unfinished the slot keeps its
+-- turn behind the cursor and is decided again once the run ended. No row back:
+-- nothing to do (the schedule is paused, or the slot was handled already). With
+-- from_buffer the slot is the buffered one: it is fired once no run is unfinished,
+-- and until then nothing changes.
 WITH candidate AS (
     SELECT sc.name, sc.overlap, sc.buffered_slot,
+           sc.catch_up = 'all' AND sc.overlap <> 'allow' AS in_order,
            sc.overlap <> 'allow' AND EXISTS (
                SELECT 1 FROM dbos_agent.workflows AS w
                WHERE w.workflow_id = sc.last_workflow_id
@@ -1864,33 +1868,43 @@ WITH candidate AS (
            CASE WHEN %(from_buffer)s THEN CASE WHEN busy THEN NULL ELSE 'fired' END
                 WHEN overlap = 'allow' OR NOT (busy OR buffered_slot IS NOT NULL)
                     THEN 'fired'
+                WHEN in_order THEN 'waiting'
                 WHEN overlap = 'buffer_one' AND buffered_slot IS NULL THEN 'buffered'
                 ELSE 'skipped' END AS outcome
     FROM candidate
+), recorded AS (
+    UPDATE dbos_agent.schedules AS sc
+    SET handled_through = greatest(sc.handled_through, %(slot)s),
+        last_slot = CASE WHEN d.outcome = 'fired' THEN %(slot)s ELSE sc.last_slot END,
+        last_workflow_id = CASE WHEN d.outcome = 'fired' THEN %(workflow_id)s
+                                ELSE sc.last_workflow_id END,
+        buffered_slot = CASE WHEN d.outcome = 'buffered' THEN %(slot)s
+                             WHEN %(from_buffer)s THEN NULL
+                             ELSE sc.buffered_slot END,
+        skipped_slots = sc.skipped_slots + CASE WHEN d.outcome = 'skipped' THEN 1 ELSE 0 END,
+        last_skipped_slot = CASE WHEN d.outcome = 'skipped' THEN %(slot)s
+                                 ELSE sc.last_skipped_slot END,
+        updated_at = now()
+    FROM decision AS d
+    WHERE sc.name = d.name AND d.outcome IN ('fired', 'skipped', 'buffered')
 )
-UPDATE dbos_agent.schedules AS sc
-SET handled_through = greatest(sc.handled_through, %(slot)s),
-    last_slot = CASE WHEN d.outcome = 'fired' THEN %(slot)s ELSE sc.last_slot END,
-    last_workflow_id = CASE WHEN d.outcome = 'fired' THEN %(workflow_id)s
-                            ELSE sc.last_workflow_id END,
-    buffered_slot = CASE WHEN d.outcome = 'buffered' THEN %(slot)s
-                         WHEN %(from_buffer)s THEN NULL
-                         ELSE sc.buffered_slot END,
-    skipped_slots = sc.skipped_slots + CASE WHEN d.outcome = 'skipped' THEN 1 ELSE 0 END,
-    last_skipped_slot = CASE WHEN d.outcome = 'skipped' THEN %(slot)s
-                             ELSE sc.last_skipped_slot END,
-    updated_at = now()
-FROM decision AS d
-WHERE sc.name = d.name AND d.outcome IS NOT NULL
-RETURNING d.outcome;
+SELECT outcome FROM decision WHERE outcome IS NOT NULL;
 
 -- name: pass_schedule_slots
 -- scope: many
 -- The catch-up policy passes over the slots up to `slot` without running them (after
--- downtime: older than the window, or every missed one with catch_up = 'none').
+-- downtime: older than the window, or every missed one with catch_up = 'none'), from
+-- the cursor the caller planned with (`after`): if another process moved it since,
+-- nothing changes and the caller plans again. `passed` slots are counted (catch_up =
+-- 'all', whose promise they fell out of). Returns a row when the cursor moved.
 UPDATE dbos_agent.schedules
-SET handled_through = %(slot)s, updated_at = now()
-WHERE name = %(name)s AND NOT paused AND handled_through < %(slot)s;
+SET handled_through = %(slot)s,
+    passed_slots = passed_slots + %(passed)s,
+    last_passed_slot = CASE WHEN %(passed)s > 0 THEN %(slot)s ELSE last_passed_slot END,
+    updated_at = now()
+WHERE name = %(name)s AND NOT paused AND handled_through = %(after)s
+  AND handled_through < %(slot)s
+RETURNING true AS moved;
 
 -- name: set_schedule_paused
 -- scope: many
@@ -1918,7 +1932,7 @@ SELECT s.name, s.workflow_name, s.slot_param, s.max_recovery_attempts, s.cron, s
        s.catch_up, extract(epoch FROM s.catch_up_window)::float8 AS catch_up_window,
        s.overlap, s.executor_id, s.app_version, s.paused, s.handled_through, s.last_slot,
        s.last_workflow_id, w.status AS last_status, s.buffered_slot, s.skipped_slots,
-       s.last_skipped_slot, dbos_agent.now() AS now
+       s.last_skipped_slot, s.passed_slots, s.last_passed_slot, dbos_agent.now() AS now
 FROM dbos_agent.schedules AS s
 LEFT JOIN dbos_agent.workflows AS w ON w.workflow_id = s.last_workflow_id
 WHERE %(name)s::text IS NULL OR s.name = %(name)s::text
@@ -1943,11 +1957,13 @@ RETURNING workflow_id;
 
 -- name: summarize_app_versions
 -- scope: many
--- Every application version (NULL: none) that has unfinished workflows or live
--- executor sessions: its unfinished workflows by status, how many of them other
--- versions may run too (accepted_versions, see may_run) and which versions those
--- are, and its live sessions (those not among dead_sessions()). One statement,
--- so workflows and sessions are read in one snapshot.
+-- Every application version (NULL: none) that has unfinished workflows or sessions
+-- not dead: its unfinished workflows by status, how many of them other versions may
+-- run too (accepted_versions, see may_run) and which versions those are, and its
+-- sessions that are not among dead_sessions(), each with its code version, process
+-- key and whether its lock is free (the caller also leaves out those whose process
+-- it knows is gone: the database cannot see pids). One statement, so workflows and
+-- sessions are read in one snapshot.
 WITH unfinished AS (
     SELECT app_version, status, accepted_versions
     FROM dbos_agent.workflows
@@ -1971,7 +1987,11 @@ WITH unfinished AS (
                                       'hostname', e.hostname,
                                       'pid', e.pid,
                                       'started_at', e.started_at,
-                                      'heartbeat_at', e.heartbeat_at)
+                                      'heartbeat_at', e.heartbeat_at,
+                                      'code_version', e.code_version,
+                                      'process_key', e.process_key,
+                                      'lock_free', e.session_key NOT IN (
+                                          SELECT dbos_agent.locked_sessions()))
                     ORDER BY e.executor_id, e.session_key) AS sessions
     FROM dbos_agent.executors AS e
     WHERE e.session_key NOT IN (SELECT dbos_agent.dead_sessions())

@@ -350,7 +350,9 @@ CREATE TABLE dbos_agent.executors (
     -- 'boot id/pid namespace/pid/start time', NULL where the platform cannot say.
     process_key   text,
     -- The queues this session dequeues from (a limited queue is shared among them).
-    queues        text[]      NOT NULL DEFAULT '{}'
+    queues        text[]      NOT NULL DEFAULT '{}',
+    -- The code version of its process (registry.code_version), beside app_version.
+    code_version  text
 );
 CREATE INDEX executors_by_id ON dbos_agent.executors (executor_id);
 
@@ -627,7 +629,9 @@ CREATE INDEX approvals_pending ON dbos_agent.approvals (requested_at)
 -- a slot from the database alone needs: the workflow's name, the parameter that
 -- receives the slot, its recovery limit, the cron text and the time zone.
 -- handled_through is the schedule's cursor: every slot at or before it was dealt with
--- (fired, skipped, buffered, or passed over by the catch-up policy or a pause). A slot
+-- (fired, skipped, buffered, or passed over by the catch-up policy or a pause); with
+-- catch_up = 'all' and overlap 'skip' or 'buffer_one' it stays behind while due slots
+-- wait their turn (each fires once the previous run ended). A slot
 -- is fired in one transaction that locks this row, moves the cursor past the slot and
 -- inserts the slot's workflow (its id is name@slot): two processes never both fire a
 -- slot, and no crash can separate the two writes.
@@ -658,5 +662,9 @@ CREATE TABLE dbos_agent.schedules (
     last_skipped_slot     timestamptz,
     created_at            timestamptz NOT NULL DEFAULT now(),
     updated_at            timestamptz NOT NULL DEFAULT now(),
+    -- catch_up = 'all': slots passed over without a run because they fell out of the
+    -- catch-up window (or beyond its 10,000 latest) before their turn.
+    passed_slots          bigint      NOT NULL DEFAULT 0 CHECK (passed_slots >= 0),
+    last_passed_slot      timestamptz,
     CONSTRAINT schedules_last_run_whole CHECK ((last_slot IS NULL) = (last_workflow_id IS NULL))
 );

@@ -70,6 +70,8 @@ def _schedule_row(row: Row) -> ScheduleRow:
         buffered_slot=_utc(row["buffered_slot"]),
         skipped_slots=int(row["skipped_slots"]),
         last_skipped_slot=_utc(row["last_skipped_slot"]),
+        passed_slots=int(row["passed_slots"]),
+        last_passed_slot=_utc(row["last_passed_slot"]),
     )
     return ScheduleRow(
         info=info,
@@ -146,8 +148,10 @@ class ScheduleStore:
         """Decide what becomes of ``slot`` and record it, with the slot's workflow when it
         fires, in one transaction; ``(outcome, started)``. The outcome is None when there
         was nothing to do (paused, handled already, a buffered slot whose run is still
-        unfinished); ``started`` is whether this call inserted the workflow (False when a
-        backfill had). Sent again after a lost connection: the guard makes that harmless.
+        unfinished); WAITING records nothing (the slot keeps its turn); ``started`` is
+        whether this call inserted the workflow (False when a backfill had). Sent again
+        after a lost connection: the guard makes that harmless (a workflow whose insert
+        committed unacknowledged is taken back by this session's take-back pass).
         """
         decide = {
             "name": name,
@@ -188,11 +192,20 @@ class ScheduleStore:
             f"fire slot {slot.isoformat()} of schedule {name!r}", body, transaction=True
         )
 
-    def pass_slots(self, name: str, through: datetime) -> None:
-        """Move the cursor to ``through`` without running the slots it passes over."""
-        self._write(
-            "pass_schedule_slots", f"pass over slots of schedule {name!r}", name=name, slot=through
+    def pass_slots(self, name: str, after: datetime, through: datetime, passed: int) -> bool:
+        """Move the cursor from ``after`` to ``through`` without running the slots it passes
+        over, counting ``passed`` of them; False when the cursor was no longer at ``after``
+        (another process moved it: plan again). Sent again after a lost connection, a
+        move that committed finds the cursor moved, and reports False: harmless."""
+        row = self._db.one(
+            "pass_schedule_slots",
+            f"pass over slots of schedule {name!r}",
+            name=name,
+            after=after,
+            slot=through,
+            passed=passed,
         )
+        return row is not None
 
     def set_paused(self, name: str, paused: bool) -> bool | None:
         """Pause or resume; whether it was paused before (None: no such schedule)."""

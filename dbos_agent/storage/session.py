@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import psycopg
 
 from ..errors import DatabaseUnavailableError
-from ..processes import known_gone, process_key
+from ..processes import process_key, session_gone_here
 from .database import SystemDatabase
 from .locks import SESSION_LOCK_CLASS
 from .outages import describe, is_transient
@@ -77,6 +77,7 @@ class ExecutorSession:
         app_version: str | None,
         lease_seconds: float,
         grace_seconds: float = 3.0,
+        code_version: Callable[[], str] | None = None,
     ) -> None:
         if lease_seconds <= 0 or grace_seconds <= 0:
             raise ValueError(
@@ -86,6 +87,9 @@ class ExecutorSession:
         self.db = db
         self.executor_id = executor_id
         self.app_version = app_version
+        #: The code version of this process (registry.code_version), read at each
+        #: registration: operators tell builds apart by it (``dbos-agent versions``).
+        self.code_version = code_version
         self.lease_seconds = lease_seconds
         self.grace_seconds = grace_seconds
         self.key = 0
@@ -248,6 +252,7 @@ class ExecutorSession:
                 "session_key": key,
                 "executor_id": self.executor_id,
                 "app_version": self.app_version,
+                "code_version": None if self.code_version is None else self.code_version(),
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
                 "process_key": process_key(),
@@ -301,6 +306,6 @@ def end_dead_local_sessions(
     already (else it is read here)."""
     ended = 0
     for session in db.recovery.unlocked_sessions() if unlocked is None else unlocked:
-        if session.process_key is not None and known_gone(session.process_key):
+        if session.process_key is not None and session_gone_here(session.process_key, True):
             ended += db.recovery.end_dead_session(session.session_key, session.process_key)
     return ended

@@ -26,6 +26,7 @@ from dbos_agent.engine.schedules import (
 from dbos_agent.engine.workflow import definition_of
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +42,10 @@ def nightly(scheduled_at: datetime) -> str:
 
 
 def _schedule(
-    cron: str, catch_up: Any = "latest", window: timedelta = timedelta(hours=1)
+    cron: str,
+    catch_up: Any = "latest",
+    window: timedelta = timedelta(hours=1),
+    overlap: Any = "skip",
 ) -> Schedule:
     return define_schedule(
         nightly,
@@ -50,7 +54,7 @@ def _schedule(
         timezone="UTC",
         catch_up=catch_up,
         catch_up_window=window,
-        overlap="skip",
+        overlap=overlap,
     )
 
 
@@ -96,22 +100,50 @@ def test_catch_up_latest_runs_the_most_recent_missed_slot() -> None:
 
 
 def test_catch_up_all_runs_every_missed_slot_within_the_window() -> None:
-    schedule = _schedule("* * * * *", "all", timedelta(minutes=5))
+    schedule = _schedule("* * * * *", "all", timedelta(minutes=5), "allow")
     now = T0 + timedelta(minutes=30, seconds=1)
-    assert plan_slots(schedule, T0, now).fire == [
-        T0 + timedelta(minutes=m) for m in (26, 27, 28, 29, 30)
-    ]
+    plan = plan_slots(schedule, T0, now)
+    assert plan.fire == [T0 + timedelta(minutes=m) for m in (26, 27, 28, 29, 30)]
+    # the 25 slots older than the window are passed over, and counted
+    assert (plan.pass_through, plan.passed) == (T0 + timedelta(minutes=25), 25)
     # the cursor bounds it too: nothing at or before it runs again
     after = T0 + timedelta(minutes=28)
-    assert plan_slots(schedule, after, now).fire == [after + timedelta(minutes=m) for m in (1, 2)]
+    plan = plan_slots(schedule, after, now)
+    assert plan.fire == [after + timedelta(minutes=m) for m in (1, 2)]
+    assert (plan.pass_through, plan.passed, plan.more) == (None, 0, False)
     # a per-second schedule down for a day starts at most MAX_SLOTS, the latest ones
-    flood = _schedule("* * * * * *", "all", timedelta(days=2))
-    fired = plan_slots(flood, T0, T0 + timedelta(days=1)).fire
-    assert len(fired) == MAX_SLOTS and fired[-1] == T0 + timedelta(days=1)
+    flood = _schedule("* * * * * *", "all", timedelta(days=2), "allow")
+    plan = plan_slots(flood, T0, T0 + timedelta(days=1))
+    assert len(plan.fire) == MAX_SLOTS and plan.fire[-1] == T0 + timedelta(days=1)
+    assert plan.passed == 86_400 - MAX_SLOTS and plan.pass_through == plan.fire[0] - SECOND
     # every missed slot older than the window: the cursor passes over them
     hourly = _schedule("0 * * * *", "all", timedelta(minutes=5))
     plan = plan_slots(hourly, T0, T0 + timedelta(hours=3, minutes=20))
-    assert plan.fire == [] and plan.pass_through == T0 + timedelta(hours=3)
+    assert plan.fire == [] and (plan.pass_through, plan.passed) == (T0 + timedelta(hours=3), 3)
+
+
+def test_catch_up_all_in_order_fires_the_oldest_first_a_few_at_a_time() -> None:
+    """With overlap skip or buffer_one the first slot fires and the next waits for its run
+    (the database decides that): a look is handed the oldest few, and more when more are
+    due, so that it never builds a list of thousands to fire one of them."""
+    for overlap in ("skip", "buffer_one"):
+        schedule = _schedule("* * * * * *", "all", timedelta(minutes=1), overlap)
+        now = T0 + timedelta(minutes=10)
+        plan = plan_slots(schedule, T0, now)
+        window_start = now - timedelta(minutes=1)
+        assert plan.fire == [window_start + s * SECOND for s in range(1, 9)] and plan.more
+        assert (plan.pass_through, plan.passed) == (window_start, 9 * 60)
+        # two slots left in the window: both handed over, nothing more
+        plan = plan_slots(schedule, now - 2 * SECOND, now)
+        assert plan.fire == [now - SECOND, now] and not plan.more and plan.passed == 0
+
+
+def test_a_long_outage_is_counted_a_chunk_per_look() -> None:
+    schedule = _schedule("* * * * * *", "all", timedelta(hours=1))
+    now = T0 + timedelta(days=3)
+    plan = plan_slots(schedule, T0, now)
+    assert plan.fire == [] and plan.more and plan.passed == 100_000
+    assert plan.pass_through == T0 + 100_000 * SECOND
 
 
 def test_catch_up_none_runs_only_a_slot_that_is_on_time() -> None:

@@ -119,7 +119,12 @@ class Engine:
         self.executor_id = check_identifier(executor_id, "executor id")
         self.app_version = app_version
         self.session = ExecutorSession(
-            db, executor_id, app_version, lease_seconds, grace_seconds=session_grace
+            db,
+            executor_id,
+            app_version,
+            lease_seconds,
+            grace_seconds=session_grace,
+            code_version=code_version,
         )
         self.session_key: int | None = None
         self.pool = WorkerPool(workers)
