@@ -232,10 +232,11 @@ def test_a_model_error_is_recorded_whole_and_raised_again_on_replay(
     runtime: da.Runtime, inspector: Inspector, serve: Serve
 ) -> None:
     """The step records Pydantic AI's encoding of the error, so a replay raises the same
-    class with its status code, not a bare message of the right name."""
-    server = serve([Fail(500, message="upstream broke")])
+    class with its status code, not a bare message of the right name. (A 400: an error
+    that may pass by itself, a 500, is waited out instead, see test_dependency_outages.)"""
+    server = serve([Fail(400, message="messages: bad shape")])
     handle = da.start(model_error, "compute")
-    expected = f"ModelServerError 500 {app.MODEL_NAME}"
+    expected = f"ModelRequestRejectedError 400 {app.MODEL_NAME}"
     assert handle.result(timeout=30) == expected
     failed = inspector.steps(handle.workflow_id)[0]
     assert (failed.name, failed.status) == (MODEL, "ERROR")

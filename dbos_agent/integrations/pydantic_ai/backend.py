@@ -45,9 +45,22 @@ from ...agent.replay import note_step
 from ...engine.extending import NotDone, WorkflowContext, at_position, current_context, in_step
 from ...engine.step import step as engine_step
 from ...engine.step import step_info
-from ...errors import BudgetExceededError, ConfigurationError, DbosAgentError, NotInStepError
+from ...errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    DbosAgentError,
+    DependencyUnavailableError,
+    NotInStepError,
+)
 from ...records import StepStatus
 from .delegation import guard_for
+from .outages import (
+    MCP_DEFAULTS,
+    MODEL_DEFAULTS,
+    mcp_error_is_transient,
+    model_error_is_transient,
+    model_step_error_is_transient,
+)
 
 __all__ = [
     "METADATA_KEY",
@@ -75,6 +88,9 @@ class StepOptions(TypedDict, total=False):
     ``idempotent=False`` (tools only) records the call's intent with its arguments before
     it runs; after a crash between the two, ``guard(**arguments)`` returns the earlier
     result or :data:`~dbos_agent.NotDone`, or the workflow stops ``IN_DOUBT``.
+    ``give_up_after`` is how long a model request or an MCP operation waits out its
+    provider or server being down (24 hours by default, see :mod:`.outages`; None: only
+    ``retries``), ``waits_for`` what operators read it waits for.
     """
 
     retries: int
@@ -82,9 +98,12 @@ class StepOptions(TypedDict, total=False):
     backoff: float
     max_interval: float
     retry_on: tuple[type[BaseException], ...]
+    retry_if: Callable[[BaseException], bool] | None
     timeout: float | None
     idempotent: bool
     guard: Callable[..., Any] | None
+    give_up_after: float | None
+    waits_for: str | None
 
 
 #: The options that only tool calls take (a validation or a model call is never an effect).
@@ -113,15 +132,23 @@ class RecordedModelError(DbosAgentError):
         return decode_model_error(self.encoded) or self
 
 
+class UnavailableModelError(RecordedModelError, DependencyUnavailableError):
+    """A model error that may pass by itself (the provider overloaded, rate-limiting,
+    failing or unreachable, see :mod:`.outages`): the request's step waits it out instead
+    of recording it, up to its horizon; recorded past that, it replays as the original."""
+
+
 class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
     """The step options of each operation: per role (model, MCP, other tools), and per tool
     from its metadata (``{"dbos_agent": {...}}`` merged over its role's, ``False`` for no
     step). A metadata mistake is the agent's code, a ``UserError`` as Pydantic AI raises."""
 
     def __init__(self, *, model: StepOptions, tool: StepOptions, mcp: StepOptions) -> None:
-        self._model = model
+        self._model = cast(
+            StepOptions, {**MODEL_DEFAULTS, "retry_if": model_step_error_is_transient, **model}
+        )
         self._tool = tool
-        self._mcp = mcp
+        self._mcp = cast(StepOptions, {**MCP_DEFAULTS, "retry_if": mcp_error_is_transient, **mcp})
 
     def base(self, role: OperationConfigRole, *, operation_id: DurableOperationId) -> StepOptions:
         if role == "model":
@@ -158,7 +185,23 @@ class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
             options = cast(StepOptions, {**options, **own})
         if isinstance(operation_id, ToolsetValidateToolArgumentsId):
             return _without_effects(options)
+        if getattr(operation_id, "toolset_kind", None) == "mcp":
+            options = _mcp_call_options(options, own, getattr(operation_id, "toolset_id", None))
         return options
+
+
+def _mcp_call_options(
+    options: StepOptions, own: Mapping[str, Any] | None, toolset_id: str | None
+) -> StepOptions:
+    """An MCP call's options: it waits for its server by name; a non-idempotent call gets
+    no horizon unless its own options give one (it must not be sent twice, and whether a
+    failed one reached the server cannot be told)."""
+    named: dict[str, Any] = dict(options)
+    if toolset_id and named.get("waits_for") == MCP_DEFAULTS["waits_for"]:
+        named["waits_for"] = f"MCP server {toolset_id!r}"
+    if named.get("idempotent") is False and "give_up_after" not in (own or {}):
+        named["give_up_after"] = None
+    return cast(StepOptions, named)
 
 
 def _without_effects(options: StepOptions) -> StepOptions:
@@ -424,6 +467,11 @@ async def _never_sent() -> object:
 
 
 def _recordable(error: ModelAPIError) -> Exception:
-    """A model error as the log can keep it whole (itself if Pydantic AI cannot encode it)."""
+    """A model error as the log can keep it whole (itself if Pydantic AI cannot encode it):
+    an :class:`UnavailableModelError` when the step should wait it out."""
     encoded = encode_model_error(error)
-    return error if encoded is None else RecordedModelError(str(error), encoded)
+    if encoded is None:
+        return error
+    if model_error_is_transient(error):
+        return UnavailableModelError(str(error), encoded)
+    return RecordedModelError(str(error), encoded)
