@@ -61,12 +61,15 @@ def token_totals(digests: Sequence[StepDigest | None]) -> dict[str, Any] | None:
 def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
     """A workflow as in ``--json`` documents. ``diverged`` (None unless its log and its
     code ever parted) also says it in words: ``summary`` (one short line) and ``why``
-    (the sentence ``workflows show`` and the dashboard print)."""
+    (the sentence ``workflows show`` and the dashboard print); so does ``retrying`` (None
+    unless a step waits out a failing dependency): ``summary``."""
     data = dataclasses.asdict(info)
     data["duration_seconds"] = wall_seconds(info)
     if info.diverged is not None:
         data["diverged"]["summary"] = info.diverged.describe()
         data["diverged"]["why"] = info.diverged.why()
+    if info.retrying is not None:
+        data["retrying"]["summary"] = info.retrying.describe()
     return data
 
 

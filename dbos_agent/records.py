@@ -188,13 +188,17 @@ class RetryInfo:
         return line if len(line) <= 200 else line[:199] + "…"
 
     def describe(self) -> str:
-        """One line, e.g. ``waiting for the model API since 12:00:01 (step 3
+        """What it waits for in one line, e.g. ``the model API since 12:00:01 (step 3
         anthropic.messages): attempt 5 failed, next at 12:04:00; last error: ...``."""
         return (
-            f"waiting for {self.waiting_for} since {self.since:%Y-%m-%d %H:%M:%S} (step "
-            f"{self.seq} {self.step}): attempt {self.attempts} failed, next at "
+            f"{self.waiting_for} since {self.since:%Y-%m-%d %H:%M:%S} (step {self.seq} "
+            f"{self.step}): attempt {self.attempts} failed, next at "
             f"{self.next_at:%Y-%m-%d %H:%M:%S}; last error: {self.error_line()}"
         )
+
+    def summary(self) -> str:
+        """The short form for a table, e.g. ``the model API (attempt 5, next 12:04:00)``."""
+        return f"{self.waiting_for} (attempt {self.attempts}, next {self.next_at:%H:%M:%S})"
 
 
 @dataclass(frozen=True, slots=True)

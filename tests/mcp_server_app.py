@@ -6,7 +6,8 @@ test, or over Streamable HTTP on a port, started by the test itself.
 
 Environment: MCP_SIDE_EFFECTS, a file each start of the server and every call's effect is
 appended to, one line each with this process's pid, so that the tests count from outside
-(even across a kill -9 of the agent) what really ran.
+(even across a kill -9 of the agent) what really ran. MCP_DOWN_WHILE, a file: while it
+exists the server is down (it exits at once with status 1, before the handshake).
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ async def slow_once(label: str, seconds: float) -> str:
 
 
 if __name__ == "__main__":
+    down = os.environ.get("MCP_DOWN_WHILE")
+    if down and Path(down).exists():
+        note("server-down")
+        sys.exit(1)
     note("server-start")
     if sys.argv[1:2] == ["--http"]:
         app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -235,9 +235,11 @@ class McpServer:
             try:
                 return self._connection.run_sync(use, timeout)
             except McpConnectionError as broken:
+                # a broken session is dropped whatever comes next: the next use (this
+                # loop's, or the step's next attempt) opens a new one
+                self._connection.reset_sync(broken.session)
                 if tries_left == 0 or not self._connection.reconnectable():
                     raise
-                self._connection.reset_sync(broken.session)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _with_reconnects(
@@ -254,13 +256,13 @@ class McpServer:
             try:
                 return await self._connection.run(use, timeout)
             except McpConnectionError as broken:
+                await asyncio.to_thread(self._connection.reset_sync, broken.session)
                 if (
                     tries_left == 0
                     or not self._connection.reconnectable()
                     or (broken.sent and not resend)
                 ):
                     raise
-                await asyncio.to_thread(self._connection.reset_sync, broken.session)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def call_tool(

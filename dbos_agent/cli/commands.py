@@ -106,10 +106,10 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
     ]
     headers = ["WORKFLOW ID", "NAME", "STATUS", "EXECUTOR", "CREATED (UTC)", "DURATION"]
     headers += ["RECOVERIES", "APP VERSION"]
-    if any(info.waiting_for is not None for info in found):  # what suspended ones wait for
+    if any(render.waits(info) for info in found):  # what suspended or retrying ones wait for
         headers.append("WAITING FOR")
         for row, info in zip(rows, found, strict=True):
-            row.append(info.waiting_for.describe() if info.waiting_for else "")
+            row.append(render.waits(info))
     held = [info.diverged if info.status is WorkflowStatus.DIVERGED else None for info in found]
     if any(held):  # why diverged ones are held
         headers.append("DIVERGED")
@@ -145,7 +145,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Workflow", info.workflow_id),
         ("Name", info.name),
         ("Status", render.status_text(info.status)),
-        *([("Waiting for", info.waiting_for.describe())] if info.waiting_for is not None else []),
+        *render.waiting_fields(info),
         *render.diverged_fields(info),
         ("Executor", info.executor_id + version),
         ("Created", render.ts(info.created_at) + " UTC"),
@@ -258,6 +258,19 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
             f"forked {args.workflow_id} from step {result.from_step}{moved} as {new_id} "
             f"({result.copied_steps} recorded step(s) reused); it is PENDING on executor "
             f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
+        )
+
+
+def retry(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Try now the steps of a workflow that wait out a failing dependency."""
+    waiting = Client.over(db).retry(args.workflow_id)
+    if args.json:
+        render.print_json({"workflow_id": args.workflow_id, "retrying": waiting})
+    else:
+        steps = "1 step" if waiting == 1 else f"{waiting} steps"
+        print(
+            f"{args.workflow_id}: {steps} waiting for a retry will try now, in the process "
+            "that waits for it or the first that can run it"
         )
 
 

@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_workflows(tree, common)
     _add_steps(tree, common)
+    _add_retry(tree, common)
     _add_send(tree, common)
     _add_stream(tree, common)
     _add_approvals(tree, common)
@@ -262,6 +263,23 @@ def _add_steps(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "--result", type=types.json_value, metavar="JSON", help="the result it had (JSON)"
     )
     outcome.add_argument("--rerun", action="store_true", help="it did not happen: run it again")
+
+
+def _add_retry(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
+    retry = _command(
+        tree,
+        common,
+        "retry",
+        "try now the steps of a workflow that wait out a failing dependency",
+        commands.retry,
+        "A step whose dependency fails (the model API overloaded, an MCP server down) waits\n"
+        "for its next attempt without recording an error (RETRYING; `workflows show` says\n"
+        "what it waits for, since when and its next attempt). This makes that attempt due\n"
+        "now: a SUSPENDED workflow wakes in the first live process that can run it, one that\n"
+        "waits in a process tries at once. An unknown or finished workflow, or one with no\n"
+        "step waiting for a retry, is an error.",
+    )
+    retry.add_argument("workflow_id", metavar="ID", help="workflow id")
 
 
 def _add_send(tree: _Group[Any], common: argparse.ArgumentParser) -> None:

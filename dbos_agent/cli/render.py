@@ -165,6 +165,27 @@ def print_fields(fields: Sequence[Field], *, file: TextIO | None = None) -> None
     _emit(Text("\n").join(lines), file)
 
 
+def waits(info: WorkflowInfo) -> str:
+    """What an unfinished workflow waits for, for a table: the dependency a step waits out
+    (SUSPENDED meanwhile, or waiting in its process), else a suspended wait's condition."""
+    if info.retrying is not None:
+        return info.retrying.summary()
+    return info.waiting_for.describe() if info.waiting_for is not None else ""
+
+
+def waiting_fields(info: WorkflowInfo) -> list[Field]:
+    """What ``workflows show`` says a workflow waits for, and how an operator tries now."""
+    if info.retrying is not None:
+        command = f"{PROG} retry {shlex.quote(info.workflow_id)}"
+        return [
+            ("Waiting for", info.retrying.describe()),
+            ("Try now", f"{command} (or cancel it)"),
+        ]
+    if info.waiting_for is not None:
+        return [("Waiting for", info.waiting_for.describe())]
+    return []
+
+
 def diverged_fields(info: WorkflowInfo) -> list[Field]:
     """What ``workflows show`` says of a divergence: while the workflow is held, where its
     log and its code parted and what the operator may do; once it was continued (or
