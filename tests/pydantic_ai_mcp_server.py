@@ -5,7 +5,8 @@
 ``multiply`` appends ``multiply A B PID`` to $MCP_LOG before it answers (side effects
 counted from outside every process); with $MCP_HANG set to ``A`` it hangs on that first
 argument until the agent that started it is killed (then it exits: it never outlives
-the test), so that a test can kill the agent mid-call.
+the test), so that a test can kill the agent mid-call. While the file $MCP_DOWN_WHILE
+exists the server is down: it exits at once, before the handshake.
 """
 
 from __future__ import annotations
@@ -32,4 +33,7 @@ def multiply(a: int, b: int) -> int:
 
 
 if __name__ == "__main__":
+    down = os.environ.get("MCP_DOWN_WHILE")
+    if down and os.path.exists(down):
+        raise SystemExit(1)
     server.run("stdio")
