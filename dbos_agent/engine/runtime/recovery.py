@@ -50,6 +50,11 @@ def recover_pending(engine: Engine) -> RecoveryReport:
 
     Workflows of a session that lost its lock on another host are waited for
     during that session's grace (it may be alive and reconnecting), then taken.
+
+    Unlike a take-over it is not bounded by the room the process has: the process is
+    that executor again, and its report counts all it took. It claims a page at a time,
+    the next once the worker pool's backlog has room, so it holds at most a page it has
+    not started, and what it has not claimed yet stays claimable by peers meanwhile.
     """
     report = RecoveryReport()
     started = time.perf_counter()
@@ -124,7 +129,7 @@ def _recover_orphans(
     after: dict[bool | None, tuple[datetime, str]] = {}
     last_progress = time.monotonic()
 
-    def claim_page(kind: Runner, key: bool | None, limit: int) -> int:
+    def claim_page(kind: Runner, key: bool | None, limit: int) -> bool:
         nonlocal last_progress
         claims = db.recovery.claim(
             executor_id=engine.executor_id,
@@ -141,7 +146,7 @@ def _recover_orphans(
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
             log.info("recovery in progress: %d recovered so far", report.recovered)
-        return len(claims)
+        return bool(claims)  # a short page may have skipped rows another claimer locked
 
     _in_pages(engine, runner, claim_page, bounded=orphans)
 
@@ -182,7 +187,7 @@ def _continue_diverged(
     assert engine.session_key is not None
     owner_key = engine.session_key
 
-    def claim_page(kind: Runner, _key: bool | None, limit: int) -> int:
+    def claim_page(kind: Runner, _key: bool | None, limit: int) -> bool:
         page = engine.db.recovery.claim_diverged(
             executor_id=engine.executor_id,
             owner_key=owner_key,
@@ -196,7 +201,7 @@ def _continue_diverged(
             if (definition := find_workflow(name)) is not None
         ]
         report.continued_diverged += sum(f is not None for f in engine.start_claimed(claims))
-        return len(page)
+        return len(page) == limit
 
     _in_pages(engine, runner, claim_page, bounded=orphans)
 
@@ -204,13 +209,13 @@ def _continue_diverged(
 def _in_pages(
     engine: Engine,
     runner: Runner,
-    claim_page: Callable[[Runner, bool | None, int], int],
+    claim_page: Callable[[Runner, bool | None, int], bool],
     *,
     bounded: bool,
 ) -> None:
     """Call ``claim_page(runner, kind, limit)`` (it claims and starts up to ``limit``
-    workflows of the runner's names and returns how many rows it took) until a page comes
-    back short, or this session's fence stops holding.
+    workflows of the runner's names, and says whether there may be more) while it says so
+    and this session's fence holds.
 
     Unbounded (recovery at launch, of this executor's own workflows): pages of PAGE_SIZE
     into the worker pool, whose backlog bound makes the claiming wait for room (see
@@ -221,9 +226,8 @@ def _in_pages(
     next pass, which the next run to end here starts at once.
     """
     if not bounded:
-        while _may_claim(engine):
-            if claim_page(runner, None, PAGE_SIZE) < PAGE_SIZE:
-                return
+        while _may_claim(engine) and claim_page(runner, None, PAGE_SIZE):
+            pass
         return
     for is_async in (False, True):
         kind = replace(runner, names=workflow_names_of(is_async))
@@ -234,7 +238,7 @@ def _in_pages(
                 if engine.free_slots(is_async) <= 0:
                     break
                 continue
-            if claim_page(kind, is_async, limit) < limit:
+            if not claim_page(kind, is_async, limit):
                 break
 
 
