@@ -5,12 +5,15 @@ append to, and the database. A survivor claims a dead process's workflows only u
 room (idle worker threads for sync workflows, free event-loop slots for async ones), so
 two busy survivors share the work, and a survivor never holds PENDING workflows it cannot
 start: a statement trigger installed by the test records, after every write to the
-workflows table, how many PENDING workflows each session owns, by kind.
+workflows table, how many PENDING workflows each session owns, by kind. In one process,
+with no periodic pass in the test's time, a full process takes over nothing, then takes
+over as its runs end.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,11 +25,13 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.testing import Inspector, fresh_database
+from dbos_agent.testing import Inspector, fresh_database, take_over_once
 from tests.helpers import new_id, wait_until
 from tests.processes import start_module, stop_workers
 
 SYNC, ASYNC = "takeover_held", "takeover_aheld"
+#: A session key the sequence of a fresh database hands out to no process in a test.
+DEAD_KEY = 2_000_000_000
 
 #: After every statement that writes workflows: the PENDING workflows each session owns.
 _PROBE = """
@@ -278,3 +283,59 @@ def test_recover_false_resumes_nothing_this_process_did_not_start(
                 assert {w for what, w, pid in _log(tmp_path) if what == "last"} == set(ids)
         finally:
             print(stop_workers(procs))
+
+
+RELEASE = threading.Event()
+
+
+@da.durable_workflow(name="takeover_room_blocker")
+def blocker() -> str:
+    RELEASE.wait(60)
+    return "released"
+
+
+@da.step
+def double(i: int) -> int:
+    return 2 * i
+
+
+@da.durable_workflow(name="takeover_room_quick")
+def quick(i: int) -> int:
+    return double(i)
+
+
+def test_a_full_process_takes_over_nothing_then_takes_over_as_its_runs_end(
+    dbos_agent_postgres_url: str,
+) -> None:
+    """One worker thread, busy: a take-over pass claims none of a dead session's three
+    workflows. Once the busy run ends, the process takes them over one at a time, each
+    as the previous run ends: its periodic pass (every 600 s) plays no part."""
+    ids = [new_id("orphan") for _ in range(3)]
+    RELEASE.clear()
+    with (
+        _database(dbos_agent_postgres_url) as url,
+        da.launch(url, executor_id=new_id("full"), workers=1, take_over_every=600) as rt,
+    ):
+        busy = da.start(blocker)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO dbos_agent.executors (session_key, executor_id, hostname, pid,"
+                " lease_seconds, heartbeat_at) VALUES (%s, 'gone', 'test', 1, 30, '-infinity')",
+                (DEAD_KEY,),
+            )
+            for i, wid in enumerate(ids):
+                conn.execute(
+                    "INSERT INTO dbos_agent.workflows (workflow_id, name, status, inputs,"
+                    " executor_id, owner_key, max_recovery_attempts)"
+                    " VALUES (%s, 'takeover_room_quick', 'PENDING', %s, 'gone', %s, 5)",
+                    (wid, f'{{"i": {i}}}', DEAD_KEY),
+                )
+        assert take_over_once().recovered == 0, "no idle thread: nothing claimed"
+        assert _owned_by(url, DEAD_KEY, ids) == set(ids)
+        RELEASE.set()
+        assert busy.result(30) == "released"
+        with Inspector(url) as db:
+            wait_until(lambda: db.all_finished(ids), 30, "the orphans taken over")
+            assert set(db.recovery_attempts(ids).values()) == {1}
+        assert [da.retrieve(wid).result(5) for wid in ids] == [0, 2, 4]
+        assert _most_pending(url, rt.session_key or 0, "takeover_room_quick") == 1
