@@ -109,7 +109,7 @@ def launch(
         scheduler = Scheduler(engine)
         engine.on_wake_all(scheduler.poke)  # a moved clock, shutdown: look again now
         engine.run_in_background(scheduler.run, "dbos-agent-scheduler")
-    if o.take_over:
+    if o.takes_over:
         engine.passes.take_over = o.take_over_every
         engine.run_in_background(lambda: keep_taking_over(engine), "dbos-agent-take-over")
     if o.retention is not None:

@@ -52,15 +52,22 @@ class LaunchOptions:
     # wait at all.
     recover: bool = True
     """Recover this executor's PENDING workflows at launch, in the background (``launch``
-    returns at once)."""
+    returns at once). False: this process resumes no workflow it did not start itself:
+    it recovers nothing at launch and, unless ``take_over=True`` is given, takes over
+    nothing either (it still runs its queues' workflows and wakes suspended ones, as
+    ``run_queues`` and ``wake_suspended`` say)."""
     lease_seconds: float = 30.0
     """The heartbeat lease of this process's session."""
     session_grace: float = 3.0
     """Seconds a session's advisory lock may be free before the session counts as dead."""
-    take_over: bool = True
+    take_over: bool | None = None
     """Take over the workflows of dead sessions, of any executor, that this process can
-    run (a registered name, its application version): a fleet of application processes
-    needs no separate worker to survive the death of one. False leaves that to others."""
+    run (a registered name, its application version), as many as it can start at once
+    (idle worker threads, free event-loop slots; the rest is left to peers with room): a
+    fleet of application processes needs no separate worker to survive the death of one.
+    False leaves that to others. None (the default) follows ``recover``: on, unless
+    ``recover=False``; ``recover=False, take_over=True`` takes over without recovering
+    at launch."""
     take_over_every: float = 2.0
     """Seconds between take-over looks (one cheap statement while there is nothing to
     take); it also looks at once when a session ends leaving work or a workflow is resumed
@@ -94,6 +101,12 @@ class LaunchOptions:
     with their steps, messages and events, in the background: every tenth of it and at
     least hourly, in short batches (engine/retention.py). None: nothing is ever deleted."""
 
+    @property
+    def takes_over(self) -> bool:
+        """Whether the process takes over dead sessions' workflows: ``take_over`` if
+        given, else ``recover``."""
+        return self.recover if self.take_over is None else self.take_over
+
     def __post_init__(self) -> None:
         if self.retention is not None:
             check_older_than(self.retention)
@@ -113,7 +126,7 @@ class LaunchKeywords(TypedDict, total=False):
     recover: bool
     lease_seconds: float
     session_grace: float
-    take_over: bool
+    take_over: bool | None
     take_over_every: float
     outage_timeout: float
     max_checkpoint_bytes: int

@@ -54,9 +54,10 @@ def dispatch_once() -> int:
 
 
 def take_over_once() -> RecoveryReport:
-    """Run one take-over pass in the launched runtime now: take over the workflows of
-    dead sessions that this process can run (a registered name, its application
-    version). Returns what it did."""
+    """Run one take-over pass in the launched runtime now (whether or not it was launched
+    to take over): take over the workflows of dead sessions that this process can run (a
+    registered name, its application version), as many as it can start at once. Returns
+    what it did."""
     return _take_over_once(current_engine())
 
 

@@ -65,3 +65,12 @@ def test_options_are_frozen() -> None:
     options = LaunchOptions(workers=2)
     with pytest.raises(AttributeError):
         options.workers = 3  # type: ignore[misc]
+
+
+def test_take_over_follows_recover_unless_given() -> None:
+    """``recover=False`` resumes nothing the process did not start: no take-over either,
+    unless ``take_over=True`` says so (and ``take_over=False`` holds with recovery on)."""
+    assert LaunchOptions().takes_over
+    assert not LaunchOptions(recover=False).takes_over
+    assert LaunchOptions(recover=False, take_over=True).takes_over
+    assert not LaunchOptions(take_over=False).takes_over

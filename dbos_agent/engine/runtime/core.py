@@ -55,7 +55,7 @@ from .context import (
     current_workflow_timeout,
     entered_workflow,
 )
-from .executors import EventLoop, WorkerPool
+from .executors import EventLoop, RoomWatch, WorkerPool
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import (
     Outcome,
@@ -127,10 +127,12 @@ class Engine:
             code_version=code_version,
         )
         self.session_key: int | None = None
-        self.pool = WorkerPool(workers)
+        #: Told when a background run ends (see ``free_slots``).
+        self.room = RoomWatch()
+        self.pool = WorkerPool(workers, on_room=self.room.freed)
         #: Where background async runs execute: one loop, its blocking calls on as many
         #: threads as there are database connections.
-        self.loop = EventLoop(io_threads=db.pool_size, max_runs=async_runs)
+        self.loop = EventLoop(io_threads=db.pool_size, max_runs=async_runs, on_room=self.room.freed)
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
         self.notifications = Notifications(db)
         #: Set once, when shutdown begins: the one shutdown flag (``stopping`` reads it).
@@ -457,6 +459,13 @@ class Engine:
         while a run of the workflow here was ending, a run cut off by an outage)."""
         self.take_back_urgent = True
         self.take_back_wanted.set()
+
+    def free_slots(self, is_async: bool) -> int:
+        """Background runs of that kind this process can start now without queueing them:
+        idle worker threads (sync workflows), free event-loop slots (async ones). A pass
+        that claims other sessions' workflows claims no more (``self.room`` tells it when
+        a run ends)."""
+        return self.loop.free() if is_async else self.pool.free()
 
     def active_ids(self) -> list[str]:
         """Ids of the workflows this process is running now."""

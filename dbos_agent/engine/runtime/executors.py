@@ -43,10 +43,46 @@ def refuse_blocking_wait(what: str) -> None:
         )
 
 
+def _nobody() -> None:
+    pass
+
+
+class RoomWatch:
+    """Tells those who asked when a run of the worker pool or the event loop ends.
+
+    A pass that stopped claiming for want of room (the take-over) arms it, then reads the
+    room again: a run that ended before the arming is seen by that read, one that ends
+    after it calls the hooks, once per arming. So the pass looks again as soon as there is
+    room, not a whole period later, and a process whose runs end by the thousand pays one
+    flag test per run while nobody waits.
+    """
+
+    def __init__(self) -> None:
+        self._armed = False
+        self._hooks: list[Callable[[], None]] = []
+
+    def on_freed(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (it must not block) when a run ends while the watch is armed."""
+        self._hooks.append(hook)
+
+    def arm(self) -> None:
+        """The next run to end calls the hooks."""
+        self._armed = True
+
+    def freed(self) -> None:
+        """A run ended (called by the pool and the loop)."""
+        if self._armed:
+            self._armed = False
+            for hook in self._hooks:
+                hook()
+
+
 class EventLoop:
     """A daemon thread running one asyncio loop; ``max_runs`` bounds live runs on it."""
 
-    def __init__(self, io_threads: int, max_runs: int) -> None:
+    def __init__(
+        self, io_threads: int, max_runs: int, on_room: Callable[[], None] = _nobody
+    ) -> None:
         if io_threads < 1 or max_runs < 1:
             raise ValueError(
                 f"the event loop needs io_threads >= 1 and max_runs >= 1, got "
@@ -61,11 +97,17 @@ class EventLoop:
         self._room = threading.Condition(self._lock)
         self._live = 0
         self._stopped = False
+        #: Called (from the loop's thread) each time a run ends and frees a slot.
+        self._on_room = on_room
 
     @property
     def live(self) -> int:
         """Runs submitted and not yet ended."""
         return self._live
+
+    def free(self) -> int:
+        """Runs this loop would take now without anyone waiting for room."""
+        return self.max_runs - self._live
 
     def _started(self) -> asyncio.AbstractEventLoop:
         """The loop, started on first use (a process without async workflows never starts it)."""
@@ -110,6 +152,7 @@ class EventLoop:
         with self._room:
             self._live -= 1
             self._room.notify_all()
+        self._on_room()
 
     def wait_for_room(self) -> None:
         """Block while ``max_runs`` runs are live (recovery and wake-ups keep memory flat)."""
@@ -149,7 +192,7 @@ _STOP = object()
 class WorkerPool:
     """At most ``size`` threads, started lazily, fed from one FIFO queue."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, on_room: Callable[[], None] = _nobody) -> None:
         if size < 1:
             raise ValueError(f"the worker pool needs at least one thread, got {size}")
         self.size = size
@@ -158,7 +201,10 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._idle = 0
         self._queued = 0
+        self._running = 0
         self._room = threading.Condition(self._lock)
+        #: Called (from the worker thread) each time a job ends and frees its thread.
+        self._on_room = on_room
 
     def submit(self, job: Callable[[], None]) -> None:
         """Queue ``job``; start another thread if none is idle and the pool has room."""
@@ -171,6 +217,12 @@ class WorkerPool:
                 self._threads.append(thread)
                 thread.start()
         self._queue.put(job)
+
+    def free(self) -> int:
+        """Jobs that would start at once if submitted now: the threads neither running
+        a job nor promised to one already waiting (negative while jobs wait)."""
+        with self._lock:
+            return self.size - self._running - self._queued
 
     def wait_for_room(self, backlog: int) -> None:
         """Block while more than ``backlog`` jobs wait for a thread (keeps memory flat)."""
@@ -186,6 +238,7 @@ class WorkerPool:
             with self._room:
                 self._idle -= 1
                 self._queued -= 1
+                self._running += job is not _STOP
                 self._room.notify_all()
             if job is _STOP:
                 return
@@ -193,6 +246,9 @@ class WorkerPool:
                 job()  # type: ignore[operator]
             except BaseException:  # a job's failure must not kill the worker
                 log.exception("a dbos_agent background job failed")
+            with self._lock:
+                self._running -= 1
+            self._on_room()
 
     def stop(self) -> None:
         """Ask every thread to exit once the jobs queued before this call are done."""

@@ -11,6 +11,12 @@ attempt and dead-letters those over their limit, in one statement), their
 logs are loaded with one query per page, and they run on the bounded worker
 pool: memory stays flat however many are pending.
 
+A take-over claims only what this process can start at once: no more sync workflows
+than it has idle worker threads, no more async ones than free event-loop slots. The
+rest stays claimable, so a peer with room takes it, and this process looks again as
+soon as one of its runs ends (not a period later). Recovery at launch of this
+executor's own workflows pages into the worker pool as before (see ``_in_pages``).
+
 A process also takes back what is still its own but no longer runs: a run cut
 off by an outage past its bound, a claim whose reply was lost.
 """
@@ -20,14 +26,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 
 from ...errors import DatabaseUnavailableError, WorkflowInputsError
 from ...records import RecoveryReport, WorkflowStatus
-from ...storage.rows import Runner
+from ...storage.rows import RecoveryClaim, Runner
 from ...storage.session import end_dead_local_sessions
 from .core import Engine
 from .notifications import CLAIMABLE_CHANNEL
-from .registry import find_workflow, workflow_names
+from .registry import find_workflow, workflow_names, workflow_names_of
 from .runs import Claim
 
 log = logging.getLogger(__name__)
@@ -41,6 +50,11 @@ def recover_pending(engine: Engine) -> RecoveryReport:
 
     Workflows of a session that lost its lock on another host are waited for
     during that session's grace (it may be alive and reconnecting), then taken.
+
+    Unlike a take-over it is not bounded by the room the process has: the process is
+    that executor again, and its report counts all it took. It claims a page at a time,
+    the next once the worker pool's backlog has room, so it holds at most a page it has
+    not started, and what it has not claimed yet stays claimable by peers meanwhile.
     """
     report = RecoveryReport()
     started = time.perf_counter()
@@ -106,53 +120,62 @@ def claim_and_recover(
 def _recover_orphans(
     engine: Engine, runner: Runner, *, orphans: bool, report: RecoveryReport
 ) -> None:
-    """The PENDING workflows of dead sessions (``orphans``: of any executor id, else of
-    this one's), page by page; each claim counts a recovery attempt."""
+    """The PENDING workflows of dead sessions (``orphans``: of any executor id, as far as
+    this process has room, else this one's), page by page; each claim counts a recovery
+    attempt."""
     db = engine.db
     assert engine.session_key is not None, "the runtime has no executor session"
-    after = None
+    owner_key = engine.session_key
+    after: dict[bool | None, tuple[datetime, str]] = {}
     last_progress = time.monotonic()
-    while not engine.stopping:
-        if engine.ownership_mark() < 0:  # not sure this session is alive to others: wait
-            return
+
+    def claim_page(kind: Runner, key: bool | None, limit: int) -> bool:
+        nonlocal last_progress
         claims = db.recovery.claim(
             executor_id=engine.executor_id,
-            owner_key=engine.session_key,
-            runner=runner,
+            owner_key=owner_key,
+            runner=kind,
             skip_ids=engine.active_ids(),
             orphans=orphans,
-            after=after,
-            limit=PAGE_SIZE,
+            after=after.get(key),
+            limit=limit,
         )
-        if not claims:
-            return
-        after = (claims[-1].created_at, claims[-1].workflow_id)
-        live = [c for c in claims if c.status is WorkflowStatus.PENDING]
-        for claim in claims:
-            if claim.status is WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED:
-                report.dead_lettered += 1
-                log.error(
-                    "workflow %s (%s) exceeded its %d recovery attempts and was moved to "
-                    "MAX_RECOVERY_ATTEMPTS_EXCEEDED; it will not run again by itself",
-                    claim.workflow_id,
-                    claim.name,
-                    claim.max_recovery_attempts,
-                )
-        runnable = [
-            Claim(definition, claim.workflow_id, claim.inputs)
-            for claim in live
-            if (definition := find_workflow(claim.name)) is not None
-        ]
-        for future in engine.start_claimed(runnable):
-            if future is None:
-                continue
-            if future.done() and isinstance(future.result().error, WorkflowInputsError):
-                report.failed_inputs += 1
-            else:
-                report.recovered += 1
+        if claims:
+            after[key] = (claims[-1].created_at, claims[-1].workflow_id)
+        _start_recovered(engine, claims, report)
         if time.monotonic() - last_progress > _PROGRESS_EVERY_S:
             last_progress = time.monotonic()
             log.info("recovery in progress: %d recovered so far", report.recovered)
+        return bool(claims)  # a short page may have skipped rows another claimer locked
+
+    _in_pages(engine, runner, claim_page, bounded=orphans)
+
+
+def _start_recovered(engine: Engine, claims: list[RecoveryClaim], report: RecoveryReport) -> None:
+    """Run the claimed workflows that are still PENDING; report the dead-lettered ones."""
+    for claim in claims:
+        if claim.status is WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED:
+            report.dead_lettered += 1
+            log.error(
+                "workflow %s (%s) exceeded its %d recovery attempts and was moved to "
+                "MAX_RECOVERY_ATTEMPTS_EXCEEDED; it will not run again by itself",
+                claim.workflow_id,
+                claim.name,
+                claim.max_recovery_attempts,
+            )
+    runnable = [
+        Claim(definition, claim.workflow_id, claim.inputs)
+        for claim in claims
+        if claim.status is WorkflowStatus.PENDING
+        and (definition := find_workflow(claim.name)) is not None
+    ]
+    for future in engine.start_claimed(runnable):
+        if future is None:
+            continue
+        if future.done() and isinstance(future.result().error, WorkflowInputsError):
+            report.failed_inputs += 1
+        else:
+            report.recovered += 1
 
 
 def _continue_diverged(
@@ -162,13 +185,15 @@ def _continue_diverged(
     diverge on them: an older version still running, a fixed deploy) and run them from
     their logs; one that diverges again is held again, with this version added."""
     assert engine.session_key is not None
-    while not engine.stopping and engine.ownership_mark() >= 0:
+    owner_key = engine.session_key
+
+    def claim_page(kind: Runner, _key: bool | None, limit: int) -> bool:
         page = engine.db.recovery.claim_diverged(
             executor_id=engine.executor_id,
-            owner_key=engine.session_key,
-            runner=runner,
+            owner_key=owner_key,
+            runner=kind,
             orphans=orphans,
-            limit=PAGE_SIZE,
+            limit=limit,
         )
         claims = [
             Claim(definition, workflow_id, inputs)
@@ -176,8 +201,50 @@ def _continue_diverged(
             if (definition := find_workflow(name)) is not None
         ]
         report.continued_diverged += sum(f is not None for f in engine.start_claimed(claims))
-        if len(page) < PAGE_SIZE:
-            return
+        return len(page) == limit
+
+    _in_pages(engine, runner, claim_page, bounded=orphans)
+
+
+def _in_pages(
+    engine: Engine,
+    runner: Runner,
+    claim_page: Callable[[Runner, bool | None, int], bool],
+    *,
+    bounded: bool,
+) -> None:
+    """Call ``claim_page(runner, kind, limit)`` (it claims and starts up to ``limit``
+    workflows of the runner's names, and says whether there may be more) while it says so
+    and this session's fence holds.
+
+    Unbounded (recovery at launch, of this executor's own workflows): pages of PAGE_SIZE
+    into the worker pool, whose backlog bound makes the claiming wait for room (see
+    ``recover_pending``). Bounded (a take-over, of any executor's): sync workflows (run by
+    worker threads) and async ones (event-loop slots) apart, no page larger than the room
+    of its kind now (``kind`` is ``is_async``). A kind out of room arms ``engine.room``
+    and stops: what is left stays claimable by a peer with room, or by this process's
+    next pass, which the next run to end here starts at once.
+    """
+    if not bounded:
+        while _may_claim(engine) and claim_page(runner, None, PAGE_SIZE):
+            pass
+        return
+    for is_async in (False, True):
+        kind = replace(runner, names=workflow_names_of(is_async))
+        while kind.names and _may_claim(engine):
+            limit = min(PAGE_SIZE, engine.free_slots(is_async))
+            if limit <= 0:
+                engine.room.arm()  # then read again: a run that ended meanwhile counts
+                if engine.free_slots(is_async) <= 0:
+                    break
+                continue
+            if not claim_page(kind, is_async, limit):
+                break
+
+
+def _may_claim(engine: Engine) -> bool:
+    """Not shutting down, and sure that this session is alive to others (else wait)."""
+    return not engine.stopping and engine.ownership_mark() >= 0
 
 
 def take_back_idle(engine: Engine) -> int:
@@ -226,9 +293,10 @@ def keep_taking_back(engine: Engine) -> None:
 
 def take_over_once(engine: Engine) -> RecoveryReport:
     """One take-over pass: take over the workflows of dead sessions that this process
-    can run (a registered name, its application version). While there are none it costs
-    one statement (``probe_orphans``), which also declares dead the sessions of processes
-    gone from this host."""
+    can run (a registered name, its application version), no more than it can start now
+    (idle worker threads, free event-loop slots: see ``_in_pages``). While there are none
+    it costs one statement (``probe_orphans``), which also declares dead the sessions of
+    processes gone from this host."""
     report = RecoveryReport()
     assert engine.session_key is not None, "the runtime has no executor session"
     claimable, unlocked = engine.db.recovery.probe_orphans(
@@ -248,15 +316,17 @@ def take_over_once(engine: Engine) -> RecoveryReport:
 
 
 def keep_taking_over(engine: Engine) -> None:
-    """The take-over thread (every launched process has one unless launched with
-    ``take_over=False``): every ``engine.passes.take_over`` seconds, and at once when a
-    workflow becomes claimable (NOTIFY on dbos_agent_claimable: a resume without an
-    owner, a session that ended leaving work, a workflow held DIVERGED), take over the
-    workflows of dead sessions and the diverged ones this code may fit, of any executor;
-    now and then forget long-dead executors."""
+    """The take-over thread (a launched process has one unless its take-over is off, see
+    ``LaunchOptions.take_over``): every ``engine.passes.take_over`` seconds, at once when
+    a workflow becomes claimable (NOTIFY on dbos_agent_claimable: a resume without an
+    owner, a session that ended leaving work, a workflow held DIVERGED), and at once when
+    a run ends here after a pass stopped for want of room, take over the workflows of
+    dead sessions and the diverged ones this code may fit, of any executor, as many as
+    this process can start now; now and then forget long-dead executors."""
     wanted = threading.Event()
     engine.notifications.subscribe(CLAIMABLE_CHANNEL, lambda _: wanted.set())
     engine.on_wake_all(wanted.set)  # a moved clock (leases end), shutdown
+    engine.room.on_freed(wanted.set)  # a pass out of room: a run here ended
     last_cleanup = time.monotonic()
     cleanup_every = max(engine.session.lease_seconds, 5.0)
     while not engine.recovery_done.wait(0.5):  # recovery at launch claims alone, and

@@ -290,6 +290,13 @@ def workflow_names() -> list[str]:
         return list(_workflows)
 
 
+def workflow_names_of(is_async: bool) -> list[str]:
+    """Names of the registered workflows of one kind: ``async def`` ones run on the event
+    loop, the others on the worker pool, and each kind is claimed as its room allows."""
+    with _lock:
+        return [name for name, d in _workflows.items() if d.is_async is is_async]
+
+
 def forget_workflows() -> None:
     """Forget every registered workflow (for tests that define them on the fly)."""
     with _lock:
