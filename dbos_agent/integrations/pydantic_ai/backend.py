@@ -186,22 +186,24 @@ class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
         if isinstance(operation_id, ToolsetValidateToolArgumentsId):
             return _without_effects(options)
         if getattr(operation_id, "toolset_kind", None) == "mcp":
-            options = _mcp_call_options(options, own, getattr(operation_id, "toolset_id", None))
+            options = _mcp_call_options(options, own)
         return options
 
 
-def _mcp_call_options(
-    options: StepOptions, own: Mapping[str, Any] | None, toolset_id: str | None
-) -> StepOptions:
-    """An MCP call's options: it waits for its server by name; a non-idempotent call gets
-    no horizon unless its own options give one (it must not be sent twice, and whether a
-    failed one reached the server cannot be told)."""
-    named: dict[str, Any] = dict(options)
-    if toolset_id and named.get("waits_for") == MCP_DEFAULTS["waits_for"]:
-        named["waits_for"] = f"MCP server {toolset_id!r}"
-    if named.get("idempotent") is False and "give_up_after" not in (own or {}):
-        named["give_up_after"] = None
-    return cast(StepOptions, named)
+def _waiting_for_server(options: StepOptions, toolset_id: str | None) -> StepOptions:
+    """An MCP operation's options, waiting for its server by name (unless told otherwise)."""
+    if not toolset_id or options.get("waits_for") != MCP_DEFAULTS["waits_for"]:
+        return options
+    return cast(StepOptions, {**options, "waits_for": f"MCP server {toolset_id!r}"})
+
+
+def _mcp_call_options(options: StepOptions, own: Mapping[str, Any] | None) -> StepOptions:
+    """An MCP call's options: a non-idempotent call gets no horizon unless its own options
+    give one (it must not be sent twice, and whether a failed one reached the server
+    cannot be told)."""
+    if options.get("idempotent") is not False or "give_up_after" in (own or {}):
+        return options
+    return cast(StepOptions, {**options, "give_up_after": None})
 
 
 def _without_effects(options: StepOptions) -> StepOptions:
@@ -371,6 +373,8 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
             return await body()
         if isinstance(operation_id, ModelRequestId):
             return await self._model_request(name, body, cache_key, config)
+        if getattr(operation_id, "toolset_kind", None) == "mcp":  # known by name only here
+            config = _waiting_for_server(config, getattr(operation_id, "toolset_id", None))
         position = None
         arguments: dict[str, Any] = {}
         if isinstance(operation_id, ToolsetCallToolId):
