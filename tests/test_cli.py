@@ -564,6 +564,7 @@ EVERY_COMMAND = [
     ["workflows", "resume", "x"],
     ["workflows", "fork", "x", "--from-step", "0"],
     ["steps", "resolve", "x", "0", "--rerun"],
+    ["retry", "x"],
     ["send", "x", "1"],
     ["stream", "x", "k"],
     ["approvals"],

@@ -57,8 +57,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 _DESCRIPTION = """\
 Operate dbos_agent durable workflows from the database: list and inspect them, cancel,
-resume or fork them, resolve in-doubt steps, send them messages, delete old finished ones,
-list, pause, resume and backfill cron schedules.
+resume or fork them, retry now what waits out a failing dependency, resolve in-doubt
+steps, send them messages, delete old finished ones, list, pause, resume and backfill
+cron schedules.
 None of this needs your workflow code: resumed and forked workflows are run by a process
 that has it (`dbos-agent worker --app ...`, or your app's next launch()).
 

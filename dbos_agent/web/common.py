@@ -49,9 +49,13 @@ def json_response(document: Any) -> Response:
 
 
 def workflow_document(info: WorkflowInfo) -> dict[str, Any]:
-    """A workflow as the API answers it: the CLI's document and what it waits for."""
+    """A workflow as the API answers it: the CLI's document and what it waits for (the
+    dependency a step waits out, else a suspended wait's condition), in words."""
     document = documents.workflow_json(info)
-    document["waiting_for"] = info.waiting_for.describe() if info.waiting_for else None
+    if info.retrying is not None:
+        document["waiting_for"] = info.retrying.describe()
+    else:
+        document["waiting_for"] = info.waiting_for.describe() if info.waiting_for else None
     return document
 
 

@@ -1,5 +1,5 @@
 """The workflow routes: list, show, steps, and the operator's actions (cancel, resume,
-fork, send, resolve an in-doubt step), each through the app's :class:`Client`."""
+fork, retry now, send, resolve an in-doubt step), each through the app's :class:`Client`."""
 
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ def show(workflow_id: str, client: ClientOf) -> Response:
     document["actions"] = {  # what the dashboard offers: what the status allows
         "cancel": info.status in CANCELLABLE,
         "resume": info.status in RESUMABLE,
+        "retry": info.retrying is not None,
     }
     document["steps"] = [
         {
@@ -129,6 +130,13 @@ def fork(workflow_id: str, body: ForkBody, client: ClientOf) -> Response:
             "executor_id": result.executor_id,
         }
     )
+
+
+@router.post(ONE + "/retry")
+def retry(workflow_id: str, client: ClientOf) -> Response:
+    """Try now the steps that wait out a failing dependency (``dbos-agent retry``)."""
+    waiting = client.retry(workflow_id)
+    return json_response({"workflow_id": workflow_id, "retrying": waiting})
 
 
 @router.post(ONE + "/send")
