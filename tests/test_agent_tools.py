@@ -117,6 +117,8 @@ def test_tool_options_are_said_once_and_the_step_ones_default_as_a_step_does() -
         "max_interval",
         "retry_on",
         "timeout",
+        "give_up_after",
+        "waits_for",
     }
 
     def plain(x: int) -> int:

@@ -105,6 +105,7 @@ def comes_back(url: str, done: threading.Event, backend: list[int]) -> None:
                 "session_key": DEAD_LOOKING,
                 "executor_id": "exec-9",
                 "app_version": None,
+                "code_version": None,
                 "hostname": "test",
                 "pid": 9,
                 "process_key": None,

@@ -19,7 +19,7 @@ import pytest
 from anthropic.types import ToolResultBlockParam, ToolUseBlock
 
 import dbos_agent as da
-from dbos_agent.agent import Model, ToolRegistry
+from dbos_agent.agent import Model, ToolRegistry, usage_totals
 from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, ScriptItem, text
 from dbos_agent.records import WorkflowStatus
 from dbos_agent.testing import Inspector, advance_clock
@@ -158,6 +158,9 @@ def test_a_hundred_agents_wait_out_an_outage_holding_no_thread(
     for wid in wids:
         assert da.retrieve(wid).result(timeout=120) == f"done: task {wid}"
     assert server.paid_calls == 100
+    # the failed attempts are charged nothing (a budget counts the same totals)
+    assert usage_totals(wids[0]).model_calls == 1
+    assert inspector.steps(wids[0])[0].attempts >= 2
 
 
 # ---------------------------------------------------------------------- MCP servers

@@ -208,3 +208,40 @@ def test_a_suspended_workflow_frees_its_queue_slot_unless_the_queue_counts_it(
     da.send(first.workflow_id, "!", topic="go")
     assert first.result(10) == "first!"
     assert second.result(10) == "second"
+
+
+@da.step(retry_on=(ConnectionError,), give_up_after=3600, interval=20, jitter=0)
+def flaky_dependency(tag: str) -> str:
+    RUNS[tag] += 1
+    if RUNS[tag] == 1:
+        raise ConnectionError("the dependency is down")
+    return tag
+
+
+@da.durable_workflow
+def queued_on_dependency(tag: str) -> str:
+    return flaky_dependency(tag)
+
+
+def test_a_workflow_waiting_for_its_retry_keeps_its_queue_slot(
+    queue_runtime: da.Runtime, inspector: Inspector
+) -> None:
+    """A queue bounds the load on a dependency: one that waits for that dependency to come
+    back keeps its slot, so an outage does not dequeue the backlog into the same wait."""
+    q = da.Queue(new_id("q"), concurrency=1)
+    first = q.enqueue(queued_on_dependency, "first")
+    wait_until(
+        lambda: (
+            (info := inspector.workflow(first.workflow_id)) is not None
+            and info.retrying is not None
+            and info.status == da.WorkflowStatus.SUSPENDED
+        ),
+        10,
+        "the first to wait for its retry",
+    )
+    second = q.enqueue(queued, "second")
+    dispatch_once()  # a dispatcher pass, now: the retrying one holds the only slot
+    assert inspector.status(second.workflow_id) == da.WorkflowStatus.ENQUEUED
+    advance_clock(25)  # its next attempt: it finishes, and the slot goes to the next
+    assert first.result(10) == "first"
+    assert second.result(10) == "second"

@@ -78,13 +78,16 @@ class ClientHandle:
         return outcome.unwrap()
 
     def get_info(self) -> WorkflowInfo:
-        info = self._db.workflows.get(self.workflow_id)
+        info = self._db.workflows.describe(self.workflow_id)
         if info is None:
             raise WorkflowNotFoundError(self.workflow_id)
         return info
 
     def status(self) -> WorkflowStatus:
-        return self.get_info().status
+        found = self._db.workflows.owner(self.workflow_id)
+        if found is None:
+            raise WorkflowNotFoundError(self.workflow_id)
+        return found[0]
 
     def steps(self) -> list[StepInfo]:
         return self._db.steps.list(self.workflow_id)
@@ -246,12 +249,12 @@ class Client:
     def retrieve(self, workflow_id: str) -> ClientHandle:
         """A handle on a stored workflow; WorkflowNotFoundError for an unknown id."""
         handle = ClientHandle(self.db, check_identifier(workflow_id, "workflow id"))
-        handle.get_info()
+        handle.status()  # it exists
         return handle
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo:
         """The stored workflow; WorkflowNotFoundError for an unknown id."""
-        info = self.db.workflows.get(check_identifier(workflow_id, "workflow id"))
+        info = self.db.workflows.describe(check_identifier(workflow_id, "workflow id"))
         if info is None:
             raise WorkflowNotFoundError(workflow_id)
         return info

@@ -75,14 +75,17 @@ class WorkflowHandle(Generic[R]):
 
     def get_info(self) -> WorkflowInfo:
         """The stored row of the workflow."""
-        info = self._runtime.db.workflows.get(self._workflow_id)
+        info = self._runtime.db.workflows.describe(self._workflow_id)
         if info is None:
             raise WorkflowNotFoundError(self._workflow_id)
         return info
 
     def status(self) -> WorkflowStatus:
         """The workflow's current status."""
-        return self.get_info().status
+        found = self._runtime.db.workflows.owner(self._workflow_id)
+        if found is None:
+            raise WorkflowNotFoundError(self._workflow_id)
+        return found[0]
 
     def steps(self) -> list[StepInfo]:
         """The workflow's recorded steps, in order."""
@@ -105,5 +108,5 @@ def retrieve(workflow_id: str) -> WorkflowHandle[Any]:
     handle: WorkflowHandle[Any] = WorkflowHandle(
         engine, workflow_id, engine.active_future(workflow_id)
     )
-    handle.get_info()
+    handle.status()  # it exists
     return handle

@@ -66,7 +66,8 @@ class Queue:
         self.rate_limit = rate_limit
         #: Suspended workflows of the queue count against ``concurrency`` (they hold
         #: something while they wait: a licence, a sandbox). By default they do not:
-        #: a suspended workflow holds no resources, and its slot goes to the next one.
+        #: a suspended workflow holds no resources, and its slot goes to the next one;
+        #: one waiting for a step's next attempt (a dependency down) always counts.
         self.count_suspended = count_suspended
         #: With ``concurrency`` and no ``worker_concurrency``: each live worker serving
         #: the queue takes at most its share of ``concurrency`` (rounded up), so that

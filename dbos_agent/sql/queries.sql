@@ -307,7 +307,16 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 
 -- name: get_workflow
 -- scope: one workflow
--- With the first of its steps waiting for a retry, if any (retrying_step).
+SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
+       app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
+FROM dbos_agent.workflows
+WHERE workflow_id = %(workflow_id)s;
+
+-- name: describe_workflow
+-- scope: one workflow
+-- get_workflow for people and tools (a handle's get_info, Client.get_workflow): with
+-- the first of its steps waiting for a retry, if any (retrying_step).
 SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
@@ -937,8 +946,10 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue_name)s));
 -- name: dequeue_workflows
 -- scope: many
 -- Hand the caller's session as many ENQUEUED workflows of a queue as every
--- limit allows: global concurrency (PENDING across all sessions, and SUSPENDED
--- ones when the queue counts them), this worker's concurrency, the rate limit
+-- limit allows: global concurrency (PENDING across all sessions, SUSPENDED ones
+-- waiting for a step's retry, since a queue often bounds the load on the very
+-- dependency they wait for, and any SUSPENDED ones when the queue counts them), this
+-- worker's concurrency, the rate limit
 -- (dequeues within the period), the caller's free slots, and, for a queue
 -- shared fairly, the caller's share of the global limit among the live sessions
 -- serving the queue. Highest priority (lowest number) first, then oldest; a delayed
@@ -953,7 +964,8 @@ WITH servers AS (
            count(*) FILTER (WHERE owner_key = %(owner_key)s) AS mine
     FROM dbos_agent.workflows
     WHERE queue_name = %(queue_name)s
-      AND (status = 'PENDING' OR (%(count_suspended)s AND status = 'SUSPENDED'))
+      AND (status = 'PENDING'
+           OR (status = 'SUSPENDED' AND (wait_kind = 'retry' OR %(count_suspended)s)))
 ), recent AS (
     SELECT count(*) AS started
     FROM dbos_agent.workflows

@@ -200,9 +200,17 @@ class WorkflowStore:
         return None if row is None else bool(row["first_time"])
 
     def get(self, workflow_id: str) -> WorkflowInfo | None:
-        """The stored workflow, or None."""
+        """The stored workflow, or None (its row alone: the engine's read)."""
         row = self._db.one(
             "get_workflow", f"read workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        return None if row is None else workflow_info(row)
+
+    def describe(self, workflow_id: str) -> WorkflowInfo | None:
+        """The stored workflow for people and tools: with what a step of it waits for
+        (``WorkflowInfo.retrying``), or None."""
+        row = self._db.one(
+            "describe_workflow", f"read workflow {workflow_id!r}", workflow_id=workflow_id
         )
         return None if row is None else workflow_info(row)
 

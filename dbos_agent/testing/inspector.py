@@ -64,7 +64,7 @@ class Inspector:
 
     def workflow(self, workflow_id: str) -> WorkflowInfo | None:
         """The stored workflow, or None if there is none by that id."""
-        return self._db.workflows.get(workflow_id)
+        return self._db.workflows.describe(workflow_id)
 
     def workflows(
         self,
