@@ -109,15 +109,20 @@ def refused(result: subprocess.CompletedProcess[str], status: int, message: str)
     assert message in result.stderr, result.stderr
 
 
+def migrate(url: str) -> None:
+    """Apply the schema to the database at ``url``."""
+    db = SystemDatabase(url, pool_size=1)
+    try:
+        db.migrate()
+    finally:
+        db.close()
+
+
 @contextlib.contextmanager
 def migrated_database(server_url: str) -> Iterator[str]:
     """A fresh database on ``server_url`` with the schema in it (dropped afterwards)."""
     with fresh_database(server_url) as url:
-        db = SystemDatabase(url, pool_size=1)
-        try:
-            db.migrate()
-        finally:
-            db.close()
+        migrate(url)
         yield url
 
 
