@@ -36,10 +36,11 @@ from tests.processes import start_worker, stop_workers
 LEASE_S = 3.0
 #: The paused worker stops this long before the promotion ...
 PAUSED_BEFORE_S = 1.0
-#: ... and goes on this long after its peer is back on the new primary.
+#: ... and goes on this long after its peer's first take-over pass on the new primary.
 PAUSED_AFTER_S = 1.0
-#: Each worker runs at most this many workflows at once: the queue's work is split
-#: between the two.
+#: Each worker dequeues at most this many of the queue's workflows (fault_app's chaos
+#: queue), so the work is split between the two, and each has room to take over the
+#: other's (16 worker slots): a take-over is bounded by the taker's room.
 PER_WORKER = 6
 STEPS = 20
 
@@ -66,8 +67,12 @@ def _worker(url: str, log: Path) -> subprocess.Popen[str]:
     return start_worker(
         url,
         "tests.fault_app",
-        *("--lease", lease, "--session-grace", lease, "--workers", str(PER_WORKER)),
-        env={"FAULT_APP_LOG": str(log), "FAULT_APP_STEP_SECONDS": "0.1"},
+        *("--lease", lease, "--session-grace", lease, "--workers", "16"),
+        env={
+            "FAULT_APP_LOG": str(log),
+            "FAULT_APP_STEP_SECONDS": "0.1",
+            "CHAOS_PER_PROCESS": str(PER_WORKER),
+        },
     )
 
 
@@ -85,6 +90,17 @@ def _starts(log: Path) -> Counter[str]:
     return Counter(wid for kind, _, wid, _, _ in read_log(log) if kind == "S")
 
 
+def _judged(url: str, pid: int) -> bool:
+    """Whether a take-over pass judged the session of process ``pid``: the pass stamps
+    lock_lost_at on a session it sees without its lock (or, once it took everything the
+    session owned, forgets the session if it is dead)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT lock_lost_at IS NOT NULL FROM dbos_agent.executors WHERE pid = %s", (pid,)
+        ).fetchone()
+    return row is None or bool(row[0])
+
+
 def _write_timeline(url: str) -> int:
     """The timeline the server writes on (1 until a promotion), asked without the schema."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -97,8 +113,9 @@ def test_a_worker_paused_across_a_failover_longer_than_its_lease_keeps_its_workf
     primary_and_standby: tuple[LocalCluster, LocalCluster], tmp_path: Path
 ) -> None:
     """The scenario of the module's doc: the primary stopped for longer than the lease,
-    one worker paused from a second before the promotion to a second after its peer is
-    back; nothing is taken over and no step runs twice."""
+    one worker paused from a second before the promotion to a second after its peer's
+    take-over passes began to judge it on the new primary; nothing is taken over and no
+    step runs twice."""
     primary, standby = primary_and_standby
     url = (
         f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/postgres"
@@ -115,7 +132,7 @@ def test_a_worker_paused_across_a_failover_longer_than_its_lease_keeps_its_workf
             wait_until(lambda: len(db.locked_sessions()) == 2, 30, "both workers up")
             with da.Client(url) as client:
                 for wid in ids:
-                    client.enqueue("fault-tests", "chain", wid, STEPS, workflow_id=wid)
+                    client.enqueue("chaos", "chain", wid, STEPS, workflow_id=wid)
             wait_until(
                 lambda: all(_starts(log)[wid] >= 3 for wid in ids), 30, "every workflow under way"
             )
@@ -130,7 +147,8 @@ def test_a_worker_paused_across_a_failover_longer_than_its_lease_keeps_its_workf
             time.sleep(PAUSED_BEFORE_S)
             standby.promote()
             wait_until(lambda: len(db.locked_sessions()) == 1, 30, "the peer back on the standby")
-            # The pause goes on: the peer's take-over passes (every 0.2 s) judge meanwhile.
+            wait_until(lambda: _judged(url, paused.pid), 30, "the peer judging it")
+            # The pause goes on: more of the peer's take-over passes (every 0.2 s) judge it.
             time.sleep(PAUSED_AFTER_S)
             paused.send_signal(signal.SIGCONT)
             wait_until(lambda: db.all_finished(ids), 60, "every workflow finished")
