@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
+import psycopg
+
 from dbos_agent.storage.database import SystemDatabase
 from dbos_agent.testing import fresh_database
 
@@ -107,13 +109,26 @@ def refused(result: subprocess.CompletedProcess[str], status: int, message: str)
     assert message in result.stderr, result.stderr
 
 
+def migrate(url: str) -> None:
+    """Apply the schema to the database at ``url``."""
+    db = SystemDatabase(url, pool_size=1)
+    try:
+        db.migrate()
+    finally:
+        db.close()
+
+
 @contextlib.contextmanager
 def migrated_database(server_url: str) -> Iterator[str]:
     """A fresh database on ``server_url`` with the schema in it (dropped afterwards)."""
     with fresh_database(server_url) as url:
-        db = SystemDatabase(url, pool_size=1)
-        try:
-            db.migrate()
-        finally:
-            db.close()
+        migrate(url)
         yield url
+
+
+def dead_sessions_at(url: str, ahead: str = "0s") -> list[int]:
+    """``dbos_agent.dead_sessions()`` as a claimer whose clock is ``ahead`` of the
+    server's (an interval: ``"5s"``) sees them, in order."""
+    with psycopg.connect(url, options=f"-c dbos_agent.clock_offset={ahead}") as conn:
+        rows = conn.execute("SELECT * FROM dbos_agent.dead_sessions() ORDER BY 1").fetchall()
+    return [int(row[0]) for row in rows]

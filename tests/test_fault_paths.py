@@ -36,7 +36,7 @@ from dbos_agent.testing import (
 )
 from tests import fault_app
 from tests.fault_app import expected, read_log, spawner
-from tests.helpers import new_id, wait_until
+from tests.helpers import dead_sessions_at, new_id, wait_until
 from tests.processes import start_worker, stop_workers
 
 CHILD_STEP = "dbos_agent.start_child"
@@ -452,13 +452,6 @@ def test_a_worker_paused_while_starting_children_runs_nothing_after_it_wakes(
 # ------------------------------------------------------- a restart as long as a lease
 
 
-def _dead_at(url: str, ahead: str) -> list[int]:
-    """``dead_sessions()`` as a claimer whose clock is ``ahead`` of now sees them."""
-    with psycopg.connect(url, options=f"-c dbos_agent.clock_offset={ahead}") as conn:
-        rows = conn.execute("SELECT * FROM dbos_agent.dead_sessions() ORDER BY 1").fetchall()
-    return [int(row[0]) for row in rows]
-
-
 def test_after_a_restart_a_session_has_its_lease_and_grace_to_come_back(
     server: RestartablePostgres, url: str
 ) -> None:
@@ -485,6 +478,6 @@ def test_after_a_restart_a_session_has_its_lease_and_grace_to_come_back(
     server.restart()  # the heartbeats are an hour old when the server comes back
     with psycopg.connect(url, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s, 7)", (SESSION_LOCK_CLASS,))
-        assert _dead_at(url, "0s") == [9]  # back, and nobody else is dead yet
-        assert _dead_at(url, "5s") == [8, 9]  # a grace after the start: 8 did not relock
-        assert _dead_at(url, "31s") == [7, 8, 9]  # a lease after the start: 7 did not renew
+        assert dead_sessions_at(url, "0s") == [9]  # back, and nobody else is dead yet
+        assert dead_sessions_at(url, "5s") == [8, 9]  # a grace after the start: 8 did not relock
+        assert dead_sessions_at(url, "31s") == [7, 8, 9]  # a lease after the start: 7 did not renew

@@ -30,7 +30,7 @@ CATALOG: dict[str, str] = {
     "functions": """
         SELECT p.proname, pg_get_functiondef(p.oid)
         FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-        WHERE n.nspname = 'dbos_agent' ORDER BY 1""",
+        WHERE n.nspname = 'dbos_agent' ORDER BY 1, 2""",  # 2: overloads come in any order
     "triggers": """
         SELECT tgname, pg_get_triggerdef(t.oid)
         FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid

@@ -1,18 +1,25 @@
 """A throwaway PostgreSQL cluster in a temporary directory, for tests and benchmarks.
 
 Fault tests may restart it (``-m immediate``), stop it for an outage and start it again on
-the same port.
+the same port, or give it a streaming standby (``pg_basebackup -R``) and promote that.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import secrets
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+import psycopg
+from psycopg import sql
 
 from .binaries import accessible_bin, find_postgres_bin
 from .cluster import (
@@ -28,6 +35,22 @@ from .cluster import (
 from .users import ServiceUser, make_traversable, run_as, service_user
 
 __all__ = ["LocalCluster"]
+
+
+@contextlib.contextmanager
+def _scratch_directory(bin_dir: Path, user: ServiceUser | None) -> Iterator[Path]:
+    """A fresh temporary directory for a cluster (its data in ``pgdata``, its log in
+    ``postgres.log``), its server stopped and the directory removed if building the
+    cluster in it fails."""
+    directory = Path(tempfile.mkdtemp(prefix="dbos_agent_pg_"))
+    directory.chmod(0o711)  # traversable by the service user, not listable
+    try:
+        yield directory
+    except BaseException:
+        if read_pid_file(directory / "pgdata") is not None:
+            stop_server(directory / "pgdata", bin_dir, user)
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
 
 
 class LocalCluster:
@@ -61,19 +84,49 @@ class LocalCluster:
             bin_dir = find_postgres_bin()
         elif user is not None and not accessible_bin(bin_dir, user):
             make_traversable(bin_dir, user)
-        directory = Path(tempfile.mkdtemp(prefix="dbos_agent_pg_"))
-        directory.chmod(0o711)  # traversable by the service user, not listable
-        pgdata = directory / "pgdata"
-        log_file = directory / "postgres.log"
-        try:
+        with _scratch_directory(bin_dir, user) as directory:
+            pgdata, log_file = directory / "pgdata", directory / "postgres.log"
             init_cluster(pgdata, bin_dir, user, log_file)
             port = start_server(pgdata, bin_dir, user, log_file, settings=LOCAL_CLUSTER_SETTINGS)
-        except BaseException:
-            if read_pid_file(pgdata) is not None:
-                stop_server(pgdata, bin_dir, user)
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
         return cls(directory, port, bin_dir, user)
+
+    @classmethod
+    def standby_of(cls, primary: LocalCluster, *, synchronous: bool = True) -> LocalCluster:
+        """A streaming standby of ``primary`` in a directory of its own (``pg_basebackup -R``:
+        a copy that keeps replaying the primary's WAL, read-only until :meth:`promote`),
+        started and caught up.
+
+        With ``synchronous``, the primary then names it in ``synchronous_standby_names``
+        (``ALTER SYSTEM``, so the standby's copy of the settings does not have it): every
+        commit acknowledged by the primary is on the standby, and a promotion loses none.
+        From then on a commit on the primary waits while the standby is down: stop the
+        primary first.
+        """
+        user, bin_dir = primary._user, primary._bin_dir
+        name = f"standby_{secrets.token_hex(4)}"
+        with _scratch_directory(bin_dir, user) as directory:
+            pgdata, log_file = directory / "pgdata", directory / "postgres.log"
+            pgdata.mkdir(mode=0o700)
+            if user is not None:
+                os.chown(pgdata, user.uid, user.gid)
+            result = run_as(
+                [
+                    *(bin_dir / "pg_basebackup", "-D", pgdata, "-R", "-X", "stream"),
+                    *("-c", "fast", "-d", f"{primary.url}?application_name={name}"),
+                ],
+                user,
+                timeout=120,
+            )
+            if result.returncode != 0:
+                raise RuntimeError(f"pg_basebackup failed: {result.stdout}{result.stderr}")
+            port = start_server(pgdata, bin_dir, user, log_file, settings=LOCAL_CLUSTER_SETTINGS)
+            _wait_replicating(primary.url, name, synchronous=synchronous)
+        return cls(directory, port, bin_dir, user)
+
+    def promote(self) -> None:
+        """Make a standby a primary (``pg_ctl promote -w``): it accepts writes on a new
+        timeline once this returns."""
+        self._pg_ctl("promote")
 
     def stop(self) -> None:
         """Stop the server and delete its directory (idempotent)."""
@@ -134,3 +187,28 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(url={self.url!r}, directory={str(self.directory)!r})"
+
+
+def _wait_replicating(
+    primary_url: str, name: str, *, synchronous: bool, wait_s: float = 60
+) -> None:
+    """Wait until the standby ``name`` streams from the primary; with ``synchronous``, make
+    it the primary's synchronous standby first and wait until it is one."""
+    want = "sync" if synchronous else None
+    with psycopg.connect(primary_url, autocommit=True) as conn:
+        if synchronous:
+            setting = sql.Literal(f'"{name}"')  # a quoted name: kept as it is
+            conn.execute(sql.SQL("ALTER SYSTEM SET synchronous_standby_names = {}").format(setting))
+            conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + wait_s
+        while True:
+            row = conn.execute(
+                "SELECT sync_state FROM pg_stat_replication"
+                " WHERE application_name = %s AND state = 'streaming'",
+                (name,),
+            ).fetchone()
+            if row is not None and (want is None or row[0] == want):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"standby {name} is not replicating after {wait_s:g}s: {row}")
+            time.sleep(0.05)

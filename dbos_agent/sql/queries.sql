@@ -369,9 +369,11 @@ ORDER BY seq;
 -- name: claim_workflows
 -- scope: many
 -- Take over the next page of PENDING workflows whose session is dead (see
--- migrations 006 and 022 for when a session counts as dead), for the caller's session,
--- counting one recovery attempt on each; a workflow that has used up its
--- attempts is dead-lettered here instead, in the same statement. Sessions seen
+-- migrations 006, 022 and 024 for when a session counts as dead), for the caller's
+-- session, counting one recovery attempt on each; a workflow that has used up its
+-- attempts is dead-lettered here instead, in the same statement. When the server
+-- began accepting writes (`server`, which the rules count from) is looked up once,
+-- not once a session. Sessions seen
 -- without their lock for the first time are stamped (lock_lost_at): their grace
 -- starts now, and a later claim may take their workflows if they do not come
 -- back. Without `orphans` only the caller's own executor id is looked at (a
@@ -387,11 +389,14 @@ ORDER BY seq;
 -- status and the owner.
 WITH locked AS (
     SELECT dbos_agent.locked_sessions() AS session_key
+), server AS (
+    SELECT dbos_agent.server_began_at() AS began_at
 ), stamped AS (
     UPDATE dbos_agent.executors AS e
     SET lock_lost_at = dbos_agent.now()
+    FROM server
     WHERE e.lock_lost_at IS NULL AND e.session_key NOT IN (SELECT session_key FROM locked)
-      AND dbos_agent.last_seen(e.heartbeat_at)
+      AND dbos_agent.last_seen(e.heartbeat_at, server.began_at)
           >= dbos_agent.now() - make_interval(secs => e.lease_seconds)
     RETURNING e.session_key
 ), dead AS (
@@ -403,10 +408,10 @@ WITH locked AS (
     -- dead and nothing of it is claimed. Without the lock, a claim that judged it
     -- dead could commit after it had confirmed its ownership and started a step.
     SELECT e.session_key AS owner_key
-    FROM dbos_agent.executors AS e
+    FROM dbos_agent.executors AS e, server
     WHERE dbos_agent.session_row_dead(
         e.heartbeat_at, e.lease_seconds, e.lock_lost_at, e.grace_seconds,
-        e.session_key NOT IN (SELECT session_key FROM locked))
+        e.session_key NOT IN (SELECT session_key FROM locked), server.began_at)
     FOR SHARE OF e
 ), candidates AS (
     (SELECT c.workflow_id, c.owner_key, c.created_at

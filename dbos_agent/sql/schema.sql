@@ -331,8 +331,9 @@ CREATE TRIGGER steps_count_family_usage_on_success AFTER UPDATE OF status ON dbo
 --     that after a Postgres restart every live process has the grace to
 --     reconnect.
 -- Both count from when the session was last seen (last_seen): its last heartbeat,
--- or the server's start if later, so a restart that took as long as a lease does
--- not make every session dead before any could reconnect.
+-- or when the server began accepting writes if later (its start, or its promotion
+-- from standby, see server_epochs), so a restart or a failover that took as long as a
+-- lease does not make every session dead before any could reconnect.
 -- A process on the same host (same boot and pid namespace, see process_key)
 -- may also see at once that the pid is gone and end the session itself. The
 -- owner keeps a fence that mirrors these rules (storage/session.py).
@@ -369,39 +370,113 @@ LANGUAGE sql STABLE AS $$
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 $$;
 
--- When a session was last known alive: its last heartbeat, or the server's start if
--- that is later (no session can heartbeat while the server is down, so after a restart
--- each has its whole lease and grace to come back); a clean exit's -infinity stays.
-CREATE FUNCTION dbos_agent.last_seen(heartbeat_at timestamptz) RETURNS timestamptz
+-- The timeline a server writes on changes at every promotion of a standby (and at the
+-- end of a point-in-time recovery): pg_walfile_name(pg_current_wal_lsn()) names it, in
+-- its first 8 hex digits, from the moment the server accepts writes (PostgreSQL 15 and
+-- later; pg_control_checkpoint() lags until the next checkpoint is done). A server in
+-- recovery (a read-only standby) has none; nothing is judged there, and these
+-- functions answer there without an error. server_epochs holds when the library first
+-- saw each timeline accepting writes, on the server's own clock (like
+-- pg_postmaster_start_time(); dbos_agent.now()'s test offset does not apply).
+CREATE TABLE dbos_agent.server_epochs (
+    timeline bigint      PRIMARY KEY,
+    began_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The timeline this server writes WAL on; NULL on a server in recovery.
+CREATE FUNCTION dbos_agent.write_timeline() RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+                ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint
+           END
+$$;
+
+-- When this server began accepting writes, as far as the library can know: the later of
+-- its start and the moment its write timeline was first seen. A timeline not recorded
+-- yet began now (the most lenient answer), and so does a server in recovery.
+CREATE FUNCTION dbos_agent.server_began_at() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT greatest(pg_postmaster_start_time(),
+                    coalesce((SELECT e.began_at FROM dbos_agent.server_epochs AS e
+                              WHERE e.timeline = dbos_agent.write_timeline()),
+                             now()))
+$$;
+
+-- Every statement that writes a session's row (a registration, a heartbeat, a take-over
+-- pass stamping a lost lock) records the server's timeline the first time it is seen,
+-- so that by the next statement that judges sessions the epoch has its start. Rows of
+-- later timelines go: they come from another history (a copy of the schema restored
+-- into another cluster), never from this server's own past, and this server's own
+-- promotion to such a timeline must be dated by itself.
+CREATE FUNCTION dbos_agent.note_server_epoch() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    current_timeline bigint := dbos_agent.write_timeline();
+BEGIN
+    IF current_timeline IS NOT NULL THEN
+        DELETE FROM dbos_agent.server_epochs WHERE timeline > current_timeline;
+        INSERT INTO dbos_agent.server_epochs (timeline) VALUES (current_timeline)
+            ON CONFLICT (timeline) DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER executors_note_server_epoch AFTER INSERT OR UPDATE ON dbos_agent.executors
+    FOR EACH STATEMENT EXECUTE FUNCTION dbos_agent.note_server_epoch();
+
+-- When a session was last known alive: its last heartbeat, or when the server began
+-- accepting writes (``began_at``, from server_began_at()) if that is later: no session
+-- can heartbeat while the server is down or not yet promoted, so after a restart or a
+-- failover each has its whole lease and grace to come back. A clean exit's -infinity
+-- stays. Statements that judge many sessions look server_began_at() up once (a function
+-- in their FROM list) and give it; the one-argument form looks it up itself.
+CREATE FUNCTION dbos_agent.last_seen(heartbeat_at timestamptz, began_at timestamptz)
+RETURNS timestamptz
 LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN heartbeat_at = '-infinity' THEN heartbeat_at
-                ELSE greatest(heartbeat_at, pg_postmaster_start_time()) END
+                ELSE greatest(heartbeat_at, began_at) END
+$$;
+
+CREATE FUNCTION dbos_agent.last_seen(heartbeat_at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT dbos_agent.last_seen(heartbeat_at, dbos_agent.server_began_at())
 $$;
 
 -- Whether a session's row says it is dead (the rules above): ``unlocked`` says its
--- lock is free now. The one statement of the rules: dead_sessions(), the take-overs
--- (which lock the row they judge) and the heartbeat use it.
+-- lock is free now, ``began_at`` when the server began (see last_seen). The one
+-- statement of the rules: dead_sessions(), the take-overs (which lock the row they
+-- judge) and the heartbeat use it; the five-argument form (for one row, and for the
+-- statements of processes of an older version) looks ``began_at`` up itself.
+CREATE FUNCTION dbos_agent.session_row_dead(
+    heartbeat_at timestamptz, lease_seconds double precision, lock_lost_at timestamptz,
+    grace_seconds double precision, unlocked boolean, began_at timestamptz
+) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT dbos_agent.last_seen(heartbeat_at, began_at)
+               < dbos_agent.now() - make_interval(secs => lease_seconds)
+        OR (lock_lost_at < dbos_agent.now() - make_interval(secs => grace_seconds)
+            AND dbos_agent.last_seen(heartbeat_at, began_at)
+                < dbos_agent.now() - make_interval(secs => grace_seconds)
+            AND unlocked)
+$$;
+
 CREATE FUNCTION dbos_agent.session_row_dead(
     heartbeat_at timestamptz, lease_seconds double precision, lock_lost_at timestamptz,
     grace_seconds double precision, unlocked boolean
 ) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT dbos_agent.last_seen(heartbeat_at)
-               < dbos_agent.now() - make_interval(secs => lease_seconds)
-        OR (lock_lost_at < dbos_agent.now() - make_interval(secs => grace_seconds)
-            AND dbos_agent.last_seen(heartbeat_at)
-                < dbos_agent.now() - make_interval(secs => grace_seconds)
-            AND unlocked)
+    SELECT dbos_agent.session_row_dead(heartbeat_at, lease_seconds, lock_lost_at,
+                                       grace_seconds, unlocked, dbos_agent.server_began_at())
 $$;
 
 -- The sessions whose PENDING workflows others may take over (see the rules above).
 CREATE FUNCTION dbos_agent.dead_sessions() RETURNS SETOF integer
 LANGUAGE sql STABLE AS $$
     SELECT e.session_key
-    FROM dbos_agent.executors AS e
+    FROM dbos_agent.executors AS e, dbos_agent.server_began_at() AS s(began_at)
     WHERE dbos_agent.session_row_dead(
         e.heartbeat_at, e.lease_seconds, e.lock_lost_at, e.grace_seconds,
-        e.session_key NOT IN (SELECT dbos_agent.locked_sessions()))
+        e.session_key NOT IN (SELECT dbos_agent.locked_sessions()), s.began_at)
 $$;
 
 -- A workflow PENDING without an owner (resumed or forked by a process that cannot

@@ -2,12 +2,12 @@
 
 The session holds ``pg_advisory_lock(SESSION_LOCK_CLASS, key)`` (locks.py) on a
 dedicated connection and renews a lease on it. Others take its workflows over only once
-it is dead by the rules of migrations 006 and 022: lease run out, or lock missing for
-longer than its grace, both counted from the later of its last heartbeat and the
-server's start.
-When the connection dies while the process lives (a Postgres restart, a
-``pg_terminate_backend``), the heartbeat thread reconnects and takes the same key
-back within moments, well inside the grace, and the process keeps its workflows.
+it is dead by the rules of migrations 006, 022 and 024: lease run out, or lock missing
+for longer than its grace, both counted from the later of its last heartbeat and the
+moment the server began accepting writes (its start, or its promotion from standby).
+When the connection dies while the process lives (a Postgres restart, a failover to a
+standby, a ``pg_terminate_backend``), the heartbeat thread reconnects and takes the same
+key back within moments, well inside the grace, and the process keeps its workflows.
 
 **The fence.** A run may start a live step only while no one can have taken its
 workflow. Every successful heartbeat proves the lock was held and the lease fresh
@@ -19,6 +19,14 @@ heartbeat comes too late (a paused process, an outage), when the connection is
 re-opened, or when the database says the session looked dead meanwhile. A run
 that confirmed its ownership in the current streak goes on without asking; any
 other run first re-reads its workflow's owner (see ``engine/ownership.py``).
+
+The fence counts from the heartbeat alone, and so stays true whatever the server's
+start or promotion: the rules count from the *later* of the heartbeat and that moment,
+which only makes a session die later than by its heartbeat, never sooner. A
+heartbeat's ``was_dead`` is judged by the rules as the server now applies them, which
+after a restart or a failover may be more lenient than when a claim on the old server
+judged the session; but then the connection was re-opened (or the heartbeat came late),
+which ends the streak all the same.
 """
 
 from __future__ import annotations

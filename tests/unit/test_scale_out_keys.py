@@ -30,8 +30,9 @@ DISTRIBUTED: dict[str, str] = {
     "family_usage": "workflow_id",
 }
 
-#: Small tables, one full copy on every node (Citus reference tables).
-REFERENCE: set[str] = {"executors", "schedules"}
+#: Small tables, one full copy on every node (Citus reference tables); server_epochs goes
+#: where executors goes (the epochs are those of the server that judges the sessions).
+REFERENCE: set[str] = {"executors", "schedules", "server_epochs"}
 
 #: Unique indexes across workflows, which Citus cannot enforce on a distributed table,
 #: and why they may stay on one Postgres (docs/scale-out.md says what replaces them).

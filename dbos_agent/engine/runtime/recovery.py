@@ -2,10 +2,11 @@
 
 At launch, an executor takes back its own executor id's workflows whose session
 is dead; the worker daemon also takes over orphans of any executor. When a
-session counts as dead is written in migrations 006 and 022: a lease run out, a
-lock free past its grace (both counted from the later of the last heartbeat and
-the server's start), or (seen from the same host) a pid that no longer runs,
-which makes a restart after kill -9 take its workflows back at once.
+session counts as dead is written in migrations 006, 022 and 024: a lease run out,
+a lock free past its grace (both counted from the later of the last heartbeat and
+the moment the server began accepting writes: its start, or its promotion from
+standby), or (seen from the same host) a pid that no longer runs, which makes a
+restart after kill -9 take its workflows back at once.
 Workflows are claimed a page at a time (each claim counts one recovery
 attempt and dead-letters those over their limit, in one statement), their
 logs are loaded with one query per page, and they run on the bounded worker
