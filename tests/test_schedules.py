@@ -238,7 +238,9 @@ def test_catch_up_all_runs_a_slot_due_during_a_run_after_it_within_the_window(
     assert (info.passed_slots, info.last_passed_slot, info.skipped_slots) == (1, second, 0)
     GATES[name].set()
     assert result_of(name, first)
+    GATES[name].clear()  # the third's run waits at the gate: the fourth waits for it
     assert outcomes(fire_due(engine)) == [(third, FIRED, True), (fourth, WAITING, False)]
+    GATES[name].set()
     assert result_of(name, third)
     assert outcomes(fire_due(engine)) == [(fourth, FIRED, True)]
     assert result_of(name, fourth) and RUNS[name] == [first, third, fourth]
