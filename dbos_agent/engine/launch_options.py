@@ -91,8 +91,10 @@ class LaunchOptions:
     before launch), each slot once across every process that defines them."""
     suspend_after: float = 1.0
     """Waiting costs nothing: a background workflow whose ``sleep``, ``recv`` or
-    ``get_event`` would wait longer than this is SUSPENDED instead of holding a thread,
-    and woken (here or by any process that knows it) when the wait can be met."""
+    ``get_event`` would wait longer than this, or whose step would wait longer than this for
+    its next attempt (a dependency down, see ``@da.step(give_up_after=)``), is SUSPENDED
+    instead of holding a thread, and woken (here or by any process that knows it) when the
+    wait can be met."""
     wake_suspended: bool = True
     """Wake suspended workflows here; False for, e.g., a web process that only starts
     workflows (its workers wake them)."""

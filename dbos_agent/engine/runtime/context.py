@@ -453,7 +453,8 @@ class RunningStep:
     name: str
     #: 1 for the first attempt, 2 for the first retry...
     attempt: int
-    #: 1 + the step's ``retries``.
+    #: 1 + the step's ``retries`` (a step with a ``give_up_after`` horizon may make more
+    #: attempts while its errors are transient).
     max_attempts: int
 
 
