@@ -2,7 +2,8 @@
 
 See ``suspension.py`` for what suspension is. Every launched process runs one
 waker thread. It wakes at once on the NOTIFY of a message (its payload names the
-destination), an event (the publisher) or a finished workflow awaited by another,
+destination), an event (the publisher), a finished workflow awaited by another or an
+operator's retry now (the workflow),
 when the earliest suspended timer is due
 (it sleeps until then), and sweeps every couple of seconds for what a lost NOTIFY
 or another process's clock left behind. The sweep also cancels the workflows past
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from .core import Engine
-from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL
+from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL, RETRY_CHANNEL
 from .registry import find_workflow
 from .runs import Claim
 
@@ -49,6 +50,7 @@ class Waker:
         notifications.subscribe(MESSAGES_CHANNEL, self._notified)
         notifications.subscribe(EVENTS_CHANNEL, self._notified)
         notifications.subscribe(FINISHED_CHANNEL, self._notified)
+        notifications.subscribe(RETRY_CHANNEL, self._notified)  # dbos-agent retry: now
 
     def poke(self, sweep: bool = True) -> None:
         """Look again now (the clock moved, shutdown, a wait was just suspended)."""
