@@ -317,6 +317,7 @@ def test_retry_on_the_command_line(
     from tests.helpers import cli, ok, refused
 
     log, down = stdio_tools
+    stdio_registry(log, down, interval=600)  # it would wait ten minutes by itself
     handle = da.start(mcp_calls, [use(0, "add", a=4, b=4)])
     wid = handle.workflow_id
     wait_until(lambda: handle.get_info().retrying is not None, 60, "the listing to wait")

@@ -46,7 +46,7 @@ from mcp import ClientSession
 from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 
-from ..engine.extending import WorkflowContext, current_context
+from ..engine.extending import RetryPolicy, WorkflowContext, current_context
 from ..engine.step import step as engine_step
 from .mcp_connections import (
     AsyncOnlyToolError,
@@ -91,6 +91,8 @@ LIST_STEP_PREFIX = "mcp:list_tools:"
 #: How long a listing or call waits out a server that is down (seconds) unless the tool
 #: options say otherwise (``give_up_after``).
 DEFAULT_GIVE_UP_AFTER = 24 * 3600.0
+#: ``@da.step``'s retry defaults (a listing not paced by the server's options uses them).
+_STEP_DEFAULTS = RetryPolicy()
 
 
 def error_result(text: str) -> mcp_types.CallToolResult:
@@ -203,9 +205,12 @@ class McpServer:
         async def list_mcp_tools_async() -> list[mcp_types.Tool]:
             return await self._with_reconnects(self._list_all, self.request_timeout)
 
-        listing = engine_step(
+        listing = engine_step(  # paced as the server's calls are
             name=step_name,
             retry_on=(McpConnectionError, TimeoutError),
+            interval=options.get("interval", _STEP_DEFAULTS.interval),
+            backoff=options.get("backoff", _STEP_DEFAULTS.backoff),
+            max_interval=options.get("max_interval", _STEP_DEFAULTS.max_interval),
             give_up_after=self.defaults.get("give_up_after"),
             waits_for=self.defaults.get("waits_for"),
         )
