@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import psycopg
 
@@ -23,6 +24,23 @@ from dbos_agent.testing import fresh_database
 def new_id(prefix: str = "wf") -> str:
     """A unique workflow id for one test."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def until_done(handle: Any, step: float = 30) -> Any:
+    """A workflow's result, moving the database clock on ``step`` seconds whenever it is
+    suspended for a step's retry (an outage longer than a test, passing), at most 60
+    looks: then the failure says where the workflow is."""
+    from dbos_agent.records import WorkflowStatus
+    from dbos_agent.testing import advance_clock
+
+    for _ in range(60):
+        try:
+            return handle.result(timeout=0.5)
+        except TimeoutError:
+            info = handle.get_info()
+            if info.retrying is not None and info.status is WorkflowStatus.SUSPENDED:
+                advance_clock(step)
+    raise AssertionError(f"not done: {handle.get_info()!r} {handle.steps()!r}")
 
 
 class SimulatedCrash(BaseException):

@@ -23,7 +23,7 @@ from dbos_agent.agent import Model, ToolRegistry, usage_totals
 from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, ScriptItem, text
 from dbos_agent.records import WorkflowStatus
 from dbos_agent.testing import Inspector, advance_clock
-from tests.helpers import new_id, wait_until
+from tests.helpers import new_id, until_done, wait_until
 from tests.processes import start_module
 from tests.test_mcp_tools import effects, use
 from tests.test_web import free_port
@@ -213,19 +213,6 @@ def stdio_registry(log: Path, down: Path, **options: Any) -> ToolRegistry:
     return made
 
 
-def _until_done(handle: da.WorkflowHandle[Any], step: float = 30) -> Any:
-    """Move the clock on while the workflow waits for a retry, until it is done (at most
-    60 looks: then say where it is)."""
-    for _ in range(60):
-        try:
-            return handle.result(timeout=0.5)
-        except TimeoutError:
-            info = handle.get_info()
-            if info.retrying is not None and info.status is WorkflowStatus.SUSPENDED:
-                advance_clock(step)
-    raise AssertionError(f"not done: {handle.get_info()!r} {handle.steps()!r}")
-
-
 def test_an_mcp_server_that_does_not_start_is_waited_for(
     runtime: da.Runtime, inspector: Inspector, stdio_tools: tuple[Path, Path]
 ) -> None:
@@ -242,7 +229,7 @@ def test_an_mcp_server_that_does_not_start_is_waited_for(
     advance_clock(30)  # still down: it tries again, and waits again
     wait_until(lambda: len(effects(log, "server-down")) >= 2, 60, "a second try")
     down.unlink()  # two minutes in, the server is back
-    (result,) = _until_done(handle)
+    (result,) = until_done(handle)
     assert result["content"] == "5" and not result.get("is_error")
     assert [row[:3] for row in effects(log, "add")] == [["add", "2", "3"]]
     assert inspector.status(wid) is WorkflowStatus.SUCCESS
@@ -275,7 +262,7 @@ def test_a_non_idempotent_call_to_a_server_that_went_down_is_sent_once_it_is_bac
     )
     assert not effects(log, "append")
     down.unlink()
-    (result,) = _until_done(handle)
+    (result,) = until_done(handle)
     assert result["content"] == "appended once"
     assert len(effects(log, "append")) == 1
 
@@ -300,7 +287,7 @@ def test_an_mcp_server_whose_port_is_closed_is_waited_for(
             "the listing to wait for the server",
         )
         server = start_server(port, log)
-        (result,) = _until_done(handle)
+        (result,) = until_done(handle)
         assert result["content"] == "2"
         assert inspector.status(wid) is WorkflowStatus.SUCCESS
     finally:

@@ -7,55 +7,27 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 
 import dbos_agent as da
-from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, ScriptItem, text, tool_use
+from dbos_agent.agent.scripted_server import Fail, Reply, text, tool_use
 from dbos_agent.integrations.pydantic_ai import Durability
 from dbos_agent.integrations.pydantic_ai.outages import model_error_is_transient
 from dbos_agent.records import StepStatus, WorkflowStatus
-from dbos_agent.testing import Inspector, advance_clock
+from dbos_agent.testing import Inspector
 from tests import pydantic_ai_app as app
-from tests.helpers import wait_until
+from tests.helpers import until_done, wait_until
+from tests.test_pydantic_ai import serve, side_log
+
+__all__ = ["serve", "side_log"]  # the fixtures this module uses
 
 MCP_SERVER = Path(__file__).with_name("pydantic_ai_mcp_server.py")
 MODEL_STEP = "calc__model.request"
-
-
-@pytest.fixture
-def serve() -> Iterator[Any]:
-    """A scripted server for the app's agents (in this process)."""
-    started: list[tuple[ScriptedServer, str]] = []
-
-    def start(script: list[ScriptItem]) -> ScriptedServer:
-        server = ScriptedServer(script).start()
-        started.append((server, app.use_server(server.url)))
-        return server
-
-    yield start
-    for server, previous in reversed(started):
-        app.use_server(previous)
-        server.stop()
-
-
-def _until_done(handle: da.WorkflowHandle[Any], step: float = 30) -> Any:
-    """Move the clock on while the workflow is suspended for a retry, until it is done (at
-    most 60 looks: then say where it is)."""
-    for _ in range(60):
-        try:
-            return handle.result(timeout=0.5)
-        except TimeoutError:
-            info = handle.get_info()
-            if info.retrying is not None and info.status is WorkflowStatus.SUSPENDED:
-                advance_clock(step)
-    raise AssertionError(f"not done: {handle.get_info()!r} {handle.steps()!r}")
 
 
 def test_an_overloaded_provider_is_waited_out(
@@ -75,17 +47,10 @@ def test_an_overloaded_provider_is_waited_out(
     info = handle.get_info()
     assert info.retrying is not None
     assert (info.retrying.step, info.retrying.waiting_for) == (MODEL_STEP, "the model API")
-    assert _until_done(handle) == "the answer is 3"
+    assert until_done(handle) == "the answer is 3"
     first = inspector.steps(handle.workflow_id)[0]
     assert (first.name, first.status, first.attempts) == (MODEL_STEP, StepStatus.SUCCESS, 4)
     assert server.paid_calls == 2 and len(server.requests) == 5
-
-
-@pytest.fixture
-def side_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "side.log"
-    monkeypatch.setenv("SIDE_LOG", str(log))
-    return log
 
 
 AGENTS: dict[str, Agent[None, str]] = {}
@@ -115,7 +80,7 @@ def test_an_mcp_server_that_does_not_start_is_waited_for(
     assert info.retrying is not None and info.retrying.waiting_for == "MCP server 'calc'"
     assert info.status is WorkflowStatus.SUSPENDED
     down.unlink()
-    assert _until_done(handle) == "it is 42"
+    assert until_done(handle) == "it is 42"
     assert log.read_text().split()[:3] == ["multiply", "6", "7"]
     assert server.paid_calls == 2
     assert all(step.status is StepStatus.SUCCESS for step in inspector.steps(handle.workflow_id))
