@@ -77,6 +77,7 @@ def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
     """A step as in ``--json`` documents; ``tokens`` for a model call, else None."""
     data = dataclasses.asdict(step)
     data["duration_ms"] = step.duration_ms
+    data["waiting"] = step.wait_text() if step.waiting else None
     tokens = tokens_of(digest)
     data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}
     data["cost_usd"] = None if digest is None or tokens is None else digest.cost_usd

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -128,6 +128,11 @@ class Divergence:
 #: N is this prefix + N (engine/approvals.py): shown as the approval it is.
 APPROVAL_TOPIC_PREFIX = "dbos_agent.approval:"
 
+#: The built-in steps whose intent (a PENDING row, with the wait's deadline) is a wait in
+#: progress, not an effect in doubt: a message (``recv``, approvals' decisions included)
+#: and another workflow's event (``get_event``). Nothing to resolve: they wait again.
+WAIT_STEPS = frozenset({"dbos_agent.recv", "dbos_agent.get_event"})
+
 
 @dataclass(frozen=True, slots=True)
 class WaitInfo:
@@ -218,6 +223,31 @@ class StepInfo:
     inputs: Any = None
     #: A RETRYING step's wait for its next attempt (else None).
     retry: RetryInfo | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """A wait in progress (a ``recv`` or ``get_event`` not met yet): PENDING as an
+        intent is, but never in doubt (see :data:`WAIT_STEPS`)."""
+        return self.status is StepStatus.PENDING and self.name in WAIT_STEPS
+
+    def wait_text(self) -> str:
+        """What a wait in progress waits for, in words, e.g. ``waiting for a message on
+        topic 'go' until 2026-12-06 12:00:00`` (its inputs say what and its deadline)."""
+        found = self.inputs if isinstance(self.inputs, dict) else {}
+        deadline = found.get("deadline")
+        until = (
+            ""
+            if not isinstance(deadline, int | float)
+            else f" until {datetime.fromtimestamp(deadline, UTC):%Y-%m-%d %H:%M:%S} UTC"
+        )
+        if self.name == "dbos_agent.get_event":
+            return f"waiting for event {found.get('key')!r} of {found.get('workflow_id')}{until}"
+        topic = str(found.get("topic") or "")
+        if topic.startswith(APPROVAL_TOPIC_PREFIX):
+            step = topic[len(APPROVAL_TOPIC_PREFIX) :]
+            return f"waiting for the decision on the approval of step {step}{until}"
+        on = f"topic {topic!r}" if topic else "the default topic"
+        return f"waiting for a message on {on}{until}"
 
     @property
     def duration_ms(self) -> float | None:

@@ -220,7 +220,9 @@ def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None])
     """The steps table: what each step did, in log order, one line each."""
     rows = []
     for step, digest in zip(steps, digests, strict=True):
-        if step.status is StepStatus.PENDING:
+        if step.waiting:
+            result = step.wait_text()
+        elif step.status is StepStatus.PENDING:
             result = "intent, no result (in doubt) inputs " + compact(step.inputs)
         elif step.retry is not None:
             result = step.retry.describe()

@@ -18,7 +18,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..errors import (
-    DbosAgentError,
     WorkflowIdConflictError,
     WorkflowInputsError,
     WorkflowNotFoundError,
@@ -158,8 +157,11 @@ def fork_workflow(
         raise WorkflowNotFoundError(workflow_id)
     if result.forked:
         return new_id, result
+    status = _status(db, workflow_id)
     if result.open_intent is not None:
-        raise DbosAgentError(
+        raise WorkflowStatusError(
+            workflow_id,
+            status,
             f"cannot fork workflow {workflow_id!r} from step {from_step}: its step "
             f"{result.open_intent} is in doubt; resolve it first with "
             f"{_resolve_hint(workflow_id, result.open_intent)}, or fork from step "
@@ -167,14 +169,24 @@ def fork_workflow(
         )
     end = 0 if result.last_seq is None else result.last_seq + 1
     if from_step > end:
-        raise DbosAgentError(
+        raise WorkflowStatusError(
+            workflow_id,
+            status,
             f"cannot fork workflow {workflow_id!r} from step {from_step}: its log ends "
             f"at step {end} (steps 0..{end - 1} recorded); choose a step from 0 to {end}"
             if end
             else f"cannot fork workflow {workflow_id!r} from step {from_step}: it has no "
-            f"recorded steps; only step 0 is possible"
+            f"recorded steps; only step 0 is possible",
         )
     raise WorkflowIdConflictError(f"workflow id {new_id!r} is already taken")
+
+
+def _status(db: SystemDatabase, workflow_id: str) -> WorkflowStatus:
+    """The status of a workflow whose action was refused, for the error that says so."""
+    found = db.workflows.owner(workflow_id)
+    if found is None:
+        raise WorkflowNotFoundError(workflow_id)
+    return found[0]
 
 
 def retry_workflow(db: SystemDatabase, workflow_id: str) -> int:
@@ -219,6 +231,13 @@ def resolve_in_doubt_step(
     if info is None:
         raise WorkflowNotFoundError(workflow_id)
     step = next((s for s in db.steps.list(workflow_id) if s.seq == seq), None)
+    if step is not None and step.waiting:
+        raise WorkflowStatusError(
+            workflow_id,
+            info.status,
+            f"workflow {workflow_id!r} step {seq} ({step.name}) is a wait in progress, not "
+            "in doubt: there is nothing to resolve (it goes on when what it waits for comes)",
+        )
     if (
         info.status is not WorkflowStatus.IN_DOUBT
         or step is None

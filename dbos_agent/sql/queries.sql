@@ -1159,7 +1159,8 @@ SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(work
 -- copies see one snapshot and commit together. Writes nothing when from_step is
 -- past the end of the log, when an intent below the fork point is still in doubt
 -- (the fork would repeat an effect that may have happened), or when the new id is
--- taken; the returned row says which.
+-- taken; the returned row says which. A wait in progress (a recv or get_event not met,
+-- records.WAIT_STEPS) is not in doubt: it is not copied, and the fork waits again.
 --
 -- The fork point is from_step moved back over the approval steps just below it
 -- (requests, and recvs of a decision): a fork asks again for an approval whose
@@ -1197,6 +1198,7 @@ WITH original AS (
     SELECT o.*, p.from_step,
            (SELECT min(s.seq) FROM dbos_agent.steps AS s
             WHERE s.workflow_id = o.workflow_id AND s.status = 'PENDING'
+              AND s.name NOT IN ('dbos_agent.recv', 'dbos_agent.get_event')
               AND s.seq < p.from_step) AS open_intent
     FROM original AS o, point AS p
 ), inserted AS (
