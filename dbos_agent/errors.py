@@ -93,20 +93,25 @@ class SerializationError(DbosAgentError, TypeError):
 
 
 class CheckpointTooLargeError(SerializationError):
-    """A value is larger than ``launch(max_checkpoint_bytes=...)`` allows; nothing was written.
+    """A value is larger than ``launch(max_checkpoint_bytes=...)`` allows; it was not written.
 
     ``size`` and ``limit`` are in bytes of JSON text; the message names the workflow and
-    the step (or the input, output, message or event) the value belonged to.
+    the step (or the input, output, message or event) the value belonged to. A step's value
+    too large to record is the step's outcome: this error is recorded in its place, once
+    (a replay raises it again; a tool's reaches the model as an error result).
     """
 
     def __init__(self, where: str, size: int, limit: int) -> None:
-        super().__init__(
-            f"{where}: the value is {size:,} bytes of JSON, over the checkpoint limit of "
-            f"{limit:,} bytes (launch(max_checkpoint_bytes=...)); nothing was written. Store "
-            f"large data elsewhere (a file, object storage) and checkpoint a reference to it."
+        super().__init__(where, size, limit)  # the args rebuild it when replayed
+        self.where, self.size, self.limit = where, size, limit
+
+    def __str__(self) -> str:
+        return (
+            f"{self.where}: the value is {self.size:,} bytes of JSON, over the checkpoint "
+            f"limit of {self.limit:,} bytes (launch(max_checkpoint_bytes=...)); it was not "
+            f"written. Store large data elsewhere (a file, object storage) and checkpoint a "
+            f"reference to it."
         )
-        self.size = size
-        self.limit = limit
 
 
 class InvalidIdentifierError(DbosAgentError, ValueError):

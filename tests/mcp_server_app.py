@@ -61,6 +61,13 @@ def append(text: str) -> str:
 
 
 @app.tool()
+def big(size: int) -> str:
+    """``size`` bytes of text (a result near a size limit)."""
+    note("big", size)
+    return "x" * size
+
+
+@app.tool()
 def refuse(reason: str) -> str:
     """Always fails, with an error the model can read."""
     note("refuse", reason)

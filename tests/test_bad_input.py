@@ -254,9 +254,11 @@ def publishes_big(n: int) -> None:
     da.set_event("big", "z" * n)
 
 
-def test_a_step_output_over_the_limit_is_refused_by_name_and_writes_nothing(
+def test_a_step_output_over_the_limit_is_recorded_as_its_error_by_name(
     small_limit: da.Runtime,
 ) -> None:
+    """The value is not written; its error is the step's outcome, recorded once: a
+    replay raises the same error without making the value again."""
     wid = new_id()
     with pytest.raises(da.CheckpointTooLargeError) as err, da.workflow_id(wid):
         makes_big_output(LIMIT + 1)
@@ -264,10 +266,16 @@ def test_a_step_output_over_the_limit_is_refused_by_name_and_writes_nothing(
     assert wid in message and "step 0" in message and "big_output" in message
     assert f"{LIMIT + 3:,}" in message and f"{LIMIT:,}" in message  # size (JSON quotes) and limit
     assert err.value.size == LIMIT + 3 and err.value.limit == LIMIT
-    assert da.list_steps(wid) == []
+    [step] = da.list_steps(wid)
+    assert step.status == "ERROR" and step.output is None
+    assert (step.error or {})["type"].endswith("CheckpointTooLargeError")
     info = da.retrieve(wid).get_info()
     assert info.status == da.WorkflowStatus.ERROR
     assert (info.error or {})["type"].endswith("CheckpointTooLargeError")
+    replayed = da.fork(wid, from_step=1)  # the step replays its recorded error
+    with pytest.raises(da.CheckpointTooLargeError) as again:
+        replayed.result(timeout=20)
+    assert (again.value.size, again.value.limit) == (LIMIT + 3, LIMIT)
     ok = new_id()
     with da.workflow_id(ok):
         assert makes_big_output(LIMIT - 10) == "x" * 10

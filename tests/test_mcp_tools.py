@@ -39,7 +39,7 @@ from tests.helpers import SimulatedCrash, new_id, wait_until
 ROOT = Path(__file__).parent.parent
 SERVER = Path(__file__).with_name("mcp_server_app.py")
 LISTING = "mcp:list_tools:mcp_server_app"
-TOOL_NAMES = ["add", "append", "refuse", "slow_once"]
+TOOL_NAMES = ["add", "append", "big", "refuse", "slow_once"]
 CURRENT: dict[str, Any] = {}
 
 

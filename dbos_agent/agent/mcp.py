@@ -54,6 +54,7 @@ from .mcp_connections import (
     GivenSession,
     McpConnectionError,
     OwnedConnection,
+    answer_too_large,
     connection_closed,
 )
 from .mcp_sources import (
@@ -102,6 +103,24 @@ def error_result(text: str) -> mcp_types.CallToolResult:
     )
 
 
+def stored_once(result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+    """``result`` without its structured content where that only repeats its text (a
+    server answers both, the text for older clients): recorded once, not twice, so a
+    result may be nearly as large as the checkpoint limit. The model reads the text
+    either way; a structured content that says more than the text is kept."""
+    structured = result.structured_content
+    texts = [item.text for item in result.content if isinstance(item, mcp_types.TextContent)]
+    if structured is None or len(texts) != 1 or len(result.content) != 1:
+        return result
+    try:
+        parsed: Any = json.loads(texts[0])
+    except ValueError:
+        parsed = texts[0]
+    if parsed == structured or (set(structured) == {"result"} and parsed == structured["result"]):
+        return result.model_copy(update={"structured_content": None})
+    return result
+
+
 class McpTool(Tool[..., Coroutine[Any, Any, mcp_types.CallToolResult]]):
     """One tool of an MCP server, as the registry runs it: a step ``tool:<name>``.
 
@@ -119,7 +138,8 @@ class McpTool(Tool[..., Coroutine[Any, Any, mcp_types.CallToolResult]]):
         self.input_schema: dict[str, Any] = dict(listed.input_schema)
 
         async def call_mcp_tool(**arguments: Any) -> mcp_types.CallToolResult:
-            return await server.call_tool(self.mcp_name, arguments, idempotent=self.idempotent)
+            result = await server.call_tool(self.mcp_name, arguments, idempotent=self.idempotent)
+            return stored_once(result)
 
         # Its ``timeout`` is the request's (a hang is an isError result for the model, see
         # call_tool), never the step's: the step only ever sees a server it cannot reach.
@@ -302,6 +322,11 @@ class McpServer:
             return error_result(f"MCP tool {name!r} did not answer within {timeout:g}s")
         except MCPError as refused:
             said = self._connection.scrub(refused.message)
+            if answer_too_large(refused):
+                return error_result(
+                    f"the answer of MCP server {self.name!r} to {name!r} was larger than this "
+                    f"client reads ({said}): ask for a smaller part of it"
+                )
             return error_result(f"MCP server {self.name!r} refused {name!r}: {said}")
 
     def _call_timeout(self, mcp_name: str) -> float:

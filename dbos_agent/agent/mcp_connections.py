@@ -34,6 +34,17 @@ T = TypeVar("T")
 _TRANSPORT_ERROR_NAMES = frozenset({"TransportError", "ConnectError", "ReadError", "WriteError"})
 
 
+def answer_too_large(error: BaseException) -> bool:
+    """Does ``error`` say the server's answer was larger than the client reads (the SDK's
+    limit of one server-sent event, see ``McpHttpServer.max_message_bytes``)? It fails the
+    same way every time: never a reason to reconnect or to send the request again."""
+    return (
+        isinstance(error, MCPError)
+        and "exceeded the" in error.message
+        and "byte limit" in error.message
+    )
+
+
 def is_connection_failure(error: BaseException) -> bool:
     """Whether ``error`` (or what caused it, or a member of its group) says a server could
     not be reached or went away: an OS-level connection or process failure, a timeout, a
@@ -45,6 +56,8 @@ def is_connection_failure(error: BaseException) -> bool:
         if id(current) in seen:
             continue
         seen.add(id(current))
+        if answer_too_large(current):
+            return False
         if connection_closed(current) or isinstance(current, TimeoutError):
             return True
         if type(current).__name__ in _TRANSPORT_ERROR_NAMES:
@@ -134,6 +147,8 @@ async def _guarded(
     except TimeoutError:
         raise
     except Exception as exc:
+        if answer_too_large(exc):  # the session is fine; sending it again would fail again
+            raise
         if _session_lost(exc):  # refused before it ran: safe to send on a new session
             raise McpConnectionError.of(exc, session, sent=False) from exc
         if connection_closed(exc):

@@ -29,6 +29,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from ..errors import InvalidOptionError
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
+
 __all__ = [
     "McpHttpServer",
     "McpSource",
@@ -50,12 +53,25 @@ class McpHttpServer:
 
     The headers' values and the URL's credentials and query are secrets: they are never
     shown, logged or recorded (``repr`` and errors show :attr:`redacted_url`).
+
+    ``max_message_bytes`` is the largest answer (one server-sent event) read from it: by
+    default twice the default checkpoint limit, so that any result a step can record gets
+    through (the MCP SDK's own default, 1 MiB, refuses much less). A larger answer is an
+    ``isError`` result saying so, never sent again; None reads any size.
     """
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    max_message_bytes: int | None = 2 * DEFAULT_MAX_CHECKPOINT_BYTES
 
     def __post_init__(self) -> None:
+        limit = self.max_message_bytes
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise InvalidOptionError(
+                f"max_message_bytes must be a positive number of bytes or None, got {limit!r}"
+            )
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
@@ -112,7 +128,14 @@ class Transport:
         """The transport's read and write streams, open for as long as the block runs."""
         if self._http is not None:
             client = create_mcp_http_client(headers=dict(self._http.headers))
-            async with client, streamable_http_client(self._http.url, http_client=client) as s:
+            async with (
+                client,
+                streamable_http_client(
+                    self._http.url,
+                    http_client=client,
+                    max_sse_event_size=self._http.max_message_bytes,
+                ) as s,
+            ):
                 yield s[0], s[1]
             return
         assert self._stdio is not None

@@ -1,9 +1,9 @@
 """Dispatching the model's ``tool_use`` blocks to tools, one log position per block.
 
 Whatever goes wrong with a call (unknown tool, input that fails validation, the tool
-raising) is recorded in the step log as that position's error and handed back to the model
-as an ``is_error`` tool result, so the agent can correct itself instead of crashing; on
-replay the recorded error yields the same result again.
+raising, a result too large to record) is recorded in the step log as that position's
+error and handed back to the model as an ``is_error`` tool result, so the agent can correct
+itself instead of crashing; on replay the recorded error yields the same result again.
 
 Several blocks of one reply may run concurrently (in threads with ``call_all(parallel=True)``,
 as tasks with ``call_all_async``), yet each takes the log position its place in the reply
@@ -28,7 +28,7 @@ from anthropic.types import ToolParam, ToolResultBlockParam
 from ..engine.approvals import Approval, request_approval, request_approval_async
 from ..engine.extending import at_position, reserve_positions
 from ..engine.step import step as engine_step
-from ..errors import DbosAgentError
+from ..errors import CheckpointTooLargeError, DbosAgentError
 from .replay import note_step
 from .tools import Tool, ToolCallRejected, ToolErrorResult, ToolInputError, ToolOptions
 
@@ -69,7 +69,19 @@ def error_text(error: BaseException) -> str:
     """How a failed call is described to the model."""
     if isinstance(error, ToolInputError | ToolCallRejected | ToolErrorResult):
         return str(error)
+    if isinstance(error, CheckpointTooLargeError):
+        return too_large_text(error)
     return f"{type(error).__name__}: {error}"
+
+
+def too_large_text(error: CheckpointTooLargeError) -> str:
+    """What the model reads of a result too large to record: its size and the limit, and
+    what to do (its caller's workflow goes on: it is the model's to handle)."""
+    return (
+        f"the tool's result was {error.size / 2**20:.1f} MiB of JSON, over the "
+        f"{error.limit / 2**20:.1f} MiB a recorded result may be: it was not kept. Ask for "
+        "a smaller part of it (a range, a filter, a summary)."
+    )
 
 
 def result_block(block: ToolUse, content: str | BaseException) -> ToolResultBlockParam:
@@ -301,6 +313,8 @@ class ToolRegistry:
         """
         try:
             return result_block(block, self.run(block, approval))
+        except CheckpointTooLargeError as too_large:  # recorded as the step's error
+            return result_block(block, too_large)
         except DbosAgentError:
             raise
         except Exception as exc:
@@ -312,6 +326,8 @@ class ToolRegistry:
         """:meth:`call` for async code (see :meth:`run_async`)."""
         try:
             return result_block(block, await self.run_async(block, approval))
+        except CheckpointTooLargeError as too_large:  # recorded as the step's error
+            return result_block(block, too_large)
         except DbosAgentError:
             raise
         except Exception as exc:

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ..errors import (
+    CheckpointTooLargeError,
     ConfigurationError,
     DatabaseUnavailableError,
     InvalidOptionError,
@@ -109,19 +110,42 @@ def checkpoint(
     """Commit a live step's outcome to the log; the one place a step is checkpointed.
 
     Returns the outcome the workflow must continue with: its own, or, when a
-    retried write finds its first attempt recorded, that record. A value that
-    cannot be stored (not JSON, over the size limit, refused by Postgres) raises
-    SerializationError and writes nothing; a database failure stops the run
-    unfinished (PENDING). ``fresh`` (default: the step is idempotent) says that no row
-    holds the position yet (no intent, no RETRYING row), for the cheapest write.
+    retried write finds its first attempt recorded, that record. A value too large to
+    store is the step's outcome too: its CheckpointTooLargeError is recorded (and raised)
+    in its place, once, so that a replay raises it again and no run makes the value again
+    (a tool's then reaches the model as an error result). Any other value that cannot be
+    stored (not JSON, refused by Postgres) raises SerializationError and writes nothing;
+    a database failure stops the run unfinished (PENDING). ``fresh`` (default: the step is
+    idempotent) says that no row holds the position yet (no intent, no RETRYING row), for
+    the cheapest write.
     """
+    fresh = step.idempotent if fresh is None else fresh
+    try:
+        write = _record(ctx, step, seq, outcome, attempts, started_at, fresh)
+    except CheckpointTooLargeError as too_large:
+        if outcome.error is not None:  # an error record is clipped: never too large
+            raise
+        outcome = Outcome(error=too_large)
+        write = _record(ctx, step, seq, outcome, attempts, started_at, fresh)
+    return outcome if write.written else adopt_recorded(ctx, step, seq, write)
+
+
+def _record(
+    ctx: WorkflowContext,
+    step: StepDefinition,
+    seq: int,
+    outcome: Outcome,
+    attempts: int,
+    started_at: datetime,
+    fresh: bool,
+) -> StepWrite:
     if outcome.error is None:
         output = step.result.dumps(outcome.value, where(ctx, seq, step))
         status, error = StepStatus.SUCCESS, None
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
     with ctx.noting_database_failures():
-        write = ctx.engine.db.steps.record(
+        return ctx.engine.db.steps.record(
             workflow_id=ctx.workflow_id,
             seq=seq,
             name=step.name,
@@ -131,9 +155,8 @@ def checkpoint(
             attempts=attempts,
             started_at=started_at,
             owner_key=ctx.engine.session_key,
-            fresh=step.idempotent if fresh is None else fresh,
+            fresh=fresh,
         )
-    return outcome if write.written else adopt_recorded(ctx, step, seq, write)
 
 
 def _resolve_in_doubt(

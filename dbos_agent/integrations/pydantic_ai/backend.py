@@ -36,17 +36,19 @@ from pydantic_ai.durable_exec._operation import (
 )
 from pydantic_ai.durable_exec._operation_backend import JournalCallableOperationBackend
 from pydantic_ai.durable_exec._toolset import CallToolResult, wrap_tool_call_result
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UserError
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, ModelRetry, UserError
 from pydantic_ai.toolsets import ToolsetTool
 
 from ...agent.accounting import MODEL_STEP_NAMES
 from ...agent.budget import BudgetGuard
 from ...agent.replay import note_step
+from ...agent.tool_registry import too_large_text
 from ...engine.extending import NotDone, WorkflowContext, at_position, current_context, in_step
 from ...engine.step import step as engine_step
 from ...engine.step import step_info
 from ...errors import (
     BudgetExceededError,
+    CheckpointTooLargeError,
     ConfigurationError,
     DbosAgentError,
     DependencyUnavailableError,
@@ -390,6 +392,10 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
         try:
             with at_position(position):
                 return await self._step(name, config)(**arguments)
+        except CheckpointTooLargeError as too_large:  # the call's recorded outcome
+            if isinstance(operation_id, ToolsetCallToolId):  # the model's to handle
+                raise ModelRetry(too_large_text(too_large)) from None
+            raise
         finally:
             _body.reset(token)
 
