@@ -81,12 +81,22 @@ def derived_identifier(base: str, suffix: str) -> str:
     return f"sha256:{digest}{suffix}"
 
 
+#: The longest delay of a start, in seconds (about 31 years, as workflow_timeout's bound):
+#: a time that far on is a mistake, and one past Postgres's timestamps could not be stored.
+MAX_DELAY_SECONDS = 1e9
+
+
 def check_delay(delay: float | None) -> float | None:
-    """A start's ``delay`` (seconds): None, or a finite number >= 0."""
+    """A start's ``delay`` (seconds): None, or a finite number from 0 to
+    :data:`MAX_DELAY_SECONDS`."""
     if delay is None:
         return None
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
         raise ValueError(f"delay must be a finite number of seconds, got {delay!r}")
     if delay < 0:
         raise ValueError(f"delay must be >= 0 seconds, got {delay}")
+    if delay > MAX_DELAY_SECONDS:
+        raise ValueError(
+            f"delay must be at most {MAX_DELAY_SECONDS:.0e} seconds (about 31 years), got {delay!r}"
+        )
     return float(delay)

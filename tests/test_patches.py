@@ -162,9 +162,18 @@ def test_bad_patches_get_named_errors(runtime: da.Runtime) -> None:
     def named(name: str) -> bool:
         return da.patched(name)
 
-    for bad in ("", "x" * MAX_IDENTIFIER_BYTES, "a\x00b"):
+    for bad in ("", "a\x00b"):
         with pytest.raises(da.InvalidIdentifierError, match="patch name"), da.workflow_id(new_id()):
             named(bad)
+    limit = MAX_IDENTIFIER_BYTES - len("dbos_agent.patch:")
+    for too_long in ("x" * (limit + 1), "x" * MAX_IDENTIFIER_BYTES, "x" * 5000):
+        with (
+            pytest.raises(da.InvalidIdentifierError, match=f"at most {limit} bytes"),
+            da.workflow_id(new_id()),
+        ):
+            named(too_long)  # one limit, stated the same way whatever the length
+    with da.workflow_id(new_id()):
+        assert named("x" * limit) is True
 
 
 @da.durable_workflow

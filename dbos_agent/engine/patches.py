@@ -42,17 +42,19 @@ from .waits import builtin_step, workflow_only
 PATCH_PREFIX = "dbos_agent.patch:"
 
 _MARKER = codec_for(bool)
+#: The longest patch name: its marker step's name (the prefix and the name) must be an
+#: identifier.
+MAX_PATCH_NAME_BYTES = MAX_IDENTIFIER_BYTES - len(PATCH_PREFIX)
 
 
 def marker_name(name: str) -> str:
     """The step a run records where it took patch ``name``'s new branch."""
-    check_identifier(name, "patch name")
-    room = MAX_IDENTIFIER_BYTES - len(PATCH_PREFIX)
-    if len(name.encode("utf-8", "surrogatepass")) > room:
-        raise InvalidIdentifierError(
-            f"a patch name may be at most {room} bytes (UTF-8), got "
+    if isinstance(name, str) and len(name.encode("utf-8", "surrogatepass")) > MAX_PATCH_NAME_BYTES:
+        raise InvalidIdentifierError(  # one limit stated, whatever the name's length
+            f"a patch name may be at most {MAX_PATCH_NAME_BYTES} bytes (UTF-8), got "
             f"{len(name.encode('utf-8', 'surrogatepass'))} bytes: {name[:60]!r}..."
         )
+    check_identifier(name, "patch name")
     return PATCH_PREFIX + name
 
 
