@@ -28,9 +28,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from ..errors import DbosAgentError
 from ..postgres.binaries import PostgresNotFoundError
 from ..postgres.throwaway import LocalCluster
-from ..storage.dsn import redact_url, scrub
+from ..storage.dsn import postgres_url, redact_url, scrub
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector
@@ -110,6 +111,10 @@ def _url_server(stack: contextlib.ExitStack) -> str:
     url = os.environ.get(URL_ENV, "").strip()
     if not url:
         raise _BackendUnavailable(f"{URL_ENV} is not set")
+    try:
+        url = postgres_url(url)
+    except DbosAgentError as exc:  # its message shows none of the URL
+        raise _BackendUnavailable(f"{URL_ENV}: {exc}") from None
     try:
         with psycopg.connect(url, connect_timeout=10):
             return url
