@@ -64,6 +64,14 @@ class UnsupportedDatabaseError(ConfigurationError):
     message names its scheme, with the password masked."""
 
 
+class InvalidDatabaseUrlError(ConfigurationError, ValueError):
+    """The database URL (or key=value connection string) cannot be read as meant: libpq
+    cannot parse it (a space or ``%`` that is not an escape, an IPv6 host without its
+    ``]``), or would read part of its password as the host, port or database name (an
+    unencoded ``/`` or ``@``). The message says what is wrong and never shows the string,
+    which may hold a password."""
+
+
 class SchemaVersionError(DbosAgentError):
     """The database holds a dbos_agent schema newer than this library knows."""
 

@@ -29,6 +29,7 @@ from .engine.queues import registered_queues
 from .engine.retention import parse_duration
 from .engine.schedules import registered_schedules
 from .errors import DbosAgentError
+from .storage.dsn import URL_ENV, scrub
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, database_url: bool = True)
             "--database-url",
             default=argparse.SUPPRESS,
             help="system database (default: $DBOS_AGENT_DATABASE_URL, else the "
-            "embedded Postgres in ./.dbos_agent)",
+            "embedded Postgres in ./.dbos_agent); visible to other local users (ps): keep "
+            "its password in $DBOS_AGENT_DATABASE_URL, $PGPASSWORD or $PGPASSFILE",
         )
     parser.add_argument(
         "--executor-id", default=None, help="this executor's id (default: HOST:PID)"
@@ -156,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
             take_over_every=args.poll,
         )
     except DbosAgentError as exc:
-        print(f"dbos-agent: error: {exc}", file=sys.stderr)
+        given = getattr(args, "database_url", None) or os.environ.get(URL_ENV)
+        print(f"dbos-agent: error: {scrub(str(exc), given)}", file=sys.stderr)
         return 1
     stop = threading.Event()
 

@@ -114,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":  # a web server, on connections of its own
         return serve.run(args)
     run: Run = args.run
-    url: str | None = None
+    # What errors are scrubbed of until the URL is read (one that cannot be is refused
+    # with a message that shows none of it; this is a second guard).
+    url: str | None = args.database_url or os.environ.get(URL_ENV)
     db: SystemDatabase | None = None
     try:
         url = _database_url(args, may_create=run is commands.migrate)

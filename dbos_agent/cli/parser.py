@@ -64,7 +64,10 @@ None of this needs your workflow code: resumed and forked workflows are run by a
 that has it (`dbos-agent worker --app ...`, or your app's next launch()).
 
 database: --database-url, else $DBOS_AGENT_DATABASE_URL, else the embedded Postgres in
-./.dbos_agent/ (only `migrate` and `worker` create it). Output: tables, or one JSON
+./.dbos_agent/ (only `migrate` and `worker` create it). A command line is visible to
+every local user (ps): keep a password out of --database-url (use the variable, or
+libpq's $PGPASSWORD or password file: $PGPASSFILE, else ~/.pgpass); no output or error
+ever shows it. Output: tables, or one JSON
 document with --json (`stream --json`: JSON Lines, one object per item; on an error:
 {"error": ..., "type": ...}; a usage error with --json: that document on stderr).
 exit status: 0 ok; 1 operational error (unknown id, wrong status, database unreachable);
@@ -80,7 +83,9 @@ def _database() -> argparse.ArgumentParser:
         "--database-url",
         metavar="URL",
         default=argparse.SUPPRESS,
-        help=f"system database (default: ${URL_ENV}, else the embedded Postgres)",
+        help=f"system database (default: ${URL_ENV}, else the embedded Postgres); visible "
+        f"to other local users (ps): keep its password in ${URL_ENV}, $PGPASSWORD or "
+        f"$PGPASSFILE",
     )
     return database
 

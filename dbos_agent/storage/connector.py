@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from . import jsonb
-from .dsn import postgres_url, redact_url
+from .dsn import postgres_url, redact_url, scrub
 from .outages import (
     DEFAULT_OUTAGE_TIMEOUT_S,
     OutageMonitor,
@@ -119,14 +119,18 @@ class Connector:
     # -- lifecycle -------------------------------------------------------------------
 
     def open(self) -> None:
-        """Check the server answers: a clear error within ~10 s, not retries for minutes."""
+        """Check the server answers: a clear error within ~10 s, not retries for minutes.
+
+        The error is raised outside the ``except``: libpq's exception is not kept even
+        as its context, which a traceback or a logger might still walk."""
         try:
             with self._pool.connection(timeout=CONNECT_TIMEOUT_S):
-                pass
+                return
         except psycopg.Error as exc:
-            raise DatabaseUnavailableError(
-                f"cannot connect to the dbos_agent database at {self.redacted_url}: {describe(exc)}"
-            ) from None
+            why = scrub(describe(exc), self.url)
+        raise DatabaseUnavailableError(
+            f"cannot connect to the dbos_agent database at {self.redacted_url}: {why}"
+        )
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -1,7 +1,11 @@
-"""Helpers for Postgres connection strings (URL and key=value conninfo forms).
+"""Postgres connection strings (URL and key=value conninfo forms): read, checked, changed.
 
-Connection strings often carry passwords, and they end up in logs, exceptions and test
-reports; everything that prints one goes through `redact_url` first.
+Every connection string the library is given passes :func:`postgres_url` before
+anything connects with it: a string libpq cannot read, or would read otherwise than
+its author meant (a password's unencoded ``/`` or ``@`` spilling into the host, port or
+database name), is refused there with an :class:`InvalidDatabaseUrlError` that shows
+none of it, so that no parser's error can quote a piece of its password. What may be
+shown of one is :func:`redact_url`'s (see ``redaction.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ..errors import UnsupportedDatabaseError
+from ..errors import InvalidDatabaseUrlError, UnsupportedDatabaseError
+from .redaction import normal_scheme, redact_url, scrub
 
 __all__ = [
     "URL_ENV",
@@ -25,21 +30,31 @@ __all__ = [
 ]
 
 _SCHEME_RE = re.compile(r"^(postgres(?:ql)?://)(.*)$", re.IGNORECASE | re.DOTALL)
-# Any URL (``mysql://``, ``postgresql+psycopg://``): its password is masked all the same.
-_ANY_SCHEME_RE = re.compile(r"^\s*([a-z][a-z0-9+.-]*://)(.*)$", re.IGNORECASE | re.DOTALL)
-# SQLAlchemy's spelling of a Postgres URL with its driver: ``postgresql+psycopg://``.
-_DRIVER_SUFFIX_RE = re.compile(r"^\s*(postgres(?:ql)?)\+[a-z0-9_]+://", re.IGNORECASE)
-# `password=...` (and `sslpassword=...`) in a URL query string: the value runs to the next `&`.
-_QUERY_PASSWORD_RE = re.compile(r"([?&][a-z_]*password=)[^&#]*", re.IGNORECASE)
-# `password = value` in conninfo: the value is a single-quoted string (with \-escapes) or a word.
-_CONNINFO_PASSWORD_RE = re.compile(
-    r"(\b[a-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE | re.DOTALL
-)
-_MASK = "***"
+_ANY_SCHEME_RE = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
+_PORTS_RE = re.compile(r"\d*(?:,\d*)*")
 #: The environment variable that names the system database.
 URL_ENV = "DBOS_AGENT_DATABASE_URL"
-# A URL inside a longer text (an error message), of any scheme: runs to whitespace or a quote.
-_URL_IN_TEXT_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"]+", re.IGNORECASE)
+# libpq's parse errors, by their fixed start, told in words of our own: libpq's own quote
+# a piece of the string, and that piece may be a piece of the password.
+_LIBPQ_PROBLEMS = (
+    ("unexpected spaces", "a space that is not percent-encoded (%20)"),
+    ("invalid percent-encoded token", "a '%' that starts no %XX escape (a '%' itself is %25)"),
+    ("forbidden value %00", "a percent-encoded NUL (%00)"),
+    ("end of string reached when looking for matching", "an IPv6 address without its ']'"),
+    ("ipv6 host address may not be empty", "an empty IPv6 address"),
+    ("unexpected character", "a host followed by something else than ':' or '/'"),
+    ("missing key/value separator", "a query parameter without '='"),
+    ("extra key/value separator", "a query parameter with a second '='"),
+    ("invalid uri query parameter", "a query parameter libpq does not know"),
+    ('missing "=" after', "a word that is not key=value (a value with spaces goes in quotes)"),
+    ("unterminated quoted string", "a quoted value without its closing quote"),
+    ("invalid connection option", "a setting libpq does not know"),
+)
+_HINT = (
+    "percent-encode a password's reserved characters (@ %40, / %2F, ? %3F, # %23, % %25, "
+    ": %3A, space %20), or keep the password out of the URL: $PGPASSWORD, or a password "
+    "file ($PGPASSFILE, else ~/.pgpass)"
+)
 
 
 def is_url(dsn: str) -> bool:
@@ -47,77 +62,60 @@ def is_url(dsn: str) -> bool:
     return _SCHEME_RE.match(dsn.strip()) is not None
 
 
-def redact_url(url: str) -> str:
-    """Return `url` with any password replaced by ``***``, safe to log or show in errors.
+def postgres_url(dsn: str, *, source: str | None = None) -> str:
+    """``dsn`` as libpq reads it, checked.
 
-    Handles ``postgresql://user:secret@host/db``, ``?password=secret`` in the query string and
-    ``password=secret`` / ``password='se cret'`` in key=value conninfo. When in doubt it masks
-    too much rather than too little: a password may contain unescaped ``@`` or ``/``.
+    Surrounding spaces go, the scheme is read case-insensitively, and
+    ``postgresql+psycopg://`` (SQLAlchemy's spelling, any driver) becomes
+    ``postgresql://``; key=value conninfo (``host=... dbname=...``) stays as it is. A URL
+    of another scheme (``mysql://``) is refused with an :class:`UnsupportedDatabaseError`
+    naming it, its password masked; a string libpq cannot read, or would misread, with
+    an :class:`InvalidDatabaseUrlError` that shows none of it (``source`` names where it
+    came from, e.g. ``$DBOS_AGENT_DATABASE_URL``).
     """
-    match = _ANY_SCHEME_RE.match(url)
-    if match is None:
-        return _CONNINFO_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, url)
-    scheme, rest = match.group(1), match.group(2)
-    query_start = rest.find("?")
-    authority_end = len(rest) if query_start < 0 else query_start
-    at = rest.rfind("@", 0, authority_end)
-    if at >= 0:
-        userinfo = rest[:at]
-        colon = userinfo.find(":")
-        if colon >= 0:
-            rest = userinfo[:colon] + ":" + _MASK + rest[at:]
-    return scheme + _QUERY_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, rest)
+    text = normal_scheme(dsn)
+    other = _ANY_SCHEME_RE.match(text)
+    if other is not None and _SCHEME_RE.match(text) is None:
+        raise UnsupportedDatabaseError(
+            f"the database URL {redact_url(dsn)} is a {other.group(1)!r} URL: dbos_agent "
+            f"needs PostgreSQL: a postgresql:// URL (postgresql+psycopg:// is read as one)"
+        )
+    problem = _problem(text)
+    if problem is not None:
+        shown = "URL postgresql://…" if other is not None else "connection string"
+        if source is not None:
+            shown += f" in {source}"
+        raise InvalidDatabaseUrlError(
+            f"the database {shown} cannot be read (it is not shown: it may hold a password):"
+            f" it has {problem}; {_HINT}"
+        )
+    return text
 
 
-def postgres_url(dsn: str) -> str:
-    """``dsn`` as libpq reads it: ``postgresql+psycopg://`` (SQLAlchemy's spelling, any
-    driver) becomes ``postgresql://``; a URL of another scheme (``mysql://``) is refused
-    with an :class:`UnsupportedDatabaseError` naming it, its password masked. Conninfo
-    (``host=... dbname=...``) passes as it is."""
-    stripped = _DRIVER_SUFFIX_RE.sub(lambda m: m.group(1) + "://", dsn, count=1)
-    match = _ANY_SCHEME_RE.match(stripped)
-    if match is None or _SCHEME_RE.match(stripped.strip()) is not None:
-        return stripped
-    scheme = match.group(1)[:-3]
-    raise UnsupportedDatabaseError(
-        f"the database URL {redact_url(dsn)} is a {scheme!r} URL: dbos_agent needs "
-        f"PostgreSQL: a postgresql:// URL (postgresql+psycopg:// is read as one)"
-    )
-
-
-def password_of(dsn: str) -> str | None:
-    """The password a connection string carries, if any (None when it cannot be parsed)."""
+def _problem(text: str) -> str | None:
+    """What makes libpq unable to read ``text``, or read it otherwise than meant; None
+    when it reads it well. Raised by the caller outside any ``except``: the parser's
+    exception, which quotes the string, is not even kept as the error's context."""
     try:
-        password = conninfo_to_dict(dsn).get("password")
-    except Exception:
-        return None
-    return str(password) if password else None
-
-
-def scrub(text: str, dsn: str | None = None) -> str:
-    """``text`` (an error message, a log line) with every password masked.
-
-    Masks ``dsn``'s password wherever it appears, and the password of any Postgres URL
-    or ``password=`` setting found in the text.
-    """
-    if dsn:
-        text = text.replace(dsn, redact_url(dsn))
-        password = password_of(dsn) or _url_password(dsn)
-        if password:
-            text = text.replace(password, _MASK)
-    text = _URL_IN_TEXT_RE.sub(lambda m: redact_url(m.group(0)), text)
-    return _CONNINFO_PASSWORD_RE.sub(lambda m: m.group(1) + _MASK, text)
-
-
-def _url_password(dsn: str) -> str | None:
-    """The password of a URL libpq cannot parse (``mysql://u:pw@h``), if any."""
-    match = _ANY_SCHEME_RE.match(dsn)
-    if match is None:
-        return None
-    authority = match.group(2).split("?", 1)[0]
-    userinfo, at, _ = authority.rpartition("@")
-    _, colon, password = userinfo.partition(":")
-    return password if at and colon and password else None
+        settings = conninfo_to_dict(text)
+    except Exception as exc:  # psycopg's ProgrammingError; a NUL character: ValueError
+        said = str(exc).strip().lower()
+        return next((ours for start, ours in _LIBPQ_PROBLEMS if said.startswith(start)), None) or (
+            "something libpq cannot parse"
+        )
+    if not _PORTS_RE.fullmatch(str(settings.get("port", ""))):
+        return "a port that is not a number (a password's '/' or '?' read as the host's end)"
+    if "@" in str(settings.get("host", "")):
+        return "an '@' in a host name (a password's '@' read as the user info's end)"
+    match = _SCHEME_RE.match(text)
+    if match is not None:
+        rest = match.group(2)
+        first = next((i for i, char in enumerate(rest) if char in "@/"), -1)
+        start = first + 1 if first >= 0 and rest[first] == "@" else 0
+        query = rest.find("?", start)
+        if "@" in rest[start : query if query >= 0 else len(rest)]:
+            return "an '@' after its user info (a password's '@' or '/' must be encoded)"
+    return None
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
@@ -135,5 +133,7 @@ def with_dbname(dsn: str, dbname: str) -> str:
 def configured_url(explicit: str | None = None) -> str | None:
     """The database URL given, else ``$DBOS_AGENT_DATABASE_URL``, else None (the embedded
     default, which only the caller may decide to start); see :func:`postgres_url`."""
-    url = explicit or os.environ.get(URL_ENV) or None
-    return None if url is None else postgres_url(url)
+    if explicit:
+        return postgres_url(explicit)
+    url = os.environ.get(URL_ENV)
+    return postgres_url(url, source=f"${URL_ENV}") if url else None

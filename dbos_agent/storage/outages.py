@@ -23,7 +23,7 @@ from typing import TypeVar
 import psycopg
 
 from ..errors import DatabaseUnavailableError
-from .dsn import scrub
+from .redaction import scrub
 
 log = logging.getLogger(__name__)
 
@@ -147,13 +147,16 @@ class Retrier:
                 if on_failure is not None:
                     on_failure(exc)
                 if now >= deadline or (stop is not None and stop()):
-                    raise DatabaseUnavailableError(
-                        f"could not {what}: the database was unavailable for "
-                        f"{self.timeout:g}s ({describe(exc)})"
-                    ) from None
+                    why = describe(exc)
+                    break
                 pause = min(delay, deadline - now) * random.uniform(0.5, 1.0)
                 time.sleep(max(0.0, pause))
                 delay = min(delay * _BACKOFF, _MAX_DELAY_S)
                 continue
             self.monitor.succeeded()
             return result
+        # Raised here, outside the ``except``: the driver's exception, which may quote
+        # pieces of the connection string, is not even kept as its context.
+        raise DatabaseUnavailableError(
+            f"could not {what}: the database was unavailable for {self.timeout:g}s ({why})"
+        )

@@ -120,14 +120,17 @@ class ExecutorSession:
     def open(self) -> int:
         """Take a fresh session key (lock + row), start heartbeating, return the key."""
         with self._lock:
+            why = None
             try:
                 conn = self._connect()
                 key = self._take_new_key(conn)
                 self._register(conn, key)
-            except psycopg.Error as exc:
+            except psycopg.Error as exc:  # raised below, without it as its context
+                why = describe(exc)
+            if why is not None:
                 raise DatabaseUnavailableError(
-                    f"cannot open an executor session on {self.db.redacted_url}: {describe(exc)}"
-                ) from None
+                    f"cannot open an executor session on {self.db.redacted_url}: {why}"
+                )
             self._conn, self.key = conn, key
             self.state = Fence(1, time.monotonic() + self._window)
         self._thread = threading.Thread(

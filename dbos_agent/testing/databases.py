@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 from psycopg import sql
 
-from ..storage.dsn import redact_url, with_dbname
+from ..storage.dsn import redact_url, scrub, with_dbname
 
 __all__ = ["fresh_database"]
 
@@ -38,5 +38,5 @@ def fresh_database(server_url: str) -> Iterator[str]:
                 "could not drop test database %s on %s: %s",
                 name,
                 redact_url(server_url),
-                redact_url(str(exc)),
+                scrub(str(exc), server_url),
             )

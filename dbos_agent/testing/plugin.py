@@ -28,9 +28,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from ..errors import DbosAgentError
 from ..postgres.binaries import PostgresNotFoundError
 from ..postgres.throwaway import LocalCluster
-from ..storage.dsn import redact_url
+from ..storage.dsn import postgres_url, redact_url, scrub
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector
@@ -111,13 +112,15 @@ def _url_server(stack: contextlib.ExitStack) -> str:
     if not url:
         raise _BackendUnavailable(f"{URL_ENV} is not set")
     try:
+        url = postgres_url(url)
+    except DbosAgentError as exc:  # its message shows none of the URL
+        raise _BackendUnavailable(f"{URL_ENV}: {exc}") from None
+    try:
         with psycopg.connect(url, connect_timeout=10):
-            pass
-    except psycopg.Error as exc:
-        raise _BackendUnavailable(
-            f"cannot connect to {URL_ENV}={redact_url(url)}: {redact_url(str(exc))}"
-        ) from exc
-    return url
+            return url
+    except psycopg.Error as exc:  # raised below: psycopg's may quote the URL
+        why = scrub(str(exc), url)
+    raise _BackendUnavailable(f"cannot connect to {URL_ENV}={redact_url(url)}: {why}")
 
 
 _BACKEND_NAMES = {

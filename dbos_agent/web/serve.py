@@ -20,7 +20,7 @@ from types import FrameType
 from ..errors import DbosAgentError
 from ..postgres.embedded import DEFAULT_DIRECTORY, resolve_url
 from ..storage.database import SystemDatabase
-from ..storage.dsn import configured_url, redact_url, scrub
+from ..storage.dsn import URL_ENV, configured_url, redact_url, scrub
 from .guard import DEFAULT_MAX_BODY_BYTES, is_loopback, is_wildcard
 
 __all__ = ["DESCRIPTION", "TOKEN_ENV", "add_arguments", "is_loopback", "run"]
@@ -29,8 +29,11 @@ TOKEN_ENV = "DBOS_AGENT_HTTP_TOKEN"
 DESCRIPTION = (
     "Serve the JSON API (/api/...) and the web dashboard (/) on the system database.\n"
     "Every request but the dashboard's page needs 'Authorization: Bearer TOKEN': the\n"
-    f"token is --token, else ${TOKEN_ENV}, else a fresh one printed in the dashboard's\n"
-    "URL at start. --no-token serves without one, on a loopback address only.\n"
+    f"token is --token or --token-file's, else ${TOKEN_ENV}, else a fresh one printed in\n"
+    "the dashboard's URL at start. --no-token serves without one, on a loopback address\n"
+    "only. A command line is visible to every local user (ps): give the token in\n"
+    f"${TOKEN_ENV} or a file, and keep the database password out of --database-url\n"
+    f"(${URL_ENV}, or $PGPASSWORD, or a password file: $PGPASSFILE, ~/.pgpass).\n"
     "The Host header must name the server (--host, an --allow-host name, or localhost\n"
     "when on loopback); changes need a JSON body, from no other origin; bodies are at\n"
     "most --max-body-bytes.\n"
@@ -45,7 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
     parser.add_argument(
-        "--token", help=f"bearer token required by the API (or ${TOKEN_ENV}; default: a new one)"
+        "--token",
+        help=f"bearer token required by the API (default: ${TOKEN_ENV}, else a new one); "
+        f"visible to other local users (ps): prefer ${TOKEN_ENV} or --token-file",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="read the bearer token from this file (its first line)",
     )
     parser.add_argument(
         "--no-token", action="store_true", help="serve without a token (loopback addresses only)"
@@ -81,12 +92,31 @@ def _error(message: str) -> None:
     sys.stderr.write(f"{_PROG}: error: {' '.join(message.split())}\n")
 
 
+def _token_from_file(path: Path) -> str | None:
+    """The token in ``path`` (its first line, spaces around it dropped); None, said on
+    stderr, when it cannot be read or is empty. Never shows what the file holds."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        _error(f"cannot read the token file {path}: {reason}")
+        return None
+    token = lines[0].strip() if lines else ""
+    if not token:
+        _error(f"the token file {path} is empty")
+        return None
+    return token
+
+
 def _token(args: argparse.Namespace) -> tuple[str | None, bool] | None:
     """The token and whether it was made here; None when the options are refused."""
-    given = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.token_file is not None and args.token:
+        _error("--token and --token-file contradict each other")
+        return None
     if args.no_token:
-        if args.token:
-            _error("--token and --no-token contradict each other")
+        if args.token or args.token_file is not None:
+            which = "--token" if args.token else "--token-file"
+            _error(f"{which} and --no-token contradict each other")
             return None
         if not is_loopback(args.host):
             _error(
@@ -95,6 +125,10 @@ def _token(args: argparse.Namespace) -> tuple[str | None, bool] | None:
             )
             return None
         return None, False
+    if args.token_file is not None:
+        from_file = _token_from_file(args.token_file)
+        return None if from_file is None else (from_file, False)
+    given = args.token or os.environ.get(TOKEN_ENV) or None
     if given is not None:
         return given, False
     return secrets.token_urlsafe(24), True
@@ -145,11 +179,12 @@ def run(args: argparse.Namespace) -> int:
         _error(f"{exc.name} is not installed: pip install 'dbos-agent[web]'")
         return 2
     folder = Path(DEFAULT_DIRECTORY).expanduser().resolve()
+    given = getattr(args, "database_url", None)
     try:
-        explicit = configured_url(getattr(args, "database_url", None))
+        explicit = configured_url(given)
         url = resolve_url(explicit)
-    except DbosAgentError as exc:  # a URL refused as it is
-        _error(str(exc))
+    except DbosAgentError as exc:  # a URL refused as it is (its message shows none of it)
+        _error(scrub(str(exc), given or os.environ.get(URL_ENV)))
         return 1
     except Exception as exc:  # the embedded server cannot start
         _error(f"cannot start the embedded Postgres in {folder}/: {scrub(str(exc))}")
