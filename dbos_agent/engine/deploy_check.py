@@ -271,6 +271,41 @@ class ReplayChecker:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
 
+def verdict_document(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as JSON data (how ``check-deploy``'s child process reports it)."""
+    found = verdict.divergence
+    return {
+        "workflow_id": verdict.workflow_id,
+        "name": verdict.name,
+        "app_version": verdict.app_version,
+        "status": str(verdict.status),
+        "replayed": verdict.replayed,
+        "divergence": None
+        if found is None
+        else [found.position, found.recorded, found.called, found.app_version,
+              found.code_version],
+        "problem": verdict.problem,
+        "steps": verdict.steps,
+        "last_seq": verdict.last_seq,
+    }  # fmt: skip
+
+
+def verdict_from_document(doc: dict[str, Any]) -> Verdict:
+    """The verdict :func:`verdict_document` describes."""
+    found = doc["divergence"]
+    return Verdict(
+        doc["workflow_id"],
+        doc["name"],
+        doc["app_version"],
+        WorkflowStatus(doc["status"]),
+        doc["replayed"],
+        None if found is None else Divergence(*found),
+        doc["problem"],
+        doc["steps"],
+        doc["last_seq"],
+    )
+
+
 def stored_histories(
     db: SystemDatabase, names: list[str] | None = None, page: int = PAGE_SIZE
 ) -> Iterator[History]:
