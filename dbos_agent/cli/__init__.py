@@ -2,8 +2,8 @@
 
 It works from the database alone: it never imports or runs the user's workflow
 functions and never recovers anything (``worker`` aside, which is the daemon that does,
-and ``check-deploy``, which imports the new code to replay logs against it, running
-nothing live).
+and ``check-deploy``, whose child process imports the new code to replay logs against
+it, running nothing live).
 Human-readable tables by default, one JSON document on stdout with ``--json`` (JSON
 Lines for ``stream``). Errors go to stderr as ``dbos-agent: error: ...`` (and, with
 ``--json``, as ``{"error": ..., "type": ...}`` on stdout; a usage error as that document

@@ -231,10 +231,15 @@ class _Reporter:
         self.send("error", message=str(exc), type=type(exc).__name__)
 
 
-def _stray_threads() -> list[str]:
-    """Live non-daemon threads besides the main one: they keep a process from exiting."""
+def _stray_threads(grace: float) -> list[str]:
+    """Non-daemon threads besides the main one still alive after ``grace`` seconds: they
+    would keep every process of the app from exiting (one that ends by then does not)."""
     main = threading.main_thread()
-    return [t.name for t in threading.enumerate() if t is not main and not t.daemon]
+    deadline = time.monotonic() + grace
+    stray = [t for t in threading.enumerate() if t is not main and not t.daemon]
+    for thread in stray:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in stray if t.is_alive()]
 
 
 def _import(app: str, reporter: _Reporter) -> list[str] | None:
@@ -264,17 +269,6 @@ def _import(app: str, reporter: _Reporter) -> list[str] | None:
         reporter.fail(
             DeployCheckError(
                 f"cannot import the app module {module!r}: {type(exc).__name__}: {exc}"
-            )
-        )
-        return None
-    stray = _stray_threads()
-    if stray:
-        reporter.fail(
-            DeployCheckError(
-                f"the app module {module!r} started {len(stray)} non-daemon thread(s) when "
-                f"it was imported ({', '.join(stray)}), which keep every process of it from "
-                "exiting: start them from a function, or as daemon threads; nothing was "
-                "checked"
             )
         )
         return None
@@ -316,23 +310,39 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--histories")
     args = parser.parse_args()
-    reporter = _Reporter(args.report_fd)
-    names = _import(args.app, reporter)
-    if names is not None:
-        reporter.send("imported", names=names)
-        try:
-            report = _check(args, names)
-        except DbosAgentError as exc:
-            reporter.fail(exc)
-        except psycopg.Error as exc:
-            reporter.fail(DbosAgentError(f"database error: {' '.join(str(exc).split())}"))
-        else:
-            reporter.send(
-                "report",
-                code_version=report.code_version,
-                app_version=report.app_version,
-                verdicts=[deploy_check.verdict_document(v) for v in report.verdicts],
-            )
+    _run(args, _Reporter(args.report_fd))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _run(args: argparse.Namespace, reporter: _Reporter) -> None:
+    names = _import(args.app, reporter)
+    if names is None:
+        return
+    reporter.send("imported", names=names)
+    stray = _stray_threads(args.timeout)
+    if stray:
+        module = args.app.partition(":")[0]
+        reporter.fail(
+            DeployCheckError(
+                f"the app module {module!r} started {len(stray)} non-daemon thread(s) when it "
+                f"was imported that did not end within {args.timeout:g}s (--timeout) "
+                f"({', '.join(stray)}): they would keep every process of it from exiting; "
+                "start them from a function, or as daemon threads; nothing was checked"
+            )
+        )
+        return
+    try:
+        report = _check(args, names)
+    except DbosAgentError as exc:
+        reporter.fail(exc)
+    except psycopg.Error as exc:
+        reporter.fail(DbosAgentError(f"database error: {' '.join(str(exc).split())}"))
+    else:
+        reporter.send(
+            "report",
+            code_version=report.code_version,
+            app_version=report.app_version,
+            verdicts=[deploy_check.verdict_document(v) for v in report.verdicts],
+        )

@@ -1,7 +1,8 @@
 """Checking new code against the logs of the workflows in flight, before a deploy.
 
-``dbos-agent check-deploy --app MODULE`` (and :func:`dbos_agent.testing.check_replay`)
-imports the new code and replays every unfinished workflow of the names it registers
+``dbos-agent check-deploy --app MODULE`` (in a child process of its own, see
+:mod:`dbos_agent.cli.deploy_child`) and :func:`dbos_agent.testing.check_replay` (in the
+caller's) import the new code and replay every unfinished workflow of the names it registers
 (PENDING, SUSPENDED, DIVERGED, and ENQUEUED ones that have a log) against it, the way a
 process of that code would after the deploy, but **without running anything live**:
 

@@ -299,16 +299,6 @@ def load_history(
     except _Refused as exc:
         at = f", {exc.field}" if exc.field else ""
         raise InvalidHistoryError(f"{where}{at}: {exc.problem}") from None
-    except CheckpointTooLargeError as exc:
-        raise InvalidHistoryError(
-            f"{where}, {exc}".replace(
-                "(launch(max_checkpoint_bytes=...)); nothing was written. Store large data "
-                "elsewhere (a file, object storage) and checkpoint a reference to it.",
-                "(launch(max_checkpoint_bytes=...)); nothing was written. For a database "
-                "whose processes launch with a larger limit, give it: import "
-                "--max-checkpoint-bytes N.",
-            )
-        ) from None
     return doc
 
 
@@ -420,8 +410,20 @@ class _Rules:
                 continue
             f.check(value, field)
             if f.check in (_json, _json_object):
-                text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-                check_checkpoint_size(text, field, self.limit)
+                self.size(value, field)
+
+    def size(self, value: Any, field: str) -> None:
+        """The checkpoint size limit, as the engine checks what it writes."""
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            check_checkpoint_size(text, field, self.limit)
+        except CheckpointTooLargeError as exc:
+            raise _Refused(
+                field,
+                f"the value is {exc.size:,} bytes of JSON, over the checkpoint limit of "
+                f"{exc.limit:,} bytes (launch(max_checkpoint_bytes=...)); for a database "
+                "whose processes launch with a larger one, import --max-checkpoint-bytes N",
+            ) from None
 
     def workflow(self, w: dict[str, Any]) -> None:
         """The CHECK constraints of dbos_agent.workflows."""
