@@ -61,6 +61,8 @@ _ERRORS: dict[str, type[DbosAgentError]] = {
     cls.__name__: cls
     for cls in (DeployCheckError, InvalidHistoryError, DatabaseUnavailableError, WriteRefusedError)
 }
+#: Seconds between looks at whether a silent child is still there.
+_POLL_S = 1.0
 #: Seconds the child may take to exit once it reported.
 EXIT_TIMEOUT_S = 10.0
 _READ_ONLY = "-c default_transaction_read_only=on"
@@ -96,9 +98,9 @@ def run_check(
         )
     finally:
         os.close(write_end)
-    reports = _Reports(read_end)
+    reports = _Reports(read_end, child, module)
     try:
-        imported, report = _converse(reports, child, module, timeout)
+        imported, report = _converse(reports, module, timeout)
     finally:
         _end(child, EXIT_TIMEOUT_S if reports.answered else 0)
         os.close(read_end)
@@ -108,23 +110,23 @@ def run_check(
 
 
 def _converse(
-    reports: _Reports, child: subprocess.Popen[bytes], module: str, timeout: float
+    reports: _Reports, module: str, timeout: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the child reports: the import within ``timeout``, then the check."""
     try:
-        reports.expect("importing", time.monotonic() + STARTUP_TIMEOUT_S, child, module)
+        reports.expect("importing", time.monotonic() + STARTUP_TIMEOUT_S)
     except TimeoutError:
         raise DeployCheckError(
             f"the check's process did not start within {STARTUP_TIMEOUT_S:g}s"
         ) from None
     try:
-        imported = reports.expect("imported", time.monotonic() + timeout, child, module)
+        imported = reports.expect("imported", time.monotonic() + timeout)
     except TimeoutError:
         raise DeployCheckError(
             f"the app module {module!r} was not imported within {timeout:g}s (--timeout): "
             "its import blocks (on a lock, the network, input()?); nothing was checked"
         ) from None
-    return imported, reports.expect("report", None, child, module)
+    return imported, reports.expect("report", None)
 
 
 def _stderr_fd() -> int | None:
@@ -138,21 +140,20 @@ def _stderr_fd() -> int | None:
 class _Reports:
     """The child's JSON lines, read against a deadline."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, child: subprocess.Popen[bytes], module: str) -> None:
         self._fd = fd
+        self._child = child
+        self._module = module
         self._buffer = b""
-        self._closed = False
         #: Whether the child reported how it ended (it exits at once then).
         self.answered = False
 
-    def expect(
-        self, event: str, deadline: float | None, child: subprocess.Popen[bytes], module: str
-    ) -> dict[str, Any]:
+    def expect(self, event: str, deadline: float | None) -> dict[str, Any]:
         """The next report, which must be ``event`` (an error report is raised as it says);
         TimeoutError past ``deadline``; DeployCheckError when the child ends first."""
         line = self._line(deadline)
         if line is None:
-            raise DeployCheckError(_ended(child, module, before=event))
+            raise DeployCheckError(_ended(self._child, self._module, before=event))
         found: dict[str, Any] = json.loads(line)
         if found["event"] == "error":
             self.answered = True
@@ -163,20 +164,20 @@ class _Reports:
         return found
 
     def _line(self, deadline: float | None) -> bytes | None:
+        """The next line; None once the child ended without one (its pipe closed, or it
+        exited: a process it forked may hold the pipe open)."""
         while b"\n" not in self._buffer:
-            if self._closed:
-                return None
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self._fd], [], [], wait)
-            if not ready:
-                raise TimeoutError
-            chunk = os.read(self._fd, 1 << 16)
-            if not chunk:
-                self._closed = True
-                if not self._buffer:
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            ready, _, _ = select.select([self._fd], [], [], max(0.0, wait))
+            if ready:
+                chunk = os.read(self._fd, 1 << 16)
+                if not chunk:
                     return None
-                self._buffer += b"\n"  # pragma: no cover - the child ends every line
-            self._buffer += chunk
+                self._buffer += chunk
+            elif deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
+            elif self._child.poll() is not None and not select.select([self._fd], [], [], 0)[0]:
+                return None
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
@@ -204,14 +205,11 @@ def _ended(child: subprocess.Popen[bytes], module: str, *, before: str) -> str:
 
 
 def _end(child: subprocess.Popen[bytes], grace: float) -> None:
-    """The child, gone within ``grace`` seconds, else killed with whatever it started
-    (its own process group)."""
-    try:
+    """The child gone (killed past ``grace`` seconds), and whatever it started with it:
+    its process group (the group outlives the child while one of them lives)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
         child.wait(grace)
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+    with contextlib.suppress(ProcessLookupError):  # nothing of the group is left
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
 
