@@ -156,7 +156,8 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None] | bytes, str]] = {
     ),
     "clashes_with_the_database": (  # only Postgres can tell: named all the same
         _queued("taken"),
-        ": workflow 'line-2' cannot be imported here: UniqueViolation",
+        ": workflow 'line-2' cannot be imported here: an unfinished workflow of its queue "
+        "holds its dedup id here (Key (queue_name, dedup_id)=(q, taken) already exists.)",
     ),
 }
 

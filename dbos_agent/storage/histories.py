@@ -30,6 +30,13 @@ from .sql_files import query
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+#: What an import clashes with here, by the constraint Postgres names (rows of a file are
+#: checked alone before; these need the database's).
+_CLASHES = {
+    "workflows_queue_dedup": "an unfinished workflow of its queue holds its dedup id here",
+    "messages_idempotency_key": "a message to it with one of its idempotency keys is here",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class History:
@@ -134,11 +141,12 @@ class HistoryStore:
                 except psycopg.Error as exc:
                     if is_transient(exc):
                         raise
-                    detail = getattr(exc.diag, "message_detail", None) or ""
+                    why = _CLASHES.get(exc.diag.constraint_name or "") or describe(exc)
+                    detail = exc.diag.message_detail
                     raise InvalidHistoryError(
                         f"{where}: workflow {workflow_id[:60]!r} cannot be imported here: "
-                        f"{describe(exc)} {detail}".strip()
-                        + "; nothing of the file was written"
+                        f"{why}{f' ({detail})' if detail else ''}; nothing of the file was "
+                        "written"
                     ) from None
                 done.append(
                     None
