@@ -17,7 +17,8 @@ Scenarios (one JSON line each, after a ``meta`` line), each ``--repeat`` times:
               does nothing with them: seconds, peak RSS.
   check       ``python -m dbos_agent check-deploy --app bench.check_app --json`` as a
               child process: seconds, workflows/s, ms per workflow and per replayed
-              step, the child's peak RSS (getrusage), and the ratio to ``read_logs``.
+              step, peak RSS (``wait4``: the larger of the command's and that of the
+              process it checks the app in), and the ratio to ``read_logs``.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ print(n, steps, time.perf_counter() - started)
 
 
 def child(argv: list[str]) -> tuple[str, float, float]:
-    """Run a child process: its stdout, wall seconds, and its own peak RSS in MB."""
+    """Run a child process: its stdout, wall seconds, and its peak RSS in MB (its own or
+    that of a process it started and waited for, whichever is larger: wait4's)."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -204,6 +204,19 @@ class WriteRefusedError(DbosAgentError):
     ``dbos-agent check-deploy`` writes nothing unless asked to adopt)."""
 
 
+class DeployCheckError(DbosAgentError):
+    """``dbos-agent check-deploy`` could not check the new code: importing the app raised,
+    exited, hung past ``--timeout``, crashed, left a non-daemon thread running or tried to
+    launch a runtime, or the code ended the check's process. Nothing was checked (exit
+    status 2), so a CI gate fails rather than passing on nothing."""
+
+
+class InvalidHistoryError(DbosAgentError, ValueError):
+    """A line of an export (``dbos-agent import``, ``check-deploy --histories``) breaks a
+    rule of the engine or the schema; the message names the file, the line and the field.
+    Nothing of the file was written."""
+
+
 class PatchError(DbosAgentError):
     """A patch name (``da.patched``) used at two places of one workflow run: each change
     needs its own name, or replay could not tell them apart."""

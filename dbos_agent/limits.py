@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from .errors import InvalidIdentifierError
+from .errors import CheckpointTooLargeError, InvalidIdentifierError
 
 #: Bytes (UTF-8) of a workflow id, topic, event key, idempotency key, queue or step name.
 #: Two of them share one index entry (e.g. workflow id + event key) well under 2.7 kB.
@@ -23,6 +23,12 @@ MAX_IDENTIFIER_BYTES = 1000
 #: past this is nearly always a whole file or a binary blob checkpointed by mistake,
 #: and it would be read back on every replay.
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
+
+#: Deepest nesting of arrays and objects in a JSON value that comes from outside the
+#: engine (``dbos-agent import``). The engine cannot write a deeper one (pydantic
+#: serializes at most 255 levels) and Python's JSON parser gives up near 1,000: this
+#: accepts whatever the engine wrote and refuses, by name, what could not be read back.
+MAX_JSON_DEPTH = 512
 
 
 def check_identifier(value: object, what: str) -> str:
@@ -45,6 +51,15 @@ def check_identifier(value: object, what: str) -> str:
             f"bytes: {value[:60]!r}..."
         )
     return value
+
+
+def check_checkpoint_size(text: str, where: str, limit: int) -> None:
+    """Raise CheckpointTooLargeError naming ``where`` when the JSON ``text`` is over
+    ``limit`` bytes (UTF-8): the one rule for every value written, checked before it is."""
+    if len(text) * 4 > limit:  # only then can it be over the limit: count the bytes
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise CheckpointTooLargeError(where, size, limit)
 
 
 #: Queue priorities are Postgres ``integer``s; lower runs first, 0 is the default.

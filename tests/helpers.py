@@ -16,9 +16,13 @@ from types import FrameType
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from dbos_agent.storage.database import SystemDatabase
 from dbos_agent.testing import fresh_database
+
+#: The root of this checkout: subprocesses import its dbos_agent, whatever is installed.
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def new_id(prefix: str = "wf") -> str:
@@ -92,18 +96,24 @@ def blocked_in(thread: threading.Thread, function: Callable[..., object]) -> boo
     return False
 
 
-def cli(url: str | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m dbos_agent ARGS`` with $DBOS_AGENT_DATABASE_URL set to ``url``."""
+def cli(
+    url: str | None, *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m dbos_agent ARGS`` with $DBOS_AGENT_DATABASE_URL set to ``url``, this
+    checkout first on its path (then ``cwd``, where an app under test may be)."""
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
     if url is not None:
         env["DBOS_AGENT_DATABASE_URL"] = url
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(CHECKOUT), *([str(cwd)] if cwd is not None else []), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
     return subprocess.run(
         [sys.executable, "-m", "dbos_agent", *args],
         capture_output=True,
         text=True,
         env=env,
         cwd=cwd,
-        timeout=60,
+        timeout=timeout,
     )
 
 
@@ -113,11 +123,20 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-def refused(result: subprocess.CompletedProcess[str], status: int, message: str) -> None:
+def refused(
+    result: subprocess.CompletedProcess[str],
+    status: int,
+    message: str,
+    *,
+    as_json: bool | None = None,
+) -> None:
     """Failed with ``status`` and ``message``: one line on stderr; on stdout nothing, or,
-    for an operational error (1) under ``--json``, the error as a JSON document."""
+    for an operational error (1) under ``--json`` (or wherever ``as_json`` says: a
+    ``check-deploy`` that checked nothing, 2), the error as a JSON document."""
     assert result.returncode == status, (result.stdout, result.stderr)
-    if status == 1 and "--json" in result.args:
+    if as_json is None:
+        as_json = status == 1 and "--json" in result.args
+    if as_json:
         error = json.loads(result.stdout)
         assert sorted(error) == ["error", "type"] and message in error["error"], error
     else:
@@ -125,6 +144,30 @@ def refused(result: subprocess.CompletedProcess[str], status: int, message: str)
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("dbos-agent: error: "), result.stderr
     assert message in result.stderr, result.stderr
+
+
+def dbos_agent_rows(url: str) -> dict[str, Any]:
+    """Every row of every table of the dbos_agent schema, and where its session keys are:
+    a command that must write nothing leaves this as it found it (an identity column's
+    sequence aside, which a rolled-back insert moves too)."""
+    found: dict[str, Any] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+            "'dbos_agent' AND table_type = 'BASE TABLE' ORDER BY 1"
+        ).fetchall()
+        for (table,) in tables:
+            found[table] = conn.execute(
+                sql.SQL(
+                    "SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY to_jsonb(t)::text), "
+                    "'[]') FROM dbos_agent.{} AS t"
+                ).format(sql.Identifier(table))
+            ).fetchone()
+        found["sequences"] = conn.execute(
+            "SELECT sequencename, last_value FROM pg_sequences "
+            "WHERE schemaname = 'dbos_agent' AND sequencename = 'session_keys'"
+        ).fetchall()
+    return found
 
 
 def migrate(url: str) -> None:

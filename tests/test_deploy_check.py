@@ -156,15 +156,16 @@ def test_the_cli_says_what_went_wrong_in_one_line(
 ) -> None:
     url = dbos_agent_database_url
     (tmp_path / "broken_app.py").write_text("import dbos_agent\nraise RuntimeError('boom')\n")
-    refused(
+    refused(  # the app could not be checked: 2, not a verdict (1)
         cli(url, "check-deploy", "--app", "broken_app", cwd=tmp_path),
-        1,
+        2,
         "cannot import the app module 'broken_app': RuntimeError: boom",
     )
     refused(
         cli(url, "check-deploy", "--app", "no_such_module_here", "--json", cwd=tmp_path),
-        1,
+        2,
         "cannot import the app module 'no_such_module_here'",
+        as_json=True,
     )
     unreachable = "postgresql://nobody:secret-password@127.0.0.1:9/none"
     result = cli(unreachable, "check-deploy", "--app", "tests.deploy.v1", cwd=ROOT)
@@ -218,7 +219,7 @@ def test_export_import_and_a_check_of_the_file(
             assert db.event(key, "state") == {"nul": "a\x00b", "n": 1}
         bad = tmp_path / "bad.jsonl"
         bad.write_text(exported + '{"format": "something else"}\n')
-        refused(cli(other, "import", str(bad)), 1, "bad.jsonl, line 2: not a workflow history")
+        refused(cli(other, "import", str(bad)), 1, "bad.jsonl, line 2, format: not a dbos_agent")
 
     report = check_replay(None, path, database_url=url)
     assert [v.workflow_id for v in report.verdicts] == [key] and report.fits

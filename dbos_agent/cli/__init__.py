@@ -2,13 +2,14 @@
 
 It works from the database alone: it never imports or runs the user's workflow
 functions and never recovers anything (``worker`` aside, which is the daemon that does,
-and ``check-deploy``, which imports the new code to replay logs against it, running
-nothing live).
+and ``check-deploy``, whose child process imports the new code to replay logs against
+it, running nothing live).
 Human-readable tables by default, one JSON document on stdout with ``--json`` (JSON
 Lines for ``stream``). Errors go to stderr as ``dbos-agent: error: ...`` (and, with
 ``--json``, as ``{"error": ..., "type": ...}`` on stdout; a usage error as that document
 on stderr); exit status 0 on success, 1 for operational errors (unknown
-id, wrong status, no or unreachable database), 2 for usage errors. No password ever
+id, wrong status, no or unreachable database), 2 for usage errors (and for a
+``check-deploy`` that could not check the new code at all). No password ever
 appears in the output.
 
 The package: :mod:`.arguments` (value types), :mod:`.parser` (the command tree),
@@ -27,7 +28,7 @@ from pathlib import Path
 import psycopg
 
 from .. import worker
-from ..errors import DbosAgentError
+from ..errors import DbosAgentError, DeployCheckError
 from ..postgres.embedded import DEFAULT_DIRECTORY, embedded_database_url
 from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV, configured_url, scrub
@@ -93,15 +94,16 @@ def _check_schema(db: SystemDatabase) -> None:
     )
 
 
-def _fail(exc: Exception, message: str, *, as_json: bool) -> int:
+def _fail(exc: Exception, message: str, *, as_json: bool, status: int = 1) -> int:
     """Report an operational error: one line on stderr (libpq's multi-line hints
-    included), easy to grep and log, and with ``--json`` a document a script can read."""
+    included), easy to grep and log, and with ``--json`` a document a script can read;
+    returns the exit ``status``."""
     line = " ".join(message.split())
     if as_json:
         render.print_json({"error": line, "type": type(exc).__name__})
         sys.stdout.flush()
     sys.stderr.write(f"{PROG}: error: {line}\n")
-    return 1
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _check_schema(db)
         status = run(args, db) or 0
         sys.stdout.flush()
+    except DeployCheckError as exc:  # check-deploy checked nothing: not a verdict
+        return _fail(exc, scrub(str(exc), url), as_json=args.json, status=2)
     except (CliError, DbosAgentError) as exc:
         return _fail(exc, scrub(str(exc), url), as_json=args.json)
     except psycopg.Error as exc:

@@ -2,9 +2,10 @@
 ``versions`` (what each application version has unfinished, and which builds serve it),
 ``export`` and ``import`` (workflows with their logs, as JSON Lines).
 
-``check-deploy`` is the one command besides ``worker`` that imports the application: it
-replays logs against the new code, on read-only connections, and runs nothing live (see
-:mod:`dbos_agent.engine.deploy_check`).
+``check-deploy`` is the one command besides ``worker`` that runs the application's code:
+in a child process (:mod:`.deploy_child`), which imports it and replays logs against it
+on read-only connections, running nothing live (see
+:mod:`dbos_agent.engine.deploy_check`); this process never imports it.
 """
 
 from __future__ import annotations
@@ -13,18 +14,15 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TextIO
 
 from ..engine import deploy_check
-from ..engine.extending import workflow_names
 from ..errors import DbosAgentError
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
-from ..storage.histories import History, read_histories
+from ..storage.histories import read_export
 from ..storage.versions import UNFINISHED, AppVersionSummary
-from ..worker import import_app
-from . import render
+from . import deploy_child, render
 
 #: How many ids ``export --unfinished`` reads per statement.
 _EXPORT_PAGE = 200
@@ -90,31 +88,22 @@ def _version_json(summary: AppVersionSummary) -> dict[str, Any]:
 
 
 def check_deploy(args: argparse.Namespace, db: SystemDatabase) -> int:
-    """Replay the unfinished workflows of the app's names against its code; exit 1 when
-    any would diverge or fail. With ``--adopt``, let the new version run the old ones
-    that fit."""
+    """Replay the unfinished workflows of the app's names against its code, in a child
+    process (:mod:`.deploy_child`); exit 1 when any would diverge or fail, 2 when the app
+    could not be checked. With ``--adopt``, let the new version run the old ones that
+    fit."""
     if args.adopt and not args.app_version:
         raise DbosAgentError(
             "--adopt needs --app-version V: the application version of the code checked, "
             "whose processes may then run the workflows of older versions that fit it"
         )
-    import_app(args.app)
-    names = sorted(workflow_names())
-    if not names:
-        raise DbosAgentError(f"the app module {args.app!r} registers no durable workflow")
-    replay_db = SystemDatabase(db.url, pool_size=2, read_only=True, outage_timeout=10.0)
-    replay_db.open()
-    try:
-        histories = (
-            _file_histories(args.histories, set(names))
-            if args.histories is not None
-            else deploy_check.stored_histories(replay_db, names)
-        )
-        report = deploy_check.check(
-            histories, replay_db, app_version=args.app_version, timeout=args.timeout
-        )
-    finally:
-        replay_db.close()
+    names, report = deploy_child.run_check(
+        db.url,
+        args.app,
+        app_version=args.app_version,
+        timeout=args.timeout,
+        histories=args.histories,
+    )
     if args.adopt:
         deploy_check.adopt(db, report, args.app_version)
     if args.json:
@@ -122,27 +111,6 @@ def check_deploy(args: argparse.Namespace, db: SystemDatabase) -> int:
     else:
         _print_report(report, args)
     return 0 if report.fits else 1
-
-
-def _file_histories(path: str, names: set[str]) -> Iterator[History]:
-    """The histories of an export file (``-``: stdin) whose workflows the app registers."""
-    for _, history in _read(path):
-        if history.name in names:
-            yield history
-
-
-def _read(path: str) -> Iterator[tuple[str, History]]:
-    """``(document, history)`` of each line of an export (``-``: stdin)."""
-    try:
-        if path == "-":
-            yield from read_histories(sys.stdin, "stdin")
-            return
-        with Path(path).open(encoding="utf-8") as source:
-            yield from read_histories(source, path)
-    except OSError as exc:
-        raise DbosAgentError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a line that is not a history: it names the line
-        raise DbosAgentError(str(exc)) from None
 
 
 def _misfit_json(verdict: deploy_check.Verdict) -> dict[str, Any]:
@@ -260,16 +228,17 @@ def _write_lines(out: TextIO, documents: list[tuple[str, str]]) -> None:
 
 
 def import_(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Load an export into this database; the whole file is read and checked first."""
-    lines = [document for document, _ in _read(args.file)]
-    imported = skipped = steps = 0
-    for document in lines:
-        done = db.histories.import_(document)
-        if done is None:
-            skipped += 1
-            continue
-        imported += 1
-        steps += done[1]
+    """Load an export into this database: every line is read and checked first (the
+    engine's rules, see :mod:`dbos_agent.storage.history_checks`), then all are written in
+    one transaction, whole or not at all."""
+    found = [
+        (where, history.workflow_id, document)
+        for where, document, history in read_export(args.file, args.max_checkpoint_bytes)
+    ]
+    done = db.histories.import_all(found)
+    imported = sum(1 for d in done if d is not None)
+    skipped = len(done) - imported
+    steps = sum(d[1] for d in done if d is not None)
     summary = {"imported": imported, "skipped": skipped, "steps": steps}
     if args.json:
         render.print_json(summary)

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 from .. import __version__, worker
 from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, parse_duration
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV
@@ -448,8 +449,13 @@ def _add_deploys(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         f"(`{PROG} export`) instead of the database. --adopt --app-version V records that\n"
         "processes of version V may run the workflows of other versions that fit (one\n"
         "guarded statement each), so that the old processes can be retired.\n"
-        "exit status: 0 every workflow fits; 1 one does not, or the check could not run;\n"
-        "2 usage error.",
+        "The app is imported in a child process, within --timeout, with launch() refused and\n"
+        "every connection read-only: an import that raises, exits (sys.exit, os._exit),\n"
+        "hangs, crashes, leaves a non-daemon thread running or launches a runtime fails the\n"
+        "check, as does code that ends the process while it is replayed.\n"
+        "exit status: 0 every workflow fits; 1 one does not, or an operational error (no\n"
+        "database, a bad --histories file); 2 the new code could not be checked (above; one\n"
+        "line says why, and with --json a JSON error document), or a usage error.",
     )
     check.add_argument(
         "--app", required=True, metavar="MODULE[:OBJECT]", help="the new code (imported)"
@@ -470,7 +476,7 @@ def _add_deploys(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         type=types.positive_seconds,
         default=10.0,
         metavar="S",
-        help="seconds one replay may take (default 10)",
+        help="seconds the app's import, and each replay, may take (default 10)",
     )
 
     export = _command(
@@ -499,9 +505,21 @@ def _add_deploys(tree: _Group[Any], common: argparse.ArgumentParser) -> None:
         "Load the workflows of FILE (- for stdin), written by `export`: each with its log,\n"
         "messages, events, streams and approvals, whole or not at all; an id that exists\n"
         "here is skipped. Imported workflows are owned by nobody: an unfinished one is run\n"
-        "by the first process with its code that takes it over, as a resumed one is.",
+        "by the first process with its code that takes it over, as a resumed one is.\n"
+        "Every line is checked first by the engine's rules (ids, the checkpoint size limit,\n"
+        "JSON depth, UTF-8, step numbers, each status and the fields it requires, one line\n"
+        "per workflow); a line that breaks one is named (file, line, field) and nothing of\n"
+        "the file is written: the file is imported whole, in one transaction, or not at all.",
     )
     imported.add_argument("file", metavar="FILE", help="an export (- for stdin)")
+    imported.add_argument(
+        "--max-checkpoint-bytes",
+        type=types.positive,
+        default=DEFAULT_MAX_CHECKPOINT_BYTES,
+        metavar="N",
+        help="the largest JSON value a line may hold, as launch(max_checkpoint_bytes=N) "
+        f"(default {DEFAULT_MAX_CHECKPOINT_BYTES:,})",
+    )
 
 
 def _add_schedules(tree: _Group[Any], common: argparse.ArgumentParser) -> None:

@@ -1,7 +1,8 @@
 """Checking new code against the logs of the workflows in flight, before a deploy.
 
-``dbos-agent check-deploy --app MODULE`` (and :func:`dbos_agent.testing.check_replay`)
-imports the new code and replays every unfinished workflow of the names it registers
+``dbos-agent check-deploy --app MODULE`` (in a child process of its own, see
+:mod:`dbos_agent.cli.deploy_child`) and :func:`dbos_agent.testing.check_replay` (in the
+caller's) import the new code and replay every unfinished workflow of the names it registers
 (PENDING, SUSPENDED, DIVERGED, and ENQUEUED ones that have a log) against it, the way a
 process of that code would after the deploy, but **without running anything live**:
 
@@ -269,6 +270,41 @@ class ReplayChecker:
             self._sync.stop()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def verdict_document(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as JSON data (how ``check-deploy``'s child process reports it)."""
+    found = verdict.divergence
+    return {
+        "workflow_id": verdict.workflow_id,
+        "name": verdict.name,
+        "app_version": verdict.app_version,
+        "status": str(verdict.status),
+        "replayed": verdict.replayed,
+        "divergence": None
+        if found is None
+        else [found.position, found.recorded, found.called, found.app_version,
+              found.code_version],
+        "problem": verdict.problem,
+        "steps": verdict.steps,
+        "last_seq": verdict.last_seq,
+    }  # fmt: skip
+
+
+def verdict_from_document(doc: dict[str, Any]) -> Verdict:
+    """The verdict :func:`verdict_document` describes."""
+    found = doc["divergence"]
+    return Verdict(
+        doc["workflow_id"],
+        doc["name"],
+        doc["app_version"],
+        WorkflowStatus(doc["status"]),
+        doc["replayed"],
+        None if found is None else Divergence(*found),
+        doc["problem"],
+        doc["steps"],
+        doc["last_seq"],
+    )
 
 
 def stored_histories(

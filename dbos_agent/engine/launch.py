@@ -33,6 +33,17 @@ from .runtime.waking import Waker
 from .scheduler import Scheduler
 from .schedules import registered_schedules
 
+#: Why launch() is refused in this process (None: it is not), see :func:`refuse_launch`.
+_refused: str | None = None
+
+
+def refuse_launch(reason: str) -> None:
+    """Make every later :func:`launch` in this process raise DbosAgentError(``reason``):
+    ``check-deploy``'s process imports the app to replay its code, and a runtime launched
+    there (by a module that launches at import) would run workflows live."""
+    global _refused
+    _refused = reason
+
 
 def launch(
     database_url: str | None = None,
@@ -49,6 +60,8 @@ def launch(
     background: ``launch`` returns at once, with this process's :class:`Runtime`.
     """
 
+    if _refused is not None:
+        raise DbosAgentError(_refused)
     unknown = sorted(set(keywords) - option_names())
     if unknown:
         raise TypeError(f"launch() got unknown options {unknown}; see LaunchOptions")

@@ -1742,7 +1742,9 @@ LIMIT %(limit)s;
 -- (owned by nobody: an unfinished one is run by a process that has its code, as a
 -- resumed one is; columns an older export lacks take their defaults), then its
 -- steps, messages, events, streams and approvals. An id that exists here already
--- imports nothing (no row back).
+-- imports nothing (no row back). The document meets the rules of
+-- storage/history_checks.py first, and `dbos-agent import` runs this for every line of
+-- a file in one transaction: the file is imported whole or not at all.
 WITH doc AS (
     SELECT %(history)s::jsonb AS d
 ), workflow AS (

@@ -26,12 +26,11 @@ from psycopg.rows import DictRow, dict_row
 
 from ..errors import (
     CheckpointError,
-    CheckpointTooLargeError,
     DatabaseUnavailableError,
     SerializationError,
     WriteRefusedError,
 )
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_checkpoint_size
 from . import jsonb
 from .dsn import postgres_url, redact_url, scrub
 from .outages import (
@@ -69,6 +68,19 @@ def connection_options(application_name: str, keepalives_idle: int = 30) -> dict
     }
 
 
+#: Whether every connector made from now on in this process only reads (:func:`refuse_writes`).
+_writes_refused = False
+
+
+def refuse_writes() -> None:
+    """Make every :class:`Connector` made from now on in this process read-only, as if
+    made with ``read_only=True``: ``check-deploy``'s process imports the app, whose
+    module-level code may make a Client and write; such a write raises WriteRefusedError
+    at once (it is not taken for a failover in progress, and retried)."""
+    global _writes_refused
+    _writes_refused = True
+
+
 class Connector:
     """A pool of connections to the system database and the one way statements run on it.
 
@@ -97,7 +109,7 @@ class Connector:
         self.redacted_url = redact_url(url)
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.application_name = application_name
-        self.read_only = read_only
+        self.read_only = read_only or _writes_refused
         self.monitor = OutageMonitor(self.redacted_url, warn=warn_on_outage)
         self.retrier = Retrier(self.monitor, outage_timeout)
         self._weeded_at = 0.0
@@ -273,11 +285,7 @@ class Connector:
 
         Raises CheckpointTooLargeError naming ``where``, the size and the limit.
         """
-        limit = self.max_checkpoint_bytes
-        if len(text) * 4 > limit:  # only then can it be over the limit: count the bytes
-            size = len(text.encode("utf-8", "surrogatepass"))
-            if size > limit:
-                raise CheckpointTooLargeError(where, size, limit)
+        check_checkpoint_size(text, where, self.max_checkpoint_bytes)
         return jsonb.to_db(text)
 
     def json_in_optional(self, text: str | None, where: str) -> str | None:

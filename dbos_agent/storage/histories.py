@@ -4,25 +4,38 @@
 An exported history is one JSON document per workflow (``dbos_agent.history/1``): the
 workflow's row but its owner, its steps, the messages sent to it, its events, streams
 and approvals, values exactly as stored. The same document is what a check reads from a
-file.
+file; either way it is held to the rules of :mod:`.history_checks` first.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from ..records import StepStatus, WorkflowStatus
-from .connector import Connector
-from .rows import StepRow, step_row, text_of
+import psycopg
 
-#: The ``format`` of an exported history document.
-HISTORY_FORMAT = "dbos_agent.history/1"
+from ..errors import DbosAgentError, InvalidHistoryError
+from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
+from ..records import StepStatus, WorkflowStatus
+from .connector import Connection, Connector
+from .history_checks import load_history
+from .outages import describe, is_transient
+from .rows import StepRow, step_row, text_of
+from .sql_files import query
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: What an import clashes with here, by the constraint Postgres names (rows of a file are
+#: checked alone before; these need the database's).
+_CLASHES = {
+    "workflows_queue_dedup": "an unfinished workflow of its queue holds its dedup id here",
+    "messages_idempotency_key": "a message to it with one of its idempotency keys is here",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +122,43 @@ class HistoryStore:
         )
         return [(row["workflow_id"], row["created_at"]) for row in rows]
 
-    def import_(self, document: str) -> tuple[str, int, int] | None:
-        """Load one history document: ``(workflow id, steps, messages)`` imported, or
-        None when the id exists here already (nothing is written then)."""
-        row = self._db.one(
-            "import_workflow", "import a workflow", where="an imported history", history=document
+    def import_all(
+        self, documents: Sequence[tuple[str, str, str]]
+    ) -> list[tuple[str, int, int] | None]:
+        """Load history documents ``(where, workflow id, document)``, checked first (see
+        :func:`read_histories`), in one transaction: all of them or none. For each,
+        ``(workflow id, steps, messages)`` imported, or None when the id exists here
+        already (nothing of it is written then). A document Postgres still refuses (one
+        that clashes with a row here, e.g. an unfinished workflow of its queue with its
+        dedup id) raises InvalidHistoryError naming ``where``; nothing is written."""
+        statement = query("import_workflow")
+
+        def body(conn: Connection) -> list[tuple[str, int, int] | None]:
+            done: list[tuple[str, int, int] | None] = []
+            for where, workflow_id, document in documents:
+                try:
+                    row = conn.execute(statement, {"history": document}).fetchone()
+                except psycopg.Error as exc:
+                    if is_transient(exc):
+                        raise
+                    why = _CLASHES.get(exc.diag.constraint_name or "") or describe(exc)
+                    detail = exc.diag.message_detail
+                    raise InvalidHistoryError(
+                        f"{where}: workflow {workflow_id[:60]!r} cannot be imported here: "
+                        f"{why}{f' ({detail})' if detail else ''}; nothing of the file was "
+                        "written"
+                    ) from None
+                done.append(
+                    None
+                    if row is None
+                    else (str(row["workflow_id"]), int(row["steps"]), int(row["messages"]))
+                )
+            return done
+
+        result: list[tuple[str, int, int] | None] = self._db.run(
+            "import workflows", body, transaction=True, resend=False
         )
-        if row is None:
-            return None
-        return str(row["workflow_id"]), int(row["steps"]), int(row["messages"])
+        return result
 
     def adopt_version(self, workflow_id: str, version: str, *, steps: int, last_seq: int) -> bool:
         """Let processes of application ``version`` run the workflow, if its log is still
@@ -133,46 +174,84 @@ class HistoryStore:
         return row is not None
 
 
-def parse_history(document: str, where: str) -> History:
-    """A history document (one line of an export) as a :class:`History`; ValueError
-    naming ``where`` when it is not one."""
-    try:
-        doc = json.loads(document)
-        if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
-            raise ValueError(f"not a {HISTORY_FORMAT} document")
-        workflow: dict[str, Any] = doc["workflow"]
-        steps = {
-            int(s["seq"]): StepRow(
-                int(s["seq"]),
-                str(s["name"]),
-                StepStatus(s["status"]),
-                _stored_text(s.get("output")),
-                _stored_text(s.get("error")),
-                int(s.get("attempts") or 1),
-                _stored_text(s.get("inputs")) if s["status"] == StepStatus.PENDING else None,
-                _stored_text(s.get("retry")) if s["status"] == StepStatus.RETRYING else None,
-            )
-            for s in doc.get("steps", [])
-        }
-        created = workflow.get("created_at")
-        return History(
-            str(workflow["workflow_id"]),
-            str(workflow["name"]),
-            WorkflowStatus(workflow["status"]),
-            workflow.get("app_version"),
-            _stored_text(workflow.get("inputs")) or "{}",
-            steps,
-            datetime.fromisoformat(created) if isinstance(created, str) else None,
+def parse_history(
+    document: str, where: str, max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES
+) -> History:
+    """A history document (one line of an export) as a :class:`History`, checked by the
+    rules of :mod:`.history_checks`; InvalidHistoryError naming ``where`` and the field
+    when it breaks one."""
+    doc = load_history(document, where, max_checkpoint_bytes)
+    workflow: dict[str, Any] = doc["workflow"]
+    steps = {
+        s["seq"]: StepRow(
+            s["seq"],
+            s["name"],
+            StepStatus(s["status"]),
+            _stored_text(s.get("output")),
+            _stored_text(s.get("error")),
+            s["attempts"],
+            _stored_text(s.get("inputs")) if s["status"] == StepStatus.PENDING else None,
+            _stored_text(s.get("retry")) if s["status"] == StepStatus.RETRYING else None,
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: not a workflow history ({exc})") from None
+        for s in doc.get("steps", [])
+    }
+    created = workflow.get("created_at")
+    return History(
+        workflow["workflow_id"],
+        workflow["name"],
+        WorkflowStatus(workflow["status"]),
+        workflow.get("app_version"),
+        _stored_text(workflow["inputs"]) or "{}",
+        steps,
+        datetime.fromisoformat(created) if isinstance(created, str) else None,
+    )
 
 
-def read_histories(lines: Iterable[str], source: str) -> Iterator[tuple[str, History]]:
-    """``(document, history)`` of each non-blank line; ValueError naming the line."""
+def read_export(
+    path: str, max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES
+) -> Iterator[tuple[str, str, History]]:
+    """:func:`read_histories` of the file at ``path`` (``-``: stdin); DbosAgentError
+    naming it when it cannot be read."""
+    try:
+        if path == "-":
+            yield from read_histories(sys.stdin.buffer, "stdin", max_checkpoint_bytes)
+            return
+        with Path(path).open("rb") as source:
+            yield from read_histories(source, path, max_checkpoint_bytes)
+    except OSError as exc:
+        raise DbosAgentError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_histories(
+    lines: Iterable[str | bytes],
+    source: str,
+    max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+) -> Iterator[tuple[str, str, History]]:
+    """``(where, document, history)`` of each non-blank line (bytes must be UTF-8), where
+    names the source and the line; an InvalidHistoryError naming them and the field for a
+    line that breaks a rule, or that holds a workflow an earlier line held (one file
+    holds each workflow once: which one would be meant?)."""
+    seen: dict[str, int] = {}
     for number, line in enumerate(lines, 1):
-        if line.strip():
-            yield line.strip(), parse_history(line, f"{source}, line {number}")
+        where = f"{source}, line {number}"
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidHistoryError(
+                    f"{where}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                    f"{exc.start + 1})"
+                ) from None
+        if not line.strip():
+            continue
+        history = parse_history(line, where, max_checkpoint_bytes)
+        first = seen.setdefault(history.workflow_id, number)
+        if first != number:
+            raise InvalidHistoryError(
+                f"{where}, workflow.workflow_id: workflow {history.workflow_id[:60]!r} is "
+                f"on line {first} too: one file holds each workflow once"
+            )
+        yield where, line.strip(), history
 
 
 def _stored_text(value: Any) -> str | None:

@@ -25,7 +25,7 @@ from ..engine import deploy_check
 from ..engine.extending import workflow_names
 from ..postgres.embedded import resolve_url
 from ..storage.database import SystemDatabase
-from ..storage.histories import History, read_histories
+from ..storage.histories import History, read_export, read_histories
 from ..worker import import_app
 
 
@@ -63,10 +63,8 @@ def check_replay(
 
 def _given(histories: str | os.PathLike[str] | Iterable[str]) -> Iterator[History]:
     if isinstance(histories, str | os.PathLike):
-        path = Path(histories)
-        with path.open(encoding="utf-8") as lines:
-            for _, history in read_histories(lines, str(path)):
-                yield history
+        for _, _, history in read_export(str(Path(histories))):
+            yield history
         return
-    for _, history in read_histories(histories, "the histories given"):
+    for _, _, history in read_histories(histories, "the histories given"):
         yield history
