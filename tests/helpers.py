@@ -187,6 +187,20 @@ def migrated_database(server_url: str) -> Iterator[str]:
         yield url
 
 
+def dead_sessions_after_start(url: str, seconds: float) -> list[int]:
+    """``dbos_agent.dead_sessions()`` as seen ``seconds`` after the server started (its
+    clock moved there in the statement's own transaction): what a restart leaves, however
+    long the test took to look after it."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "SELECT set_config('dbos_agent.clock_offset', (pg_postmaster_start_time()"
+            " + make_interval(secs => %s) - now())::text, true)",
+            (seconds,),
+        )
+        rows = conn.execute("SELECT * FROM dbos_agent.dead_sessions() ORDER BY 1").fetchall()
+    return [int(row[0]) for row in rows]
+
+
 def dead_sessions_at(url: str, ahead: str = "0s") -> list[int]:
     """``dbos_agent.dead_sessions()`` as a claimer whose clock is ``ahead`` of the
     server's (an interval: ``"5s"``) sees them, in order."""
