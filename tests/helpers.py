@@ -187,13 +187,16 @@ def migrated_database(server_url: str) -> Iterator[str]:
         yield url
 
 
-def dead_sessions_after_start(url: str, seconds: float) -> list[int]:
-    """``dbos_agent.dead_sessions()`` as seen ``seconds`` after the server started (its
-    clock moved there in the statement's own transaction): what a restart leaves, however
-    long the test took to look after it."""
+def dead_sessions_after_start(
+    url: str, seconds: float, since: str = "pg_postmaster_start_time()"
+) -> list[int]:
+    """``dbos_agent.dead_sessions()`` as seen ``seconds`` after the server started (or
+    after ``since``, an SQL expression of the test's own: ``dbos_agent.server_began_at()``
+    for a promotion), its clock moved there in the statement's own transaction: what a
+    restart or a failover leaves, however long the test took to look after it."""
     with psycopg.connect(url) as conn:
         conn.execute(
-            "SELECT set_config('dbos_agent.clock_offset', (pg_postmaster_start_time()"
+            f"SELECT set_config('dbos_agent.clock_offset', ({since}"
             " + make_interval(secs => %s) - now())::text, true)",
             (seconds,),
         )

@@ -29,7 +29,14 @@ from dbos_agent.postgres.binaries import PostgresNotFoundError
 from dbos_agent.postgres.throwaway import LocalCluster
 from dbos_agent.testing import Inspector
 from tests.fault_app import expected, read_log
-from tests.helpers import dead_sessions_at, migrate, migrated_database, new_id, wait_until
+from tests.helpers import (
+    dead_sessions_after_start,
+    dead_sessions_at,
+    migrate,
+    migrated_database,
+    new_id,
+    wait_until,
+)
 from tests.processes import start_worker, stop_workers
 
 #: The workers' lease and grace: the outage lasts longer than this.
@@ -209,8 +216,9 @@ def test_after_a_promotion_a_session_has_its_lease_to_come_back(
             " FROM dbos_agent.server_epochs ORDER BY 1"
         ).fetchall()
     assert epochs == [(1, False), (2, True)]
-    assert dead_sessions_at(standby.url) == [9]  # its lease counts from the promotion
-    assert dead_sessions_at(standby.url, "1.5s") == [7, 9]  # and runs out a lease after it
+    began = "dbos_agent.server_began_at()"  # judged as seen after it, however late we look
+    assert dead_sessions_after_start(standby.url, 0.5, began) == [9]  # a lease from it
+    assert dead_sessions_after_start(standby.url, 1.5, began) == [7, 9]  # and then no more
 
 
 def test_a_restored_copy_forgets_the_later_timelines_of_its_old_history(
