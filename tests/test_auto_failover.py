@@ -101,8 +101,12 @@ def test_a_crash_of_the_primary_is_ridden_out_on_the_standby_pg_auto_failover_pr
         work.resume_once_judged()
         paused_s = time.monotonic() - paused_at
         work.wait_finished()
+    ahead_s = crashed_at + failover_s - paused_at
+    print(
+        f"failover: {failover_s:.1f} s from the crash to node2's writes;"
+        f" a worker paused {paused_s:.1f} s, from {ahead_s:.1f} s before them"
+    )
     work.assert_nothing_moved()
     assert paused_before_writes, "node2 took writes before the worker was paused"
     assert failover_s > LEASE_S, failover_s  # the outage outlasted the lease (no upper bound)
     assert _server(url) == (formation.ports["node2"], 2)  # the promoted standby
-    print(f"failover: {failover_s:.1f} s from the crash to node2's writes; paused {paused_s:.1f} s")
