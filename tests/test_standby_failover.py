@@ -15,41 +15,20 @@ database: no workflow is taken over, no step runs twice, every workflow finishes
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
-from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-import dbos_agent as da
 from dbos_agent.postgres.binaries import PostgresNotFoundError
 from dbos_agent.postgres.throwaway import LocalCluster
-from dbos_agent.testing import Inspector
-from tests.fault_app import expected, read_log
-from tests.helpers import (
-    dead_sessions_after_start,
-    dead_sessions_at,
-    migrate,
-    migrated_database,
-    new_id,
-    wait_until,
-)
-from tests.processes import start_worker, stop_workers
+from tests.failover_workload import LEASE_S, FailoverWorkload, write_timeline
+from tests.helpers import dead_sessions_after_start, dead_sessions_at, migrate, migrated_database
 
-#: The workers' lease and grace: the outage lasts longer than this.
-LEASE_S = 3.0
-#: The paused worker stops this long before the promotion ...
+#: The paused worker stops this long before the promotion.
 PAUSED_BEFORE_S = 1.0
-#: ... and goes on this long after its peer's first take-over pass on the new primary.
-PAUSED_AFTER_S = 1.0
-#: Each worker dequeues at most this many of the queue's workflows (fault_app's chaos
-#: queue), so the work is split between the two, and each has room to take over the
-#: other's (16 worker slots): a take-over is bounded by the taker's room.
-PER_WORKER = 6
-STEPS = 20
 
 
 @pytest.fixture
@@ -69,53 +48,6 @@ def primary_and_standby() -> Iterator[tuple[LocalCluster, LocalCluster]]:
             standby.stop()
 
 
-def _worker(url: str, log: Path) -> subprocess.Popen[str]:
-    lease = str(LEASE_S)
-    return start_worker(
-        url,
-        "tests.fault_app",
-        *("--lease", lease, "--session-grace", lease, "--workers", "16"),
-        env={
-            "FAULT_APP_LOG": str(log),
-            "FAULT_APP_STEP_SECONDS": "0.1",
-            "CHAOS_PER_PROCESS": str(PER_WORKER),
-        },
-    )
-
-
-def _runners(log: Path) -> dict[str, set[int]]:
-    """The processes that started steps of each workflow."""
-    runners: dict[str, set[int]] = defaultdict(set)
-    for kind, pid, wid, _, _ in read_log(log):
-        if kind == "S":
-            runners[wid].add(pid)
-    return runners
-
-
-def _starts(log: Path) -> Counter[str]:
-    """How many steps of each workflow started."""
-    return Counter(wid for kind, _, wid, _, _ in read_log(log) if kind == "S")
-
-
-def _judged(url: str, pid: int) -> bool:
-    """Whether a take-over pass judged the session of process ``pid``: the pass stamps
-    lock_lost_at on a session it sees without its lock (or, once it took everything the
-    session owned, forgets the session if it is dead)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT lock_lost_at IS NOT NULL FROM dbos_agent.executors WHERE pid = %s", (pid,)
-        ).fetchone()
-    return row is None or bool(row[0])
-
-
-def _write_timeline(url: str) -> int:
-    """The timeline the server writes on (1 until a promotion), asked without the schema."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT left(pg_walfile_name(pg_current_wal_lsn()), 8)").fetchone()
-    assert row is not None
-    return int(row[0], 16)
-
-
 def test_a_worker_paused_across_a_failover_longer_than_its_lease_keeps_its_workflows(
     primary_and_standby: tuple[LocalCluster, LocalCluster], tmp_path: Path
 ) -> None:
@@ -128,52 +60,17 @@ def test_a_worker_paused_across_a_failover_longer_than_its_lease_keeps_its_workf
         f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/postgres"
         "?target_session_attrs=read-write"
     )
-    log = tmp_path / "steps.log"
-    log.touch()
-    ids = [new_id("failover") for _ in range(2 * PER_WORKER)]
-    migrate(url)
-    workers = [_worker(url, log), _worker(url, log)]
-    paused = workers[0]  # its peer, workers[1], runs on through the failover
-    try:
-        with Inspector(url) as db:
-            wait_until(lambda: len(db.locked_sessions()) == 2, 30, "both workers up")
-            with da.Client(url) as client:
-                for wid in ids:
-                    client.enqueue("chaos", "chain", wid, STEPS, workflow_id=wid)
-            wait_until(
-                lambda: all(_starts(log)[wid] >= 3 for wid in ids), 30, "every workflow under way"
-            )
-            runners = _runners(log)
-            mine = [wid for wid in ids if runners[wid] == {paused.pid}]
-            assert len(mine) == PER_WORKER, runners  # the paused worker has its share
-
-            primary.stop_server("immediate")  # nobody can heartbeat from now on
-            # The outage itself, not a wait for a condition: it lasts past the lease.
-            time.sleep(LEASE_S + 0.5 - PAUSED_BEFORE_S)
-            paused.send_signal(signal.SIGSTOP)
-            time.sleep(PAUSED_BEFORE_S)
-            standby.promote()
-            wait_until(lambda: len(db.locked_sessions()) == 1, 30, "the peer back on the standby")
-            wait_until(lambda: _judged(url, paused.pid), 30, "the peer judging it")
-            # The pause goes on: more of the peer's take-over passes (every 0.2 s) judge it.
-            time.sleep(PAUSED_AFTER_S)
-            paused.send_signal(signal.SIGCONT)
-            wait_until(lambda: db.all_finished(ids), 60, "every workflow finished")
-            for wid in ids:
-                info = db.workflow(wid)
-                assert info is not None
-                assert (info.status, info.output) == (da.WorkflowStatus.SUCCESS, expected(STEPS))
-                assert [s.seq for s in db.steps(wid)] == list(range(STEPS)), wid
-            attempts = db.recovery_attempts(ids)
-    finally:
-        logs = stop_workers(workers)
-        print(logs)  # pytest shows it if the test fails
-    assert "Traceback" not in logs
-    assert attempts == dict.fromkeys(ids, 0), "a workflow was taken over"
-    assert _runners(log) == runners, "a workflow changed process"
-    starts = Counter((wid, seq) for kind, _, wid, seq, _ in read_log(log) if kind == "S")
-    assert set(starts.values()) == {1}, "a step ran twice"
-    assert _write_timeline(standby.url) == 2  # it was a promoted standby, not a restart
+    with FailoverWorkload(url, tmp_path / "steps.log") as work:
+        primary.stop_server("immediate")  # nobody can heartbeat from now on
+        # The outage itself, not a wait for a condition: it lasts past the lease.
+        time.sleep(LEASE_S + 0.5 - PAUSED_BEFORE_S)
+        work.paused.send_signal(signal.SIGSTOP)
+        time.sleep(PAUSED_BEFORE_S)
+        standby.promote()
+        work.resume_once_judged()
+        work.wait_finished()
+    work.assert_nothing_moved()
+    assert write_timeline(standby.url) == 2  # it was a promoted standby, not a restart
 
 
 # -- the rule, statement by statement ------------------------------------------------
@@ -206,7 +103,7 @@ def test_after_a_promotion_a_session_has_its_lease_to_come_back(
     primary.stop_server("immediate")
     time.sleep(1.5)  # the outage itself, longer than the leases (not a wait for a condition)
     standby.promote()
-    assert _write_timeline(standby.url) == 2  # at once, whatever its checkpoint says
+    assert write_timeline(standby.url) == 2  # at once, whatever its checkpoint says
     assert dead_sessions_at(standby.url) == [9]  # timeline 2 is not recorded yet: began now
     with psycopg.connect(standby.url, autocommit=True) as conn:
         conn.execute("UPDATE dbos_agent.executors SET queues = queues WHERE false")  # records it

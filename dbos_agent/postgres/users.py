@@ -8,9 +8,10 @@ import os
 import pwd
 import stat
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +73,27 @@ def make_traversable(path: Path, user: ServiceUser) -> None:
         d.chmod(stat.S_IMODE(st.st_mode) | bit)
 
 
+def _as_user(user: ServiceUser | None) -> dict[str, Any]:
+    """The `subprocess` arguments that run a command as `user` (None: as ourselves)."""
+    if user is None:
+        return {}
+    return {
+        "user": user.uid,
+        "group": user.gid,
+        "extra_groups": sorted(user.groups - {user.gid}),
+    }
+
+
 def run_as(
     args: Sequence[str | Path],
     user: ServiceUser | None,
     *,
     timeout: float,
     new_session: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a server command (as the service user under root) and return its captured output."""
+    """Run a server command (as the service user under root) and return its captured output;
+    `env` replaces the environment."""
     return subprocess.run(
         [str(a) for a in args],
         stdin=subprocess.DEVNULL,
@@ -89,7 +103,25 @@ def run_as(
         check=False,
         cwd="/",  # the caller's cwd (e.g. /root) may be unreadable for the service user
         start_new_session=new_session,
-        user=None if user is None else user.uid,
-        group=None if user is None else user.gid,
-        extra_groups=None if user is None else sorted(user.groups - {user.gid}),
+        env=env,
+        **_as_user(user),
+    )
+
+
+def start_as(
+    args: Sequence[str | Path], user: ServiceUser | None, *, log: IO[str], env: Mapping[str, str]
+) -> subprocess.Popen[str]:
+    """Start a long-running server command (as the service user under root) in a session and
+    process group of its own, which it leads, its output appended to `log`: a test can then
+    signal the command and every process it started (``os.killpg(proc.pid, ...)``)."""
+    return subprocess.Popen(
+        [str(a) for a in args],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd="/",
+        start_new_session=True,
+        env=env,
+        **_as_user(user),
     )
