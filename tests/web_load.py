@@ -5,6 +5,7 @@ little as they like. Used by tests/test_web_limits.py and bench/bench_web_stream
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -138,6 +139,13 @@ def closed_by_peer(sock: socket.socket) -> bool:
         return True
     finally:
         sock.setblocking(True)
+
+
+def hung_up(sock: socket.socket) -> bool:
+    """Whether the other end has closed or reset ``sock``, reading nothing from it."""
+    poller = select.poll()
+    poller.register(sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(0))
 
 
 def wait_all_closed(socks: list[socket.socket], timeout: float, what: str) -> None:

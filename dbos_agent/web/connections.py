@@ -12,7 +12,8 @@ connection, until it reads. So each connection here has, besides uvicorn's own l
   ``request_timeout`` seconds of the connection being opened or of the last answer;
   then 408 (or, if nothing of a request came, nothing) and the connection is closed;
 - a send deadline: while bytes of an answer wait to be sent and the client takes none
-  of them for ``send_timeout`` seconds, the connection is dropped (its buffer freed);
+  of them for ``send_timeout`` seconds, the connection is reset (its buffers freed, the
+  kernel's too);
 - a cap on open connections: one more than ``max_connections`` is answered 503 and
   closed at once.
 
@@ -23,8 +24,11 @@ minute at most, with the number held back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -153,6 +157,15 @@ class _LimitedH11(H11Protocol):
         if unsent < self._unsent:  # it took some: give it another period
             self._watch_sending()
             return
+        self._reset()
+
+    def _reset(self) -> None:
+        """Drop the connection with a reset: the client learns it at once, and the
+        kernel drops what it still held for it (a plain close would keep sending it)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already gone
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
     def _refuse(self, status: int, kind: str, message: str) -> None:
