@@ -13,7 +13,9 @@ repeatable), measured from outside (VmRSS and VmHWM, open files from /proc):
    ``--hold`` seconds a ``GET /api/workflows/ID`` is timed every second (its status
    counted); then they close, and the RSS is read ``--settle`` seconds later.
 2. reading: ``--readers`` clients read the whole stream at once (threads); peak RSS.
-3. slow: ``--slow`` sockets each send half a request line and nothing more; how many the
+3. leaving: ``--clients`` readers each read 256 KiB of the stream, then reset their
+   connection (the server is writing to it).
+4. slow: ``--slow`` sockets each send half a request line and nothing more; how many the
    server has closed after ``--slow-wait`` seconds, and its open files meanwhile.
 
 Each phase also counts the server's stderr lines (``socket.send() raised exception.``
@@ -26,6 +28,7 @@ import argparse
 import contextlib
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -137,6 +140,29 @@ def reading(url: str, wid: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def leaving(url: str, wid: str, args: argparse.Namespace) -> dict[str, Any]:
+    with Served(url, *args.serve_option) as server:
+        socks = []
+        for _ in range(args.clients):
+            sock = server.connect()
+            sock.sendall(server.head(stream_path(wid)))
+            socks.append(sock)
+        for sock in socks:
+            got = 0
+            while got < 256 * 1024 and (chunk := sock.recv(65536)):
+                got += len(chunk)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        time.sleep(args.settle)
+        errors = server.output()
+    return {
+        "phase": "leaving",
+        "clients": args.clients,
+        "stderr_lines": errors.count("\n") - 1,
+        "send_raised_lines": errors.count("socket.send() raised exception."),
+    }
+
+
 def slow(url: str, args: argparse.Namespace) -> dict[str, Any]:
     with Served(url, *args.serve_option) as server:
         files_before = server.open_files()
@@ -175,7 +201,7 @@ def main() -> int:
     parser.add_argument("--readers", type=int, default=20)
     parser.add_argument("--slow", type=int, default=1000)
     parser.add_argument("--slow-wait", type=float, default=30)
-    parser.add_argument("--phases", default="never_reading,reading,slow")
+    parser.add_argument("--phases", default="never_reading,reading,leaving,slow")
     parser.add_argument("--serve-option", action="append", default=[])
     args = parser.parse_args()
     socket.setdefaulttimeout(120)
@@ -188,6 +214,8 @@ def main() -> int:
             print(json.dumps(never_reading(url, wid, args)), flush=True)
         if "reading" in phases:
             print(json.dumps(reading(url, wid, args)), flush=True)
+        if "leaving" in phases:
+            print(json.dumps(leaving(url, wid, args)), flush=True)
         if "slow" in phases:
             print(json.dumps(slow(url, args)), flush=True)
     return 0

@@ -238,3 +238,39 @@ def test_a_stream_page_is_bounded_in_bytes(big: str, engine: Engine) -> None:
     assert rows == []
     followed = list(da.read_stream(big, "big"))
     assert [item.offset for item in followed] == list(range(ITEMS))
+
+
+def test_serve_takes_the_limits_as_options(big: str, dbos_agent_database_url: str) -> None:
+    options = ("--max-streams", "1", "--request-timeout", "0.5", "--send-timeout", "0.5")
+    with Served(dbos_agent_database_url, *options, token=TOKEN) as server:
+        first = _ask(server.port, f"/api/workflows/{big}/streams/big")
+        assert status_line(first) == 200
+        with _ask(server.port, f"/api/workflows/{big}/streams/big") as second:
+            assert status_line(second) == 503
+        wait_until(lambda: hung_up(first), 60, "the reader that does not read dropped")
+        first.close()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as silent:
+            assert silent.recv(100) == b""  # closed after the request timeout
+    refused = Served(dbos_agent_database_url, "--max-connections", "0")
+    assert refused.process.wait(60) == 2, refused.output()
+    assert "--max-connections: '0' is not a whole number >= 1" in refused.output()
+
+
+def test_readers_that_leave_mid_stream_leave_no_warnings(
+    big: str, dbos_agent_database_url: str
+) -> None:
+    """A reader that resets its connection while the server writes to it: each write
+    after the reset used to log ``socket.send() raised exception.`` (thousands of lines
+    for a hundred readers); the server now sees the connection lost before writing
+    again."""
+    with Served(dbos_agent_database_url, "--max-streams", "100", token=TOKEN) as server:
+        assert server.get(f"/api/workflows/{big}")[0] == 200  # the database opened
+        files = server.open_files()
+        for sock in [_ask(server.port, f"/api/workflows/{big}/streams/big") for _ in range(30)]:
+            got = 0
+            while got < 256 * 1024 and (chunk := sock.recv(65536)):
+                got += len(chunk)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset
+        wait_until(lambda: server.open_files() <= files + 3, 60, "the connections closed")
+    assert "socket.send() raised exception" not in server.output(), server.output()

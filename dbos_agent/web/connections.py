@@ -129,7 +129,8 @@ class _LimitedH11(H11Protocol):
         if self.transport.is_closing() or self.conn.their_state not in _RECEIVING:
             return
         started = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
-        answering = self.cycle is not None and not self.cycle.response_complete
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
         if started and not answering:
             self._refuse(
                 408,

@@ -15,6 +15,7 @@ import secrets
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -79,31 +80,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"largest request body (default {DEFAULT_MAX_BODY_BYTES})",
     )
-    limits: list[tuple[str, type[int] | type[float], float, str]] = [
-        ("--max-streams", int, DEFAULT_MAX_STREAMS, "streams (SSE answers) open at once"),
+    limits: list[tuple[str, Callable[[str], float], float, str, str]] = [
+        ("--max-streams", _positive, DEFAULT_MAX_STREAMS, "N", "streams (SSE answers) at once"),
         (
             "--stream-page-bytes",
-            int,
+            _positive,
             DEFAULT_STREAM_PAGE_BYTES,
+            "N",
             "most JSON text of items a stream answer holds",
         ),
-        ("--max-connections", int, DEFAULT_MAX_CONNECTIONS, "connections open at once"),
-        ("--request-timeout", float, DEFAULT_REQUEST_TIMEOUT, "seconds to send a request"),
-        ("--idle-timeout", int, DEFAULT_IDLE_TIMEOUT, "seconds an idle connection stays open"),
+        ("--max-connections", _positive, DEFAULT_MAX_CONNECTIONS, "N", "connections at once"),
+        ("--request-timeout", _seconds, DEFAULT_REQUEST_TIMEOUT, "S", "seconds to send a request"),
+        (
+            "--idle-timeout",
+            _positive,
+            DEFAULT_IDLE_TIMEOUT,
+            "S",
+            "seconds an idle connection lasts",
+        ),
         (
             "--send-timeout",
-            float,
+            _seconds,
             DEFAULT_SEND_TIMEOUT,
-            "seconds a client may take none of its answer",
+            "S",
+            "seconds to take none of an answer",
         ),
     ]
-    for flag, kind, default, text in limits:
+    for flag, kind, default, metavar, text in limits:
         parser.add_argument(
-            flag,
-            type=_positive if kind is int else _positive_seconds,
-            default=default,
-            metavar="N" if kind is int else "S",
-            help=f"{text} (default {default:g})",
+            flag, type=kind, default=default, metavar=metavar, help=f"{text} (default {default:g})"
         )
 
 
@@ -117,7 +122,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
+def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
