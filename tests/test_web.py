@@ -27,6 +27,7 @@ import dbos_agent as da
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from dbos_agent.web import create_app
+from dbos_agent.web.connections import ConnectionLimits, server_config
 from tests.diverging import hold_diverged
 from tests.helpers import new_id, wait_until
 
@@ -49,15 +50,22 @@ def free_port() -> int:
 
 
 class Server:
-    """The app on uvicorn in a thread of this process, on a free port."""
+    """The app on uvicorn in a thread of this process, on a free port, on connections
+    with ``limits`` as ``dbos-agent serve`` runs it."""
 
-    def __init__(self, url: str, token: str | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        limits: ConnectionLimits | None = None,
+        **options: Any,
+    ) -> None:
         self.port = free_port()
-        config = uvicorn.Config(
+        config = server_config(
             create_app(url, token=token, **options),
+            limits or ConnectionLimits(),
             host="127.0.0.1",
             port=self.port,
-            log_level="warning",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -6,6 +6,7 @@ SIGTERM)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -17,6 +18,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -25,6 +27,9 @@ import dbos_agent as da
 from tests.helpers import new_id, wait_until
 from tests.processes import ROOT
 from tests.test_web import CHROMIUM, NEEDS_CHROMIUM, Server, free_port
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 TOKEN = "sec-token"
 
@@ -163,7 +168,8 @@ def test_every_path_but_the_dashboard_page_needs_the_token(server: Server) -> No
         }
         assert bare.headers["www-authenticate"] == "Bearer"
     assert httpx.get(server.base + "/api/openapi.json", headers=AUTH).status_code == 200
-    assert httpx.get(server.base + "/api/docs", headers=AUTH).status_code == 200
+    # no docs page: it would load Swagger UI's scripts from a CDN onto this origin
+    assert httpx.get(server.base + "/api/docs", headers=AUTH).status_code == 404
     page = httpx.get(server.base + "/")
     assert page.status_code == 200 and "<html" in page.text
 
@@ -234,22 +240,13 @@ def test_the_api_takes_the_clis_times_and_fork_says_what_it_made(server: Server)
     assert da.retrieve(document["workflow_id"]).result(timeout=30) == 2
 
 
-class _AttackerPage(http.server.BaseHTTPRequestHandler):
-    """A page of another origin (another port) that posts to the API as a page can
-    without permission: ``no-cors``, ``text/plain``, and a bodiless POST."""
+class _Page(http.server.BaseHTTPRequestHandler):
+    """Serves ``html`` at every path."""
 
-    target = ""
+    html = ""
 
     def do_GET(self) -> None:
-        script = f"""
-            const target = {json.dumps(self.target)};
-            Promise.allSettled([
-              fetch(target, {{method: "POST", mode: "no-cors",
-                             headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}),
-              fetch(target, {{method: "POST", mode: "no-cors"}}),
-            ]).then(() => {{ document.title = "sent"; }});
-        """
-        body = f"<html><body><script>{script}</script></body></html>".encode()
+        body = self.html.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
@@ -260,33 +257,53 @@ class _AttackerPage(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def _elsewhere(html: str) -> Iterator[str]:
+    """A page of another origin (another port) serving ``html``: its URL."""
+    page = type("Page", (_Page,), {"html": html})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def _chromium() -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 @NEEDS_CHROMIUM
 def test_a_page_of_another_origin_cannot_cancel_a_workflow_in_chromium(
     open_server: Server,
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
-    assert CHROMIUM is not None
+    """The page posts to the API as a page can without permission: ``no-cors``,
+    ``text/plain``, and a bodiless POST."""
     wid = _waiting()
-
-    class Page(_AttackerPage):
-        target = f"{open_server.base}/api/workflows/{wid}/cancel"
-
-    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=attacker.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            try:
-                page = browser.new_page()
-                page.goto(f"http://localhost:{attacker.server_address[1]}/")
-                page.wait_for_function("document.title === 'sent'", timeout=30_000)
-            finally:
-                browser.close()
-    finally:
-        attacker.shutdown()
-        attacker.server_close()
+    script = f"""
+        const target = {json.dumps(f"{open_server.base}/api/workflows/{wid}/cancel")};
+        Promise.allSettled([
+          fetch(target, {{method: "POST", mode: "no-cors",
+                         headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}),
+          fetch(target, {{method: "POST", mode: "no-cors"}}),
+        ]).then(() => {{ document.title = "sent"; }});
+    """
+    attacker = f"<html><body><script>{script}</script></body></html>"
+    with _elsewhere(attacker) as url, _chromium() as browser:
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_function("document.title === 'sent'", timeout=30_000)
     assert da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED
 
 
@@ -374,3 +391,134 @@ def test_the_api_acts_through_the_client_and_filters_by_queue(server: Server) ->
         assert steps.status_code == 200 and steps.json() == []
         unknown = api.post("/api/workflows/nobody/send", json={"message": 1})
         assert unknown.status_code == 404 and unknown.json()["type"] == "WorkflowNotFoundError"
+
+
+# -- headers: Host, repeated headers, other pages, framing (issue 29) --------------------
+
+
+def _status_and_type(answer: bytes) -> tuple[int, str | None]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    kind = json.loads(body)["type"] if body.startswith(b"{") else None
+    return int(head.split()[1]), kind
+
+
+def test_a_host_header_that_is_not_only_a_host_and_port_is_refused(open_server: Server) -> None:
+    """``localhost:80@evil.example`` was read as host ``localhost``: a strict parser takes
+    a name or address and a port, nothing else."""
+    port = open_server.port
+    path = "/api/workflows?limit=1"
+    for host in (
+        "localhost:80@evil.example",
+        "evil.example@localhost",
+        f"127.0.0.1:{port} evil.example",
+        f"127.0.0.1:{port}/x",
+        "localhost:abc",
+        "[::1]x",
+        "::1",
+        "",
+    ):
+        answer = _raw_request(port, f"GET {path} HTTP/1.1\nHost: {host}\nConnection: close\n")
+        assert _status_and_type(answer) == (421, "MisdirectedRequest"), (host, answer[:300])
+    for host in (f"localhost:{port}", "LOCALHOST", f"[::1]:{port}", "127.0.0.1", "localhost:"):
+        answer = _raw_request(port, f"GET {path} HTTP/1.1\nHost: {host}\nConnection: close\n")
+        assert _status_and_type(answer)[0] == 200, (host, answer[:300])
+
+
+def test_a_request_with_a_header_twice_is_refused(server: Server) -> None:
+    """Which of two ``Origin`` (or ``Authorization``...) headers would a proxy in front
+    have checked? Neither is taken."""
+    wid = _waiting()
+    own = server.base
+    twice: list[tuple[str, str]] = [("Origin", own), ("Origin", "http://evil.example")]
+    for method, path in (("GET", "/api/workflows"), ("POST", f"/api/workflows/{wid}/cancel")):
+        answer = httpx.request(method, server.base + path, json={}, headers=[*AUTH.items(), *twice])
+        assert answer.status_code == 400, (method, answer.text)
+        assert answer.json()["type"] == "DuplicateHeader" and "origin" in answer.json()["error"]
+    tokens = [("Authorization", f"Bearer {TOKEN}"), ("Authorization", "Bearer other")]
+    doubled = httpx.get(server.base + "/api/workflows", headers=tokens)
+    assert doubled.status_code == 400 and doubled.json()["type"] == "DuplicateHeader"
+    hosts = "GET /api/workflows HTTP/1.1\nHost: 127.0.0.1\nHost: evil.example\nConnection: close\n"
+    assert _raw_request(server.port, hosts).startswith(b"HTTP/1.1 400 ")
+    assert da.retrieve(wid).status() is da.WorkflowStatus.SUSPENDED
+
+
+def test_no_page_of_another_origin_may_use_the_api_even_to_read(open_server: Server) -> None:
+    """A page cannot read the answer to a cross-origin GET, but it could still hold a
+    stream open or load the server: only the server's own pages (and requests no page
+    sent) use the API; the dashboard's page opens from a link anywhere."""
+    wid = _waiting()
+    stream = f"{open_server.base}/api/workflows/{wid}/streams/s"
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},  # another port of localhost is the same site
+    ):
+        for url in (f"{open_server.base}/api/workflows", stream):
+            answer = httpx.get(url, headers=headers)
+            assert answer.status_code == 403, (headers, answer.text)
+            assert answer.json()["type"] == "CrossOriginRequest"
+    for headers in ({"Origin": open_server.base}, {"Sec-Fetch-Site": "same-origin"}, {}):
+        assert httpx.get(f"{open_server.base}/api/workflows", headers=headers).status_code == 200
+    page = httpx.get(open_server.base + "/", headers={"Sec-Fetch-Site": "cross-site"})
+    assert page.status_code == 200 and "<html" in page.text
+
+
+def test_every_answer_forbids_framing_and_the_page_runs_only_its_own_script(
+    server: Server,
+) -> None:
+    answers = [
+        httpx.get(server.base + "/api/workflows", headers=AUTH),
+        httpx.get(server.base + "/api/workflows"),  # 401
+        httpx.get(server.base + "/api/nothing", headers=AUTH),  # 404
+        httpx.get(server.base + "/api/workflows", headers={"Host": "evil.example"}),  # 421
+    ]
+    assert [a.status_code for a in answers] == [200, 401, 404, 421]
+    for answer in answers:
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["referrer-policy"] == "no-referrer"
+    page = httpx.get(server.base + "/")
+    assert page.headers["x-frame-options"] == "DENY"
+    policy = page.headers["content-security-policy"]
+    assert policy.startswith("default-src 'none'; script-src 'sha256-"), policy
+    assert "frame-ancestors 'none'" in policy and "connect-src 'self'" in policy
+    assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_is_not_framed_and_runs_no_injected_script_in_chromium(
+    server: Server,
+) -> None:
+    from playwright.sync_api import expect
+
+    wid = _waiting()
+    framing = f'<html><body><iframe src="{server.base}/"></iframe></body></html>'
+    with _elsewhere(framing) as url, _chromium() as browser:
+        page = browser.new_page()
+        violations: list[str] = []
+        page.on(
+            "console",
+            lambda m: violations.append(m.text) if "Content Security" in m.text else None,
+        )
+        page.goto(f"{server.base}/?token={TOKEN}")
+        expect(page.locator(f'tr[data-id="{wid}"]')).to_be_visible(timeout=15_000)
+        assert violations == [], violations  # the page's own script and styles run
+        page.evaluate(
+            """() => {
+              document.addEventListener("securitypolicyviolation",
+                (e) => { window.blocked = e.effectiveDirective; });
+              document.body.insertAdjacentHTML("beforeend",
+                '<img id="x" src="x" onerror="document.title = \\'injected\\'">');
+            }"""
+        )
+        page.wait_for_function("window.blocked && document.getElementById('x').complete")
+        assert page.evaluate("window.blocked").startswith("script-src")
+        assert page.title() != "injected"
+
+        framer = browser.new_page()
+        framer.goto(url)
+        framer.wait_for_load_state("load")
+        (child,) = framer.main_frame.child_frames
+        assert not child.url.startswith(server.base), child.url  # blocked: no document

@@ -62,6 +62,9 @@ _READ = builtin_step(READ_STEP, codec_for(dict[str, Any]))
 #: How often a reader without LISTEN looks again (a Client; a lost NOTIFY).
 _POLL_S = 0.1
 _PAGE = 500
+#: The most JSON text of one page of items (but one item, however large): a reader holds
+#: one page at a time.
+PAGE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,18 +202,26 @@ def _next_page(
     waiter: Waiter | None,
     timeout: float | None,
     ctx: WorkflowContext | None = None,
+    *,
+    page_bytes: int = PAGE_BYTES,
+    parse: bool = True,
 ) -> Plan[tuple[list[StreamItem], bool]]:
     """The next items from ``offset`` (waiting for some), and whether the stream ended.
-    Waiting in workflow ``ctx``, a cancel (or shutdown) ends the wait by raising."""
+    Waiting in workflow ``ctx``, a cancel (or shutdown) ends the wait by raising.
+    Without ``parse`` a value is its JSON text, as stored (for a relay)."""
     while True:
-        rows, status = yield Io(partial(db.streams.read, workflow_id, key, offset, _PAGE))
+        rows, status = yield Io(
+            partial(db.streams.read, workflow_id, key, offset, _PAGE, page_bytes)
+        )
         if status is None:
             raise WorkflowNotFoundError(workflow_id)
         items: list[StreamItem] = []
         for row in rows:
             if row.kind == "close":
                 return items, True
-            value = None if row.value is None else pydantic_core.from_json(row.value)
+            value = row.value
+            if parse and value is not None:
+                value = pydantic_core.from_json(value)
             items.append(
                 StreamItem(row.offset, value, row.kind == "reset", row.step_seq, row.attempt)
             )
@@ -256,9 +267,12 @@ def follow(
             items, ended = run_plan(
                 _next_page(db, workflow_id, key, offset, deadline, waiter, timeout)
             )
-            for item in items:
-                yield item
+            items.reverse()  # each item let go of once taken, the page before the next read
+            while items:
+                item = items.pop()
                 offset = item.offset + 1
+                yield item
+                del item
             if ended:
                 return
 
@@ -270,19 +284,37 @@ async def follow_async(
     key: str,
     offset: int = 0,
     timeout: float | None = None,
+    *,
+    page_bytes: int = PAGE_BYTES,
+    parse: bool = True,
 ) -> AsyncIterator[StreamItem]:
-    """:func:`follow` for an event loop."""
+    """:func:`follow` for an event loop. ``page_bytes`` bounds the JSON text of a page
+    (one item at least); without ``parse`` a value is its JSON text, as stored. The next
+    page is read only once the caller has taken every item of the last one."""
     check_identifier(workflow_id, "workflow id")
     check_identifier(key, "stream key")
     with _listening(notifications, workflow_id) as waiter:
         while True:
             deadline = None if timeout is None else time.monotonic() + timeout
             items, ended = await run_plan_async(
-                _next_page(db, workflow_id, key, offset, deadline, waiter, timeout)
+                _next_page(
+                    db,
+                    workflow_id,
+                    key,
+                    offset,
+                    deadline,
+                    waiter,
+                    timeout,
+                    page_bytes=page_bytes,
+                    parse=parse,
+                )
             )
-            for item in items:
-                yield item
+            items.reverse()  # each item let go of once taken, the page before the next read
+            while items:
+                item = items.pop()
                 offset = item.offset + 1
+                yield item
+                del item
             if ended:
                 return
 

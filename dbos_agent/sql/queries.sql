@@ -1578,19 +1578,38 @@ SELECT dbos_agent.append_stream(%(workflow_id)s, %(key)s, %(kind)s, %(value)s::j
 
 -- name: read_stream_items
 -- scope: one workflow
--- Items of a stream from an offset on, in order, with the workflow's status read
--- in the same snapshot (a finished workflow with nothing more to read ends it).
-SELECT s."offset", s.kind, s.value::text, s.step_seq, s.attempt,
+-- Items of a stream from an offset on, in order: at most %(limit)s of them and at
+-- most %(max_bytes)s bytes of value text (the first item always, however large), with
+-- the workflow's status read in the same snapshot (a finished workflow with nothing
+-- more to read ends it). The walk takes one item at a time by the primary key, so no
+-- item past the page is read but the one that would not fit (measured, not returned).
+WITH RECURSIVE page AS (
+    SELECT first."offset", first.kind, first.value, first.step_seq, first.attempt,
+           coalesce(octet_length(first.value), 0) AS bytes, 1 AS items
+    FROM (SELECT "offset", kind, value::text AS value, step_seq, attempt
+          FROM dbos_agent.streams
+          WHERE workflow_id = %(workflow_id)s AND key = %(key)s AND "offset" >= %(offset)s
+          ORDER BY "offset"
+          LIMIT 1) AS first
+    UNION ALL
+    SELECT n."offset", n.kind, n.value, n.step_seq, n.attempt,
+           page.bytes + coalesce(octet_length(n.value), 0), page.items + 1
+    FROM page
+    CROSS JOIN LATERAL (
+        SELECT "offset", kind, value::text AS value, step_seq, attempt
+        FROM dbos_agent.streams
+        WHERE workflow_id = %(workflow_id)s AND key = %(key)s AND "offset" > page."offset"
+        ORDER BY "offset"
+        LIMIT 1
+    ) AS n
+    WHERE page.items < %(limit)s
+      AND page.bytes + coalesce(octet_length(n.value), 0) <= %(max_bytes)s
+)
+SELECT s."offset", s.kind, s.value, s.step_seq, s.attempt,
        (SELECT status FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s)
            AS workflow_status
 FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (
-    SELECT "offset", kind, value, step_seq, attempt
-    FROM dbos_agent.streams
-    WHERE workflow_id = %(workflow_id)s AND key = %(key)s AND "offset" >= %(offset)s
-    ORDER BY "offset"
-    LIMIT %(limit)s
-) AS s ON true
+LEFT JOIN page AS s ON true
 ORDER BY s."offset";
 
 -- == approvals ==

@@ -131,10 +131,17 @@ class StreamStore:
         return done.write, done.result
 
     def read(
-        self, workflow_id: str, key: str, offset: int, limit: int = 500
+        self,
+        workflow_id: str,
+        key: str,
+        offset: int,
+        limit: int = 500,
+        max_bytes: int = 1024 * 1024,
     ) -> tuple[list[StreamRow], WorkflowStatus | None]:
-        """Up to ``limit`` items from ``offset`` on, and the workflow's status (None: no
-        such workflow), read together."""
+        """Items from ``offset`` on, at most ``limit`` of them and ``max_bytes`` of JSON
+        text (at least one, however large: a reader holds one page at a time, so this
+        bounds its memory), and the workflow's status (None: no such workflow), read
+        together."""
         rows = self._db.all(
             "read_stream_items",
             f"read stream {key!r} of workflow {workflow_id!r}",
@@ -142,6 +149,7 @@ class StreamStore:
             key=key,
             offset=offset,
             limit=limit,
+            max_bytes=max_bytes,
         )
         status = rows[0]["workflow_status"] if rows else None
         items = [

@@ -1,7 +1,8 @@
 """The HTTP API: the CLI's operator actions as JSON over HTTP, and streams as SSE.
 
 ``create_app(database_url, token=...)`` returns an ASGI application (FastAPI, with its
-OpenAPI document at ``/api/openapi.json``) that works on the system database through a
+OpenAPI document at ``/api/openapi.json``; no docs page, which would load its scripts from
+a CDN onto the server's origin) that works on the system database through a
 :class:`~dbos_agent.Client`: it runs no workflow itself, so it is stateless and may run
 in as many copies as wanted beside the workers. ``dbos-agent serve`` runs it on uvicorn
 with the dashboard at ``/``.
@@ -20,8 +21,12 @@ error answers and the dashboard.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from functools import cache
 from importlib import resources
 
 from fastapi import FastAPI, Request
@@ -40,6 +45,8 @@ from ..errors import (
 from ..storage.dsn import scrub
 from . import approvals, streams, workflows
 from .guard import DEFAULT_MAX_BODY_BYTES, Guard
+from .limits import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_PAGE_BYTES
+from .streams import StreamSlots
 
 __all__ = ["create_app"]
 
@@ -85,12 +92,17 @@ def create_app(
     host: str = "127.0.0.1",
     allow_hosts: Iterable[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    stream_page_bytes: int = DEFAULT_STREAM_PAGE_BYTES,
 ) -> FastAPI:
     """The API (and the dashboard at ``/``) on the system database at ``database_url``
     (default: as ``launch()`` finds it). With ``token``, every request but the dashboard's
     page must carry ``Authorization: Bearer <token>``. ``host`` is the address it is
     served on and ``allow_hosts`` other names it answers for (the ``Host`` header is
-    checked against them); bodies are at most ``max_body_bytes`` (see :mod:`.guard`)."""
+    checked against them); bodies are at most ``max_body_bytes`` (see :mod:`.guard`).
+    At most ``max_streams`` stream answers run at once, each holding at most
+    ``stream_page_bytes`` of items (see :mod:`.streams`)."""
+    slots = StreamSlots(max_streams, stream_page_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -107,9 +119,10 @@ def create_app(
         summary="See and steer durable workflows",
         lifespan=lifespan,
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,
         redoc_url=None,
     )
+    app.state.stream_slots = slots
     app.add_middleware(
         Guard,
         token=token,
@@ -129,8 +142,24 @@ def create_app(
 
 
 def _dashboard() -> HTMLResponse:
-    return HTMLResponse(_dashboard_html())
+    html, policy = _dashboard_page()
+    return HTMLResponse(html, headers={"Content-Security-Policy": policy})
 
 
-def _dashboard_html() -> str:
-    return resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
+@cache
+def _dashboard_page() -> tuple[str, str]:
+    """The page, and its Content-Security-Policy: its own inline script (by hash) and
+    styles, requests to its own origin, nothing else (an injected script or handler does
+    not run, no page may frame it)."""
+    html = resources.files(__package__).joinpath("dashboard.html").read_text(encoding="utf-8")
+    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.DOTALL)
+    hashes = " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
+        for s in scripts
+    )
+    policy = (
+        f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    )
+    return html, policy

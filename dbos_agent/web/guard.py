@@ -5,16 +5,28 @@ laptop's browser opens: a page on another origin can send a ``no-cors`` POST (it
 answer is hidden, its effect is not), and a page whose domain name is rebound to
 127.0.0.1 can read the answers as its own. So, in this order, before any body is read:
 
-- ``Host`` must name this server: the bound host, a ``--allow-host`` name, a loopback
-  name when bound to loopback, any IP literal when bound to every address (a rebound
-  page always sends its own domain name) — else 421;
+- the headers it decides on (``Host``, ``Origin``, ``Authorization``, ``Content-Type``,
+  ``Sec-Fetch-Site``) come once each — else 400 (which of two would a proxy have read?);
+- ``Host`` is a host name or address with an optional port, nothing else
+  (``localhost:80@evil.example`` is not), and names this server: the bound host, a
+  ``--allow-host`` name, a loopback name when bound to loopback, any IP literal when
+  bound to every address (a rebound page always sends its own domain name) — else 421;
 - the bearer token, when one is set, on every path but the dashboard's static page
-  (``/``), OpenAPI document and docs included — else 401;
+  (``/``), the OpenAPI document included — else 401;
+- no request but for the dashboard's page comes from another page than the server's
+  own: a foreign ``Origin``, or ``Sec-Fetch-Site`` other than ``same-origin`` or
+  ``none``, is 403 (a page cannot read the answer, but it could still hold a stream
+  open or change something);
 - a state-changing method needs a JSON body (``Content-Type: application/json``, which
   a cross-origin page cannot send without a CORS preflight, and none is ever allowed)
-  and no foreign ``Origin`` nor ``Sec-Fetch-Site: cross-site`` — else 415 or 403;
+  — else 415;
 - a body is at most ``max_body_bytes``: a larger ``Content-Length`` is refused at once,
   and a chunked body is read only up to the limit — else 413.
+
+Every answer says that no page may frame it (``X-Frame-Options: DENY``, CSP
+``frame-ancestors 'none'`` unless the answer has a policy of its own), that its type is
+what it says (``nosniff``) and that no ``Referer`` leaves the page (its URL may hold the
+token).
 
 Ids may contain ``/``: sent as ``%2F``, they stay one path segment (see
 :data:`SEGMENT`), which Starlette, decoding the path before routing, would lose.
@@ -25,6 +37,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -47,6 +60,20 @@ SEGMENT = "dbos_agent_segment"
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: The headers a decision is made on: each may come once.
+_SINGLE = (b"host", b"origin", b"authorization", b"content-type", b"sec-fetch-site")
+#: A ``Host`` value: a bracketed IPv6 address (group 1) or a name or IPv4 address (group
+#: 2), then an optional port; nothing else.
+_AUTHORITY = re.compile(
+    r"(?:\[([0-9a-f:.]+)\]|([a-z0-9_](?:[a-z0-9._-]*[a-z0-9_])?))(?::[0-9]{0,5})?"
+)
+_SAME_ORIGIN = ("same-origin", "none")
+_SECURITY_HEADERS = [
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+_NO_FRAMING = (b"content-security-policy", b"frame-ancestors 'none'")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -97,12 +124,11 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def _host_name(authority: str) -> str:
-    """The host of a ``Host`` header value (``[::1]:8787`` -> ``::1``), lower case."""
-    authority = authority.strip().lower()
-    if authority.startswith("["):
-        return authority[1 : authority.find("]")] if "]" in authority else authority
-    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
+def host_name(authority: str) -> str | None:
+    """The host of a ``Host`` header value (``[::1]:8787`` -> ``::1``), lower case; None
+    when it is not a host and an optional port (``localhost:80@evil.example``)."""
+    match = _AUTHORITY.fullmatch(authority.strip().lower())
+    return None if match is None else match.group(1) or match.group(2)
 
 
 class Guard:
@@ -123,7 +149,12 @@ class Guard:
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.any_ip = is_wildcard(bound_host)
-        hosts = {_host_name(h) for h in allow_hosts if h.strip()}
+        hosts = set()
+        for name in (h for h in allow_hosts if h.strip()):
+            host = host_name(name)
+            if host is None:
+                raise ValueError(f"{name!r} is not a host name (an --allow-host)")
+            hosts.add(host)
         if not self.any_ip:
             hosts.add(bound_host.strip("[]").lower())
         if is_loopback(bound_host) or self.any_ip:
@@ -134,8 +165,10 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _with_security_headers(send)
+        refusal = _repeated(scope["headers"])
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = self._refusal(scope, headers)
+        refusal = refusal or self._refusal(scope, headers)
         if refusal is not None:
             await _answer(send, *refusal)
             return
@@ -154,7 +187,14 @@ class Guard:
         await self.app(_with_segments(scope), receive, send)
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
-        host = _host_name(headers.get("host", ""))
+        given = headers.get("host", "")
+        host = host_name(given)
+        if host is None:
+            return (
+                421,
+                "MisdirectedRequest",
+                f"the Host header {given[:100]!r} is not a host name with an optional port",
+            )
         if host not in self.hosts and not (self.any_ip and _is_ip(host)):
             return (
                 421,
@@ -164,36 +204,18 @@ class Guard:
             )
         page = scope["path"][len(scope.get("root_path", "")) :] in ("", "/")  # mounted too
         if self.token is not None and not page:
-            scheme, _, given = headers.get("authorization", "").partition(" ")
+            scheme, _, token = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
-                given.strip().encode(), self.token.encode()
+                token.strip().encode(), self.token.encode()
             ):
                 return (
                     401,
                     "Unauthorized",
                     "a bearer token is required: Authorization: Bearer <token>",
                 )
-        if scope["method"] not in _UNSAFE_METHODS:
-            return None
-        origin = headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc.lower() != headers["host"].lower():
-            return (
-                403,
-                "CrossOriginRequest",
-                f"{scope['method']} from origin {origin[:100]!r} refused: only pages of "
-                f"this server may change workflows",
-            )
-        if headers.get("sec-fetch-site") == "cross-site":
-            return 403, "CrossOriginRequest", "a cross-site request may not change workflows"
-        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != "application/json":
-            return (
-                415,
-                "UnsupportedMediaType",
-                f"{scope['method']} needs Content-Type: application/json (an empty action "
-                f"sends {{}}), got {content_type or 'none'!r}",
-            )
-        return None
+        if page and scope["method"] not in _UNSAFE_METHODS:
+            return None  # the page may be opened from a link anywhere
+        return _foreign(scope["method"], headers) or _not_json(scope["method"], headers)
 
     async def _body(self, headers: dict[str, str], receive: Receive) -> bytes | None:
         """The whole body, or None as soon as it is known to pass the limit."""
@@ -213,6 +235,69 @@ class Guard:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _repeated(raw: Iterable[tuple[bytes, bytes]]) -> tuple[int, str, str] | None:
+    """A 400 when a header decided on comes more than once."""
+    names = [name.lower() for name, _ in raw]
+    for name in _SINGLE:
+        if names.count(name) > 1:
+            shown = name.decode()
+            return 400, "DuplicateHeader", f"the request has more than one {shown!r} header"
+    return None
+
+
+def _foreign(method: str, headers: dict[str, str]) -> tuple[int, str, str] | None:
+    """A 403 for a request that another page sent."""
+    origin = headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != headers["host"].lower():
+        return (
+            403,
+            "CrossOriginRequest",
+            f"{method} from origin {origin[:100]!r} refused: only pages of this server may "
+            f"use its API",
+        )
+    site = headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in _SAME_ORIGIN:
+        return (
+            403,
+            "CrossOriginRequest",
+            f"a request sent by another page (Sec-Fetch-Site: {site[:20]}) may not use this "
+            f"server's API",
+        )
+    return None
+
+
+def _not_json(method: str, headers: dict[str, str]) -> tuple[int, str, str] | None:
+    """A 415 for a change whose body is not JSON (what a page of another origin could
+    send without a preflight)."""
+    if method not in _UNSAFE_METHODS:
+        return None
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        return (
+            415,
+            "UnsupportedMediaType",
+            f"{method} needs Content-Type: application/json (an empty action sends {{}}), "
+            f"got {content_type or 'none'!r}",
+        )
+    return None
+
+
+def _with_security_headers(send: Send) -> Send:
+    """``send`` adding the headers every answer carries (see the module doc)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            names = {name.lower() for name, _ in headers}
+            headers += [h for h in _SECURITY_HEADERS if h[0] not in names]
+            if _NO_FRAMING[0] not in names:
+                headers.append(_NO_FRAMING)
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 def _replay(body: bytes) -> Receive:

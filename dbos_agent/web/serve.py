@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import secrets
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -21,7 +23,15 @@ from ..errors import DbosAgentError
 from ..postgres.embedded import DEFAULT_DIRECTORY, resolve_url
 from ..storage.database import SystemDatabase
 from ..storage.dsn import URL_ENV, configured_url, redact_url, scrub
-from .guard import DEFAULT_MAX_BODY_BYTES, is_loopback, is_wildcard
+from .guard import DEFAULT_MAX_BODY_BYTES, host_name, is_loopback, is_wildcard
+from .limits import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SEND_TIMEOUT,
+    DEFAULT_STREAM_PAGE_BYTES,
+)
 
 __all__ = ["DESCRIPTION", "TOKEN_ENV", "add_arguments", "is_loopback", "run"]
 
@@ -35,8 +45,12 @@ DESCRIPTION = (
     f"${TOKEN_ENV} or a file, and keep the database password out of --database-url\n"
     f"(${URL_ENV}, or $PGPASSWORD, or a password file: $PGPASSFILE, ~/.pgpass).\n"
     "The Host header must name the server (--host, an --allow-host name, or localhost\n"
-    "when on loopback); changes need a JSON body, from no other origin; bodies are at\n"
-    "most --max-body-bytes.\n"
+    "when on loopback); no page of another origin may use the API; changes need a JSON\n"
+    "body; bodies are at most --max-body-bytes.\n"
+    "Limits: --max-streams streams at once (503 beyond), each holding --stream-page-bytes\n"
+    "of items at most; --max-connections connections (503 beyond); a request must arrive\n"
+    "within --request-timeout s, an idle connection closes after --idle-timeout s, and a\n"
+    "client that takes none of its answer for --send-timeout s is dropped.\n"
     "exit status: 0 stopped (SIGTERM, Ctrl-C); 1 cannot listen or reach the database;\n"
     "2 usage error."
 )
@@ -66,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="allow_hosts",
         action="append",
         default=[],
+        type=_host,
         metavar="NAME",
         help="another name the server answers for in the Host header (repeatable)",
     )
@@ -76,6 +91,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"largest request body (default {DEFAULT_MAX_BODY_BYTES})",
     )
+    limits: list[tuple[str, Callable[[str], float], float, str, str]] = [
+        ("--max-streams", _positive, DEFAULT_MAX_STREAMS, "N", "streams (SSE answers) at once"),
+        (
+            "--stream-page-bytes",
+            _positive,
+            DEFAULT_STREAM_PAGE_BYTES,
+            "N",
+            "most JSON text of items a stream answer holds",
+        ),
+        ("--max-connections", _positive, DEFAULT_MAX_CONNECTIONS, "N", "connections at once"),
+        ("--request-timeout", _seconds, DEFAULT_REQUEST_TIMEOUT, "S", "seconds to send a request"),
+        (
+            "--idle-timeout",
+            _positive,
+            DEFAULT_IDLE_TIMEOUT,
+            "S",
+            "seconds an idle connection lasts",
+        ),
+        (
+            "--send-timeout",
+            _seconds,
+            DEFAULT_SEND_TIMEOUT,
+            "S",
+            "seconds to take none of an answer",
+        ),
+    ]
+    for flag, kind, default, metavar, text in limits:
+        parser.add_argument(
+            flag, type=kind, default=default, metavar=metavar, help=f"{text} (default {default:g})"
+        )
 
 
 def _positive(text: str) -> int:
@@ -86,6 +131,33 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _host(text: str) -> str:
+    if host_name(text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a host name")
+    return text
+
+
+def _enough_open_files(connections: int) -> None:
+    """Raise this process's soft limit of open files (often 1024) towards its hard one,
+    so that ``connections`` clients and the database's fit: the cap refuses clients
+    before the process runs out of files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, ceiling), hard))
 
 
 def _error(message: str) -> None:
@@ -175,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .api import create_app
+        from .connections import ConnectionLimits, server_config
     except ImportError as exc:
         _error(f"{exc.name} is not installed: pip install 'dbos-agent[web]'")
         return 2
@@ -204,7 +277,16 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         allow_hosts=args.allow_hosts,
         max_body_bytes=args.max_body_bytes,
+        max_streams=args.max_streams,
+        stream_page_bytes=args.stream_page_bytes,
     )
+    limits = ConnectionLimits(
+        max_connections=args.max_connections,
+        request_timeout=args.request_timeout,
+        idle_timeout=args.idle_timeout,
+        send_timeout=args.send_timeout,
+    )
+    _enough_open_files(limits.max_connections)
     port = sock.getsockname()[1]
     shown_host = "127.0.0.1" if is_wildcard(args.host) else args.host
     shown_host = f"[{shown_host}]" if ":" in shown_host else shown_host
@@ -224,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, limits, lifespan="on"))
     try:
         server.run(sockets=[sock])
     finally:
