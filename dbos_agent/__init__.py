@@ -54,6 +54,7 @@ from .engine.schedule_operations import (
 )
 from .engine.schedules import scheduled
 from .engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
+from .engine.step_options import StepOptions
 from .engine.streams import (
     StreamItem,
     close_stream,
@@ -136,6 +137,7 @@ __all__ = [
     "NotDone",
     "RetryPolicy",
     "RunningStep",
+    "StepOptions",
     "ask_approval",
     "ask_approval_async",
     "close_stream",

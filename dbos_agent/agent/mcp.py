@@ -2,7 +2,8 @@
 
 An MCP server's tools join a :class:`~dbos_agent.agent.ToolRegistry` beside function tools,
 with the same :class:`~dbos_agent.agent.ToolOptions` (approvals, ``idempotent=False`` and
-its guard, retries, ``timeout``), so an agent loop cannot tell them apart:
+its guard, every retry option of ``@da.step``, ``timeout``), so an agent loop cannot tell
+them apart:
 
 * **The listing is a step**, ``mcp:list_tools:<server>``, taken once per run of a workflow
   (the first time the run needs the tools: a model call's ``tools`` or a tool call) and
@@ -35,18 +36,26 @@ registry calls it there, and sync use from that loop's own thread is refused wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TextIO, TypeVar, Unpack, cast
+from typing import Any, TypeVar, Unpack, cast
 
 from mcp import ClientSession
 from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 
-from ..engine.extending import RetryPolicy, WorkflowContext, current_context
+from ..engine.extending import (
+    STEP_OPTIONS,
+    StepSettings,
+    WorkflowContext,
+    check_known,
+    current_context,
+    layered,
+)
 from ..engine.step import step as engine_step
 from .mcp_connections import (
     AsyncOnlyToolError,
@@ -65,7 +74,8 @@ from .mcp_sources import (
     transport_for,
 )
 from .replay import note_step
-from .tools import Tool, ToolErrorResult, ToolInputError, ToolOptions, _checked_name
+from .tool_options import MCP_OWN, McpOptions, ToolOptions, check_tool_options
+from .tools import Tool, ToolErrorResult, ToolInputError, _checked_name
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -73,6 +83,7 @@ __all__ = [
     "AsyncOnlyToolError",
     "McpConnectionError",
     "McpHttpServer",
+    "McpOptions",
     "McpServer",
     "McpSource",
     "McpTool",
@@ -92,8 +103,11 @@ LIST_STEP_PREFIX = "mcp:list_tools:"
 #: How long a listing or call waits out a server that is down (seconds) unless the tool
 #: options say otherwise (``give_up_after``).
 DEFAULT_GIVE_UP_AFTER = 24 * 3600.0
-#: ``@da.step``'s retry defaults (a listing not paced by the server's options uses them).
-_STEP_DEFAULTS = RetryPolicy()
+
+
+def _step_part(options: ToolOptions) -> dict[str, Any]:
+    """The options of ``options`` that are its step's."""
+    return {name: value for name, value in options.items() if name in STEP_OPTIONS}
 
 
 def error_result(text: str) -> mcp_types.CallToolResult:
@@ -178,38 +192,39 @@ class McpServer:
     Made by :meth:`ToolRegistry.add_mcp` (see there for the arguments).
     """
 
-    def __init__(
-        self,
-        source: McpSource,
-        *,
-        server_name: str | None = None,
-        tool_options: dict[str, ToolOptions] | None = None,
-        errlog: TextIO | None = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        reconnects: int = 2,
-        **options: Unpack[ToolOptions],
-    ) -> None:
-        unknown = sorted(set(options) - ToolOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"MCP server options: unknown {unknown}; see ToolOptions")
+    def __init__(self, source: McpSource, **options: Unpack[McpOptions]) -> None:
         if "name" in options or "description" in options:
             raise TypeError("name= and description= are per tool: pass them in tool_options")
-        self.name = server_name or default_name(source)
-        #: The step options every tool of the server starts from: a server that is down
-        #: is waited for (``give_up_after``), and named as what the step waits for.
-        self.defaults: ToolOptions = {
-            "give_up_after": DEFAULT_GIVE_UP_AFTER,
-            "waits_for": f"MCP server {self.name!r}",
-            **options,
-        }
-        self.tool_options = dict(tool_options or {})
-        self.request_timeout = request_timeout
-        self.reconnects = reconnects
+        self.name = options.get("server_name") or default_name(source)
+        check_known(options, McpOptions.__optional_keys__, f"MCP server {self.name!r}")
+        tool_options = dict(options.get("tool_options") or {})
+        for mcp_name, own in tool_options.items():
+            check_tool_options(own, f"MCP tool {mcp_name!r}")
+        #: The options every tool of the server starts from: a server that is down is
+        #: waited for (``give_up_after``), and named as what the step waits for.
+        self.defaults = cast(
+            ToolOptions,
+            layered(
+                {"give_up_after": DEFAULT_GIVE_UP_AFTER, "waits_for": f"MCP server {self.name!r}"},
+                {k: v for k, v in options.items() if k not in MCP_OWN},
+            ),
+        )
+        # the server's step options, checked now (a mistake is the code's, not a run's)
+        paced = StepSettings.of(_step_part(self.defaults), f"MCP server {self.name!r}").retry
+        self.tool_options = tool_options
+        request_timeout = options.get("request_timeout")
+        self.request_timeout = (
+            DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout
+        )
+        self.reconnects = options.get("reconnects", 2)
+        connect_timeout = options.get("connect_timeout")
         self._connection: Connection = (
             GivenSession(source)
             if isinstance(source, ClientSession)
-            else OwnedConnection(transport_for(source, errlog), connect_timeout)
+            else OwnedConnection(
+                transport_for(source, options.get("errlog")),
+                DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
+            )
         )
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[WorkflowContext, list[McpTool]] = (
@@ -225,14 +240,11 @@ class McpServer:
         async def list_mcp_tools_async() -> list[mcp_types.Tool]:
             return await self._with_reconnects(self._list_all, self.request_timeout)
 
-        listing = engine_step(  # paced as the server's calls are
+        listing = engine_step(  # paced as the server's calls are, retrying only outages
             name=step_name,
-            retry_on=(McpConnectionError, TimeoutError),
-            interval=options.get("interval", _STEP_DEFAULTS.interval),
-            backoff=options.get("backoff", _STEP_DEFAULTS.backoff),
-            max_interval=options.get("max_interval", _STEP_DEFAULTS.max_interval),
-            give_up_after=self.defaults.get("give_up_after"),
-            waits_for=self.defaults.get("waits_for"),
+            retry_policy=dataclasses.replace(
+                paced, retries=0, retry_on=(McpConnectionError, TimeoutError), retry_if=None
+            ),
         )
         self._list_step = listing(list_mcp_tools)
         self._list_step_async = listing(list_mcp_tools_async)
@@ -357,7 +369,9 @@ class McpServer:
         with self._lock:
             made = self._made.get(key)
         if made is None:
-            options: ToolOptions = {**self.defaults, **self.tool_options.get(listed.name, {})}
+            options = cast(
+                ToolOptions, layered(self.defaults, self.tool_options.get(listed.name, {}))
+            )
             made = McpTool(self, listed, options)
             with self._lock:
                 self._made[key] = made

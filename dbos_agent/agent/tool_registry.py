@@ -21,7 +21,7 @@ import asyncio
 import contextvars
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, TextIO, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from anthropic.types import ToolParam, ToolResultBlockParam
 
@@ -30,7 +30,8 @@ from ..engine.extending import at_position, reserve_positions
 from ..engine.step import step as engine_step
 from ..errors import CheckpointTooLargeError, DbosAgentError
 from .replay import note_step
-from .tools import Tool, ToolCallRejected, ToolErrorResult, ToolInputError, ToolOptions
+from .tool_options import McpOptions
+from .tools import Tool, ToolCallRejected, ToolErrorResult, ToolInputError
 
 if TYPE_CHECKING:
     from .mcp import McpServer, McpSource
@@ -111,71 +112,31 @@ class ToolRegistry:
             self.add(item)
 
     @classmethod
-    def from_mcp(
-        cls,
-        source: McpSource,
-        *,
-        server_name: str | None = None,
-        tool_options: dict[str, ToolOptions] | None = None,
-        errlog: TextIO | None = None,
-        connect_timeout: float | None = None,
-        request_timeout: float | None = None,
-        reconnects: int = 2,
-        **options: Unpack[ToolOptions],
-    ) -> ToolRegistry:
+    def from_mcp(cls, source: McpSource, **options: Unpack[McpOptions]) -> ToolRegistry:
         """A registry of one MCP server's tools (see :meth:`add_mcp`)."""
         registry = cls()
-        registry.add_mcp(
-            source,
-            server_name=server_name,
-            tool_options=tool_options,
-            errlog=errlog,
-            connect_timeout=connect_timeout,
-            request_timeout=request_timeout,
-            reconnects=reconnects,
-            **options,
-        )
+        registry.add_mcp(source, **options)
         return registry
 
-    def add_mcp(
-        self,
-        source: McpSource,
-        *,
-        server_name: str | None = None,
-        tool_options: dict[str, ToolOptions] | None = None,
-        errlog: TextIO | None = None,
-        connect_timeout: float | None = None,
-        request_timeout: float | None = None,
-        reconnects: int = 2,
-        **options: Unpack[ToolOptions],
-    ) -> McpServer:
+    def add_mcp(self, source: McpSource, **options: Unpack[McpOptions]) -> McpServer:
         """Add the tools of an MCP server (needs the ``mcp`` extra).
 
         ``source``: ``StdioServerParameters`` or ``[command, *args]`` (the server is started
         on first use and stopped by :meth:`aclose`), an ``http(s)://`` URL or
         ``McpHttpServer(url, headers=...)`` (a running server, over Streamable HTTP; the
         URL's credentials and the headers' values are never shown or recorded), or an open
-        ``mcp.ClientSession``. ``server_name`` names the listing step
-        ``mcp:list_tools:<server_name>`` (default: the server script's name, or the URL's
-        last path part or host). ``options`` (:class:`ToolOptions` but ``name`` and
-        ``description``) apply to every tool of the server; ``tool_options`` maps an MCP
-        tool's name to its own (``name`` renames it for the model). ``errlog``: where the
-        server's stderr goes. ``connect_timeout`` and ``request_timeout`` (seconds; default
-        30 and 300) bound connecting and each request; a broken connection is reopened at
-        most ``reconnects`` times per request.
+        ``mcp.ClientSession``. The ``options`` are :class:`McpOptions`: every option of
+        ``@da.step`` and ``requires_approval`` for every tool of the server,
+        ``tool_options`` (an MCP tool's name to its own :class:`ToolOptions`; ``name``
+        renames it for the model), and how to reach the server: ``server_name`` (names the
+        listing step ``mcp:list_tools:<server_name>``; default: the server script's name,
+        or the URL's last path part or host), ``errlog`` (where the server's stderr goes),
+        ``connect_timeout`` and ``request_timeout`` (seconds; default 30 and 300), and
+        ``reconnects`` (how often a broken connection is reopened per request, default 2).
         """
-        from .mcp import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, McpServer
+        from .mcp import McpServer
 
-        server = McpServer(
-            source,
-            server_name=server_name,
-            tool_options=tool_options,
-            errlog=errlog,
-            connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
-            request_timeout=DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
-            reconnects=reconnects,
-            **options,
-        )
+        server = McpServer(source, **options)
         if any(known.name == server.name for known in self._servers):
             raise ValueError(f"an MCP server named {server.name!r} is already registered")
         self._servers.append(server)

@@ -13,8 +13,7 @@ import inspect
 import re
 import typing
 from collections.abc import Callable
-from datetime import timedelta
-from typing import Annotated, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Annotated, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 import pydantic
 import pydantic_core
@@ -23,6 +22,7 @@ from anthropic.types import ToolParam
 from ..engine.extending import NotDone, StepDefinition
 from ..engine.step import step as engine_step
 from .accounting import TOOL_STEP_PREFIX
+from .tool_options import TOOL_OWN, ToolOptions, check_tool_options
 
 __all__ = [
     "NotDone",
@@ -115,53 +115,9 @@ def _format_validation_error(name: str, error: pydantic.ValidationError) -> str:
     return f"invalid input for tool {name!r}: {problems}"
 
 
-class ToolOptions(TypedDict, total=False):
-    """The options of a tool, said once: ``@tool(...)`` and ``Tool(fn, ...)`` take them as
-    keywords. The step options left out take ``@da.step``'s defaults (one retry policy's
-    defaults for steps and tools alike)."""
-
-    name: str | None
-    """The name the model calls (default: the function's); the step is ``tool:<name>``."""
-    description: str | None
-    """What the model reads (default: the docstring without its ``Args:`` section)."""
-    requires_approval: bool
-    """A call the model asks for runs only once a human approved that exact call (tool and
-    arguments, see ``da.request_approval``); a rejection goes back to the model as an
-    ``is_error`` result with the human's reason."""
-    idempotent: bool
-    """False: the intent is recorded before the tool runs (at most once, see ``guard``)."""
-    guard: Callable[..., Any] | None
-    """``guard(**input)`` of a non-idempotent tool found in doubt after a crash: the earlier
-    result if the effect happened, else :data:`NotDone`."""
-    retries: int
-    """Attempts after the first, for exceptions in ``retry_on``."""
-    interval: float
-    """Seconds before the first retry, times ``backoff`` each time, at most
-    ``max_interval``."""
-    backoff: float
-    max_interval: float
-    retry_on: tuple[type[BaseException], ...]
-    timeout: float | None
-    """Seconds an attempt of an ``async def`` tool may take before it is cancelled: the
-    model gets the TimeoutError as an ``is_error`` result, after ``retries``."""
-    give_up_after: float | timedelta | None
-    """Seconds (or a ``timedelta``) from the first attempt during which an error in
-    ``retry_on`` (or a ``DependencyUnavailableError``: an MCP server that is down) is
-    tried again past ``retries``, waiting durably: see ``@da.step``. MCP tools default to
-    24 hours; function tools to None (``retries`` alone)."""
-    waits_for: str | None
-    """What a failing call waits for, as operators read it (MCP tools: the server)."""
-
-
-#: The options that are the tool's own; every other one is its step's.
-_TOOL_OWN = frozenset({"name", "description", "requires_approval"})
-
-
 def _checked_name(name: str, options: ToolOptions) -> str:
     """``name`` if the Messages API accepts it and ``options`` are all known options."""
-    unknown = sorted(set(options) - ToolOptions.__optional_keys__)
-    if unknown:
-        raise TypeError(f"tool {name!r}: unknown options {unknown}; see ToolOptions")
+    check_tool_options(options, f"tool {name!r}")
     if not _NAME.match(name):
         raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
     return name
@@ -172,8 +128,9 @@ class Tool(Generic[P, R]):
 
     ``def`` and ``async def`` functions both work. Calling the tool inside a workflow is a
     step (checkpointed, replayed); outside it is a plain call. The options are
-    :class:`ToolOptions`: the step's (``idempotent``, ``guard``, retries, ``timeout``) are
-    passed to ``@da.step`` as they are.
+    :class:`ToolOptions`: the step's (every option of ``@da.step``: ``idempotent``,
+    ``guard``, the retry options, ``retry_policy``, ``timeout``...) are passed to it as
+    they are.
     """
 
     def __init__(self, fn: Callable[P, R], **options: Unpack[ToolOptions]) -> None:
@@ -196,7 +153,7 @@ class Tool(Generic[P, R]):
         #: A human approves each call first (see ToolRegistry and da.request_approval).
         self.requires_approval = bool(options.get("requires_approval", False))
         step_options: dict[str, Any] = {
-            key: value for key, value in options.items() if key not in _TOOL_OWN
+            key: value for key, value in options.items() if key not in TOOL_OWN
         }
         self._step: Callable[..., R] = engine_step(
             name=TOOL_STEP_PREFIX + self.name, **step_options

@@ -13,15 +13,14 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from ..errors import (
     CheckpointTooLargeError,
     ConfigurationError,
     DatabaseUnavailableError,
-    InvalidOptionError,
     NotInStepError,
     StepInDoubtError,
     WorkflowDivergedError,
@@ -51,8 +50,9 @@ from .runtime.ownership import ensure_owned, owns_now, stop_for
 from .runtime.plans import run_plan, run_plan_async
 from .runtime.registry import NotDone as NotDone
 from .runtime.registry import RetryPolicy as RetryPolicy
-from .runtime.registry import StepDefinition, seconds_option, step_definition
+from .runtime.registry import StepDefinition, step_definition
 from .runtime.retries import Retrying
+from .step_options import StepOptions, StepSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -433,21 +433,7 @@ def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
 
 @overload
 def step(
-    *,
-    name: str | None = None,
-    retries: int = 0,
-    interval: float = 1.0,
-    backoff: float = 2.0,
-    max_interval: float = 60.0,
-    jitter: float = 0.1,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
-    retry_if: Callable[[BaseException], bool] | None = None,
-    idempotent: bool = True,
-    guard: Callable[..., Any] | None = None,
-    retry_policy: RetryPolicy | None = None,
-    timeout: float | None = None,
-    give_up_after: float | timedelta | None = None,
-    waits_for: str | None = None,
+    *, name: str | None = None, **options: Unpack[StepOptions]
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -456,19 +442,7 @@ def step(
     /,
     *,
     name: str | None = None,
-    retries: int = 0,
-    interval: float = 1.0,
-    backoff: float = 2.0,
-    max_interval: float = 60.0,
-    jitter: float = 0.1,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
-    retry_if: Callable[[BaseException], bool] | None = None,
-    idempotent: bool = True,
-    guard: Callable[..., Any] | None = None,
-    retry_policy: RetryPolicy | None = None,
-    timeout: float | None = None,
-    give_up_after: float | timedelta | None = None,
-    waits_for: str | None = None,
+    **options: Unpack[StepOptions],
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable step: its outcome is checkpointed, and replayed on recovery.
 
@@ -505,27 +479,21 @@ def step(
     surviving kill -9 and take-over), and ``dbos-agent retry ID`` tries it now (see
     runtime/retries.py). ``waits_for`` names what it waits for meanwhile, as operators
     read it (``"the payments API"``; default: the step's name). ``retry_policy`` replaces
-    every retry argument, these two too.
+    every retry argument, these two too (given beside it, they are refused).
+
+    The options are :class:`~dbos_agent.engine.step_options.StepOptions`, the same that
+    ``@tool`` and an MCP server's tools take; an unknown one is a TypeError naming it.
     """
-    if retry_policy is not None and (give_up_after is not None or waits_for is not None):
-        raise InvalidOptionError(
-            "give_up_after= or waits_for= was given with retry_policy=: set them on the policy"
-        )
-    policy = retry_policy or RetryPolicy(
-        retries,
-        interval,
-        backoff,
-        max_interval,
-        jitter,
-        tuple(retry_on),
-        retry_if,
-        give_up_after=seconds_option(give_up_after),
-        waits_for=waits_for,
-    )
+    settings = StepSettings.of(options, f"step {name!r}" if name else "step")
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
         definition = step_definition(
-            func, name, policy, idempotent=idempotent, guard=guard, timeout=timeout
+            func,
+            name,
+            settings.retry,
+            idempotent=settings.idempotent,
+            guard=settings.guard,
+            timeout=settings.timeout,
         )
         return make_step(func, definition)
 

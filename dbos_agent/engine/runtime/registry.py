@@ -216,14 +216,11 @@ def step_definition(
     if guard is not None and idempotent:
         raise ValueError(f"step {step_name!r}: a guard only makes sense with idempotent=False")
     is_async = inspect.iscoroutinefunction(fn)
-    if timeout is not None:
-        if not is_async:
-            raise ValueError(
-                f"step {step_name!r}: timeout= needs an async step (a running thread cannot "
-                "be stopped; give the call inside the step its own timeout)"
-            )
-        if not (timeout > 0 and math.isfinite(timeout)):
-            raise ValueError(f"step {step_name!r}: timeout must be > 0 seconds, got {timeout}")
+    if timeout is not None and not is_async:  # its value was checked with the options
+        raise ValueError(
+            f"step {step_name!r}: timeout= needs an async step (a running thread cannot "
+            "be stopped; give the call inside the step its own timeout)"
+        )
     return StepDefinition(
         name=step_name,
         fn=fn,

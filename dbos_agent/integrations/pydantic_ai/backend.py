@@ -22,7 +22,7 @@ import contextvars
 import functools
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, cast
 
 from pydantic_ai.durable_exec._codec import JSON_CODEC
 from pydantic_ai.durable_exec._model_error_codec import decode_model_error, encode_model_error
@@ -43,7 +43,16 @@ from ...agent.accounting import MODEL_STEP_NAMES
 from ...agent.budget import BudgetGuard
 from ...agent.replay import note_step
 from ...agent.tool_registry import too_large_text
-from ...engine.extending import NotDone, WorkflowContext, at_position, current_context, in_step
+from ...engine.extending import (
+    NotDone,
+    StepOptions,
+    StepSettings,
+    WorkflowContext,
+    at_position,
+    current_context,
+    in_step,
+    layered,
+)
 from ...engine.step import step as engine_step
 from ...engine.step import step_info
 from ...errors import (
@@ -84,30 +93,6 @@ DEFAULT_MAX_TOKENS = 4096
 MaxTokens = Callable[[str | None, Mapping[str, Any] | None], int]
 
 
-class StepOptions(TypedDict, total=False):
-    """How an operation's step runs: ``@da.step``'s options, each with its default.
-
-    ``idempotent=False`` (tools only) records the call's intent with its arguments before
-    it runs; after a crash between the two, ``guard(**arguments)`` returns the earlier
-    result or :data:`~dbos_agent.NotDone`, or the workflow stops ``IN_DOUBT``.
-    ``give_up_after`` is how long a model request or an MCP operation waits out its
-    provider or server being down (24 hours by default, see :mod:`.outages`; None: only
-    ``retries``), ``waits_for`` what operators read it waits for.
-    """
-
-    retries: int
-    interval: float
-    backoff: float
-    max_interval: float
-    retry_on: tuple[type[BaseException], ...]
-    retry_if: Callable[[BaseException], bool] | None
-    timeout: float | None
-    idempotent: bool
-    guard: Callable[..., Any] | None
-    give_up_after: float | None
-    waits_for: str | None
-
-
 #: The options that only tool calls take (a validation or a model call is never an effect).
 _EFFECT_OPTIONS = ("idempotent", "guard")
 
@@ -146,11 +131,11 @@ class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
     step). A metadata mistake is the agent's code, a ``UserError`` as Pydantic AI raises."""
 
     def __init__(self, *, model: StepOptions, tool: StepOptions, mcp: StepOptions) -> None:
-        self._model = cast(
-            StepOptions, {**MODEL_DEFAULTS, "retry_if": model_step_error_is_transient, **model}
-        )
-        self._tool = tool
-        self._mcp = cast(StepOptions, {**MCP_DEFAULTS, "retry_if": mcp_error_is_transient, **mcp})
+        model_defaults = {**MODEL_DEFAULTS, "retry_if": model_step_error_is_transient}
+        self._model = _checked(layered(model_defaults, model), "model_step")
+        self._tool = _checked(layered({}, tool), "tool_step")
+        mcp_defaults = {**MCP_DEFAULTS, "retry_if": mcp_error_is_transient}
+        self._mcp = _checked(layered(mcp_defaults, mcp), "mcp_step")
 
     def base(self, role: OperationConfigRole, *, operation_id: DurableOperationId) -> StepOptions:
         if role == "model":
@@ -178,13 +163,8 @@ class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
                     f"tool {tool_name!r}: metadata {METADATA_KEY!r} must be a dict of step "
                     f"options (StepOptions) or False, got {type(own).__name__}"
                 )
-            unknown = sorted(set(own) - StepOptions.__optional_keys__)
-            if unknown:
-                raise UserError(
-                    f"tool {tool_name!r}: unknown step options {unknown} in its "
-                    f"{METADATA_KEY!r} metadata; see StepOptions"
-                )
-            options = cast(StepOptions, {**options, **own})
+            owner = f"tool {tool_name!r}: its {METADATA_KEY!r} metadata"
+            options = _checked(layered(options, own), owner)
         if isinstance(operation_id, ToolsetValidateToolArgumentsId):
             return _without_effects(options)
         if getattr(operation_id, "toolset_kind", None) == "mcp":
@@ -205,7 +185,17 @@ def _mcp_call_options(options: StepOptions, own: Mapping[str, Any] | None) -> St
     cannot be told)."""
     if options.get("idempotent") is not False or "give_up_after" in (own or {}):
         return options
-    return cast(StepOptions, {**options, "give_up_after": None})
+    return layered(options, {"give_up_after": None})
+
+
+def _checked(options: StepOptions, owner: str) -> StepOptions:
+    """``options`` if they are all step options of fitting values (checked as ``@da.step``
+    checks its own); a mistake is the agent's code, a ``UserError`` as Pydantic AI raises."""
+    try:
+        StepSettings.of(options, owner)
+    except (TypeError, ValueError) as wrong:
+        raise UserError(str(wrong)) from None
+    return options
 
 
 def _without_effects(options: StepOptions) -> StepOptions:
