@@ -68,7 +68,7 @@ class StepOptions(TypedDict, total=False):
 
 #: Every option of a step.
 STEP_OPTIONS: frozenset[str] = StepOptions.__optional_keys__
-#: The options a ``retry_policy`` stands for: given beside it, they would be ignored.
+#: The options a ``retry_policy`` stands for (given beside it, they are refused).
 RETRY_OPTIONS = frozenset(field.name for field in dataclasses.fields(RetryPolicy))
 
 
