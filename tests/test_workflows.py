@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.runtime.admission import admit
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import take_over_once
@@ -229,7 +230,7 @@ def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
     other = _second_engine(dbos_agent_database_url, "other")
     try:
         definition = squares.__dbos_agent_workflow__  # type: ignore[attr-defined]
-        admission = other.admit(definition, wid, (wid, 3), {})
+        admission = admit(other, definition, wid, (wid, 3), {})
         assert admission.remote and admission.run is None
         GATES[wid].set()
         assert other.wait_for_outcome(wid, 10).unwrap() == 5

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import DbosAgentError, QueueConflictError
 from ..limits import check_delay, check_identifier, check_priority
 from .handle import WorkflowHandle
+from .runtime.admission import admit
 from .runtime.core import Engine
 from .runtime.engine import current_engine
 from .runtime.registry import find_workflow
@@ -119,7 +120,8 @@ class Queue:
         check_priority(priority, self.name)
         engine = current_engine()
         wid = workflow_id_for_start(workflow_id, enqueue=True)
-        admission = engine.admit(
+        admission = admit(
+            engine,
             definition,
             wid,
             args,

@@ -32,7 +32,6 @@ from typing import Any
 from ...errors import (
     ConfigurationError,
     DatabaseUnavailableError,
-    NotLaunchedError,
     SerializationError,
     WorkflowCancelledError,
     WorkflowDivergedError,
@@ -43,16 +42,13 @@ from ...errors_codec import dumps_error
 from ...limits import check_identifier
 from ...records import RecoveryReport, WorkflowStatus
 from ...storage.database import SystemDatabase
-from ...storage.rows import Runner, WorkflowRow
-from ...storage.session import ExecutorSession, end_dead_local_sessions
+from ...storage.rows import Runner
+from ...storage.session import ExecutorSession
 from . import tracing
 from .context import (
     OwnershipLost,
     StopReason,
     WorkflowContext,
-    current_context,
-    current_workflow_id,
-    current_workflow_timeout,
     entered_workflow,
 )
 from .executors import EventLoop, RoomWatch, WorkerPool
@@ -61,13 +57,12 @@ from .outcome import (
     Outcome,
     capture,
     capture_async,
-    held_error,
     stored_outcome,
     workflow_outcome,
 )
 from .plans import Plan, run_plan
-from .registry import WorkflowDefinition, code_version, workflow_names
-from .runs import Admission, Claim, RunTable, WorkflowRun, check_same_call
+from .registry import code_version, workflow_names
+from .runs import Claim, RunTable, WorkflowRun
 from .suspension import Suspended
 from .waiting import finished_outcome
 
@@ -219,173 +214,6 @@ class Engine:
         self._dispatch_wanted.wait(timeout)
         self._dispatch_wanted.clear()
 
-    # -- admission: idempotent start ---------------------------------------------------
-
-    def admit(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        queue_name: str | None = None,
-        priority: int = 0,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> Admission:
-        """Record the call (or find it recorded) and decide who runs it.
-
-        A new id is inserted PENDING and run by the caller (or ENQUEUED when
-        ``queue_name`` is given, for a worker to run; or, with ``delay``, recorded to
-        start that many seconds from now, holding no thread). A finished one returns
-        its recorded outcome. A pending one running here is attached to; one
-        whose session is alive elsewhere is waited for; one whose session is
-        gone is taken over and continued from its log by the caller. Another
-        function or other inputs under the id raise :class:`WorkflowIdConflictError`.
-        """
-        if self.stopping:
-            raise NotLaunchedError("the dbos_agent engine is shutting down")
-        check_identifier(workflow_id, "workflow id")
-        inputs = definition.inputs.dumps(args, kwargs)
-        if self.replay_only:
-            return self._admit_replayed(definition, workflow_id)
-        if queue_name is not None or delay is not None:
-            return self._enqueue(
-                definition, workflow_id, inputs, queue_name, priority, dedup_id, delay
-            )
-        run = WorkflowRun(definition, workflow_id, args, kwargs, {})
-        active = self.runs.claim(run, inputs)
-        if active is not None:
-            check_same_call(workflow_id, definition.name, inputs, active.name, active.inputs)
-            return Admission(attached=active.future)
-        try:
-            run.owned_streak = self.ownership_mark()
-            inserted, row = self._insert(definition, workflow_id, inputs, None, 0)
-            if inserted:
-                return Admission(run=run)
-            check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
-            if row.status.finished:
-                outcome = stored_outcome(
-                    workflow_id, row.status, row.output, row.error, definition.result
-                )
-                self._resolve(run, outcome)
-                return Admission(finished=outcome)
-            if row.status is WorkflowStatus.DIVERGED:
-                return self._admit_diverged(run)
-            pending = row.status is WorkflowStatus.PENDING
-            mine = pending and row.owner_key == self.session_key
-            if not mine:
-                run.owned_streak = self.ownership_mark()
-                if pending and row.owner_live:  # a dead process here is declared dead now
-                    end_dead_local_sessions(self.db)
-            # the take-over is guarded on the owner's session being dead, whoever (recovery
-            # in this process, another one) found it dead since the row was read
-            if mine or (
-                pending
-                and self.session_key is not None
-                and self.db.workflows.take_over(
-                    workflow_id, row.owner_key, self.session_key, self.executor_id
-                )
-            ):
-                # registered before the row was read: no other run here has it since
-                run.recorded = self.db.steps.load(workflow_id)
-                return Admission(run=run)
-            self._resolve(run, Outcome())  # not ours to run: stop tracking it here
-            return Admission(remote=True)
-        except Exception as exc:
-            self._resolve(run, Outcome(error=exc))
-            raise
-        except BaseException as exc:
-            self._abandon(run, exc)
-            raise
-
-    def _admit_replayed(self, definition: WorkflowDefinition, workflow_id: str) -> Admission:
-        """A workflow call met by a replay check (a child started, called or enqueued
-        by the replayed body): what the live run would find, read without writing. A call
-        not recorded yet is where the live run would do something new: the check stops."""
-        info = self.db.workflows.get(workflow_id)
-        if info is None:
-            ctx = current_context()
-            assert ctx is not None, "a replay check calls workflows from replayed bodies"
-            raise ctx.stop_past_log()
-        if info.status.finished:
-            return Admission(
-                finished=workflow_outcome(
-                    workflow_id, info.status, info.output, info.error, definition.result
-                )
-            )
-        return Admission(remote=True)
-
-    def _admit_diverged(self, run: WorkflowRun) -> Admission:
-        """A direct call of a DIVERGED workflow: this session takes it if its code may fit
-        the log (a fixed deploy) and runs it; else the call gets the divergence."""
-        run.owned_streak = self.ownership_mark()
-        if self.session_key is not None and self.db.workflows.take_diverged(
-            run.workflow_id, self.session_key, self.executor_id, self.runner()
-        ):
-            run.recorded = self.db.steps.load(run.workflow_id)
-            return Admission(run=run)
-        info = self.db.workflows.get(run.workflow_id)
-        raise held_error(run.workflow_id, None if info is None else info.diverged)
-
-    def _insert(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        inputs: str,
-        queue_name: str | None,
-        priority: int,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> tuple[bool, WorkflowRow]:
-        """The guarded insert of a call (PENDING and this session's, or ENQUEUED, or
-        delayed)."""
-        return self.db.workflows.insert(
-            workflow_id=workflow_id,
-            name=definition.name,
-            inputs=inputs,
-            executor_id=self.executor_id,
-            app_version=self.app_version,
-            max_recovery_attempts=definition.max_recovery_attempts,
-            owner_key=self.session_key,
-            queue_name=queue_name,
-            priority=priority,
-            parent_id=current_workflow_id(),
-            timeout=current_workflow_timeout(),
-            dedup_id=dedup_id,
-            delay=delay,
-        )
-
-    def _enqueue(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        inputs: str,
-        queue_name: str | None,
-        priority: int,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> Admission:
-        """Record a call ENQUEUED, or delayed (or find it recorded): a dispatcher or the
-        waker runs it, never the caller, so the call takes no place in this process's run
-        table (where it would hide the workflow from the dispatcher that dequeues it
-        meanwhile)."""
-        inserted, row = self._insert(
-            definition, workflow_id, inputs, queue_name, priority, dedup_id, delay
-        )
-        if inserted:
-            if queue_name is None:  # a timer: the waker sleeps until the earliest one
-                self.note_suspended(delay)
-            return Admission(remote=True)
-        check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
-        if row.status.finished:
-            return Admission(
-                finished=stored_outcome(
-                    workflow_id, row.status, row.output, row.error, definition.result
-                )
-            )
-        return Admission(remote=True)
-
     def start_claimed(self, claims: Sequence[Claim]) -> list[Future[Outcome] | None]:
         """Run, in the background, workflows that a statement just gave this session (a
         wake, a recovery claim, a dequeue, a take-back, a resume or a fork); the future of
@@ -416,12 +244,12 @@ class Engine:
             logs = self.db.steps.load_owned([run.workflow_id for _, run in runs], self.session_key)
         except BaseException as exc:
             for _, run in runs:
-                self._abandon(run, exc)
+                self.abandon(run, exc)
             raise
         for index, run in runs:
             recorded = logs.get(run.workflow_id)
             if recorded is None:  # run (and stopped) here meanwhile, or no longer ours
-                self._resolve(run, Outcome(error=OwnershipLost(run.workflow_id, _MOVED_ON)))
+                self.resolve(run, Outcome(error=OwnershipLost(run.workflow_id, _MOVED_ON)))
                 continue
             run.recorded, run.owned_streak = recorded, mark
             if run.definition.is_async:
@@ -514,7 +342,7 @@ class Engine:
         leaves the workflow PENDING and is raised again."""
         if isinstance(exc, Suspended):
             return self._stop_suspended(run)
-        self._abandon(run, exc)
+        self.abandon(run, exc)
         if isinstance(exc, OwnershipLost):
             return Outcome(error=exc)
         raise exc
@@ -574,7 +402,7 @@ class Engine:
             outcome = stored_outcome(
                 run.workflow_id, stored_status, stored_output, stored_error, run.definition.result
             )
-        self._resolve(run, outcome)
+        self.resolve(run, outcome)
         return outcome
 
     def _stop_unfinished(self, run: WorkflowRun, why: BaseException) -> Outcome:
@@ -591,7 +419,7 @@ class Engine:
                 run.workflow_id,
                 why,
             )
-        self._abandon(run, why)
+        self.abandon(run, why)
         return Outcome(error=why)
 
     def _stop_diverged(self, run: WorkflowRun, divergence: WorkflowDivergedError) -> Outcome:
@@ -626,7 +454,7 @@ class Engine:
                 code,
                 "" if self.app_version is None else f", application version {self.app_version}",
             )
-        self._resolve(
+        self.resolve(
             run,
             Outcome(
                 error=WorkflowInterruptedError(
@@ -651,7 +479,7 @@ class Engine:
                 "continues when woken"
             )
         )
-        self._resolve(run, outcome)
+        self.resolve(run, outcome)
         return outcome
 
     def parked_ids(self) -> list[str]:
@@ -666,12 +494,12 @@ class Engine:
         """
         info = self.db.workflows.get(run.workflow_id)
         if info is None or info.status is WorkflowStatus.PENDING:
-            self._abandon(run, WorkflowCancelledError(f"workflow {run.workflow_id!r} was resumed"))
+            self.abandon(run, WorkflowCancelledError(f"workflow {run.workflow_id!r} was resumed"))
             return run.future.result()
         outcome = workflow_outcome(
             run.workflow_id, info.status, info.output, info.error, run.definition.result
         )
-        self._resolve(run, outcome)
+        self.resolve(run, outcome)
         return outcome
 
     # -- cancellation --------------------------------------------------------------------
@@ -699,16 +527,17 @@ class Engine:
             return None
         return WorkflowCancelledError(f"workflow {workflow_id!r} was cancelled")
 
-    def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
+    def resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
+        """The run ends here with ``outcome``: out of the run table, its future set."""
         self.runs.release(run)
         if self.queues_defined():  # a slot may have freed up (without queues, waking
             self._dispatch_wanted.set()  # the dispatcher costs a thread switch)
         if not run.future.done():
             run.future.set_result(outcome)
 
-    def _abandon(self, run: WorkflowRun, exc: BaseException) -> None:
+    def abandon(self, run: WorkflowRun, exc: BaseException) -> None:
         """This process stops running the workflow without an outcome; it stays PENDING."""
-        self._resolve(
+        self.resolve(
             run,
             Outcome(
                 error=WorkflowInterruptedError(
@@ -732,13 +561,13 @@ class Engine:
     def _background_sync(self, run: WorkflowRun) -> None:
         try:
             self.execute(run)
-        except BaseException as exc:  # already resolved by _abandon
+        except BaseException as exc:  # already resolved by abandon
             self._note_interrupted(run, exc)
 
     async def _background_async(self, run: WorkflowRun) -> None:
         try:
             await self.execute_async(run)
-        except BaseException as exc:  # already resolved by _abandon
+        except BaseException as exc:  # already resolved by abandon
             self._note_interrupted(run, exc)
 
     def _note_interrupted(self, run: WorkflowRun, exc: BaseException) -> None:
