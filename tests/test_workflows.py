@@ -14,6 +14,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.runtime.admission import admit
+from dbos_agent.engine.runtime.collaborators import EngineOptions
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import take_over_once
@@ -217,7 +218,8 @@ def _second_engine(url: str, executor_id: str, lease: float = 30.0) -> Engine:
     """Another executor session on the same database: another process, in effect."""
     db = SystemDatabase(url, pool_size=4)
     db.open()
-    return Engine(db, executor_id=executor_id, workers=2, lease_seconds=lease).open()
+    options = EngineOptions(executor_id=executor_id, workers=2, lease_seconds=lease)
+    return Engine(db, options).open()
 
 
 def test_a_workflow_with_a_live_owner_is_waited_for_not_run(

@@ -9,7 +9,7 @@ are refused at any age.
 The work is done in batches of ``batch_size`` workflows, each one statement and
 so one short transaction (``delete_finished_workflows`` in ``queries.sql``): a
 purge of millions of rows never holds locks, a snapshot or a huge WAL record
-for long, and running workflows keep going while it runs. :func:`run_retention`
+for long, and running workflows keep going while it runs. :class:`Retention`
 repeats it in the background (``launch(retention=...)``, ``dbos-agent worker
 --retention``); ``dbos-agent gc`` runs it once from the command line.
 """
@@ -29,6 +29,7 @@ from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.outages import describe
 from ..storage.retention import GcCounts
+from .runtime.collaborators import BackgroundPass
 from .runtime.core import Engine
 from .runtime.engine import current_engine
 
@@ -229,42 +230,58 @@ def retention_interval(older_than: timedelta) -> float:
     return min(check_older_than(older_than) / 10, MAX_INTERVAL_S)
 
 
-def run_retention(engine: Engine, older_than: timedelta, interval: float | None = None) -> None:
+class Retention(BackgroundPass):
     """The retention thread of ``launch(retention=...)``: :func:`garbage_collect` every
     ``interval`` seconds (default :func:`retention_interval`) with ±10 % jitter, so that
     a fleet started at once does not collect in lockstep. Logs what it deleted and any
     failure (the next round tries again); returns promptly once the runtime stops."""
-    every = retention_interval(older_than) if interval is None else interval
-    if every <= 0:
-        raise ValueError(f"interval must be positive, got {interval!r}")
-    age, every_text = format_duration(older_than), format_duration(timedelta(seconds=every))
-    log.info("retention: deleting workflows finished more than %s ago, every ~%s", age, every_text)
-    # A waiter on no channel is woken by shutdown (and, harmlessly, by a reconnect of
-    # the listener): the wait ends the moment the runtime stops, however long it is.
-    with engine.notifications.waiter() as shutdown:
-        while not engine.stopping:
-            deadline = time.monotonic() + every * random.uniform(1 - _JITTER, 1 + _JITTER)
-            while not engine.stopping and (left := deadline - time.monotonic()) > 0:
-                shutdown.wait(left)
-            if engine.stopping:
-                return
-            try:
-                report = garbage_collect_db(engine.db, older_than, stop=lambda: engine.stopping)
-            except Exception as exc:
-                if not engine.stopping:
-                    log.error(
-                        "retention failed (%s); trying again in ~%s", describe(exc), every_text
+
+    thread_name = "dbos-agent-retention"
+
+    def __init__(
+        self, engine: Engine, older_than: timedelta, interval: float | None = None
+    ) -> None:
+        every = retention_interval(older_than) if interval is None else interval
+        if every <= 0:
+            raise ValueError(f"interval must be positive, got {interval!r}")
+        self._engine = engine
+        self._older_than = older_than
+        self._every = every
+
+    def run(self) -> None:
+        engine, older_than, every = self._engine, self._older_than, self._every
+        age, every_text = format_duration(older_than), format_duration(timedelta(seconds=every))
+        log.info(
+            "retention: deleting workflows finished more than %s ago, every ~%s", age, every_text
+        )
+        # A waiter on no channel is woken by shutdown (and, harmlessly, by a reconnect of
+        # the listener): the wait ends the moment the runtime stops, however long it is.
+        with engine.notifications.waiter() as shutdown:
+            while not engine.stopping:
+                deadline = time.monotonic() + every * random.uniform(1 - _JITTER, 1 + _JITTER)
+                while not engine.stopping and (left := deadline - time.monotonic()) > 0:
+                    shutdown.wait(left)
+                if engine.stopping:
+                    return
+                try:
+                    report = garbage_collect_db(engine.db, older_than, stop=lambda: engine.stopping)
+                except Exception as exc:
+                    if not engine.stopping:
+                        log.error(
+                            "retention failed (%s); trying again in ~%s",
+                            describe(exc),
+                            every_text,
+                        )
+                    continue
+                if report.workflows:
+                    log.info(
+                        "retention: deleted %d workflow(s) finished more than %s ago, with %d "
+                        "step(s), %d message(s), %d event(s), in %d batch(es), %.1fs",
+                        report.workflows,
+                        age,
+                        report.steps,
+                        report.messages,
+                        report.events,
+                        report.batches,
+                        report.seconds,
                     )
-                continue
-            if report.workflows:
-                log.info(
-                    "retention: deleted %d workflow(s) finished more than %s ago, with %d "
-                    "step(s), %d message(s), %d event(s), in %d batch(es), %.1fs",
-                    report.workflows,
-                    age,
-                    report.steps,
-                    report.messages,
-                    report.events,
-                    report.batches,
-                    report.seconds,
-                )

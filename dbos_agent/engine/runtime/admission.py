@@ -83,7 +83,7 @@ def admit(
             outcome = stored_outcome(
                 workflow_id, row.status, row.output, row.error, definition.result
             )
-            engine.resolve(run, outcome)
+            engine.endings.resolve(run, outcome)
             return Admission(finished=outcome)
         if row.status is WorkflowStatus.DIVERGED:
             return _admit_diverged(engine, run)
@@ -105,13 +105,13 @@ def admit(
             # registered before the row was read: no other run here has it since
             run.recorded = engine.db.steps.load(workflow_id)
             return Admission(run=run)
-        engine.resolve(run, Outcome())  # not ours to run: stop tracking it here
+        engine.endings.resolve(run, Outcome())  # not ours to run: stop tracking it here
         return Admission(remote=True)
     except Exception as exc:
-        engine.resolve(run, Outcome(error=exc))
+        engine.endings.resolve(run, Outcome(error=exc))
         raise
     except BaseException as exc:
-        engine.abandon(run, exc)
+        engine.endings.abandon(run, exc)
         raise
 
 
