@@ -25,11 +25,11 @@ from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
 from .launch_options import LaunchOptions, option_names, takes_launch_options
 from .queues import registered_queues
-from .retention import Retention
 from .runtime.core import Engine, PassFactory
 from .runtime.dispatcher import Dispatcher
 from .runtime.engine import clear_engine, current_engine, launch_lock, launched, set_engine
 from .runtime.recovery import RecoverAtLaunch, TakeBack, TakeOver
+from .runtime.retention import Retention
 from .runtime.waking import Waker
 from .scheduler import Scheduler
 from .schedules import registered_schedules

@@ -17,8 +17,8 @@ from typing import ParamSpec, TypeVar
 
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
-from .retention import check_older_than
 from .runtime.collaborators import EngineOptions
+from .runtime.retention import check_older_than
 
 __all__ = ["LaunchOptions"]
 
@@ -81,7 +81,7 @@ class LaunchOptions(EngineOptions):
     retention: timedelta | None = None
     """Delete finished workflows (SUCCESS, ERROR, CANCELLED, dead letters) older than this,
     with their steps, messages and events, in the background: every tenth of it and at
-    least hourly, in short batches (engine/retention.py). None: nothing is ever deleted."""
+    least hourly, in short batches (engine/runtime/retention.py). None: nothing is ever deleted."""
 
     @property
     def takes_over(self) -> bool:
