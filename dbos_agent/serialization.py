@@ -251,6 +251,17 @@ class InputsCodec:
         }
         return json.dumps(data, separators=(",", ":"))
 
+    @staticmethod
+    def dumps_unbound(args: tuple[Any, ...], kwargs: dict[str, Any], where: str) -> str:
+        """A call's inputs as JSON text where the function is not at hand (a client
+        enqueues by name): ``{"$args": [...], "$kwargs": {...}}``, stored unbound and bound
+        to the signature by :meth:`loads` in the process that runs it."""
+        data = {
+            "$args": codec_for(Any).to_jsonable(list(args), where),
+            "$kwargs": codec_for(Any).to_jsonable(kwargs, where),
+        }
+        return json.dumps(data, separators=(",", ":"))
+
     def _bind_unbound(self, data: dict[str, Any], where: str) -> dict[str, Any]:
         """Bind ``{"$args": [...], "$kwargs": {...}}`` (from a client that lacks the
         function) to the signature, giving the usual ``{"param": value}`` form."""

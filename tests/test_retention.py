@@ -254,7 +254,7 @@ def test_the_worker_reads_retention_with_the_same_parser(dbos_agent_database_url
 def test_launch_with_retention_deletes_by_itself(
     dbos_agent_database_url: str, executor_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dbos_agent.engine.retention")
+    caplog.set_level(logging.INFO, logger="dbos_agent.engine.runtime.retention")
     rt = da.launch(dbos_agent_database_url, executor_id=executor_id, retention=timedelta(seconds=2))
     try:
         old, pending = finished(), finished()

@@ -18,6 +18,7 @@ from typing_extensions import TypedDict
 import dbos_agent as da
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.storage import jsonb
+from dbos_agent.storage.rows import NewWorkflow
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id
 
@@ -441,13 +442,15 @@ def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrot
     mine, foreign = new_id(), new_id()
     for wid, owner in ((mine, engine.session_key), (foreign, -1)):
         db.workflows.insert(
-            workflow_id=wid,
-            name="batch",
-            inputs="{}",
-            executor_id=engine.executor_id,
-            app_version=None,
-            max_recovery_attempts=3,
-            owner_key=owner,
+            NewWorkflow(
+                workflow_id=wid,
+                name="batch",
+                inputs="{}",
+                executor_id=engine.executor_id,
+                app_version=None,
+                max_recovery_attempts=3,
+                owner_key=owner,
+            )
         )
     values: list[Any] = [
         'he said "hi" \\ back',

@@ -13,6 +13,8 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent.engine.runtime.admission import admit
+from dbos_agent.engine.runtime.collaborators import EngineOptions
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import take_over_once
@@ -216,7 +218,8 @@ def _second_engine(url: str, executor_id: str, lease: float = 30.0) -> Engine:
     """Another executor session on the same database: another process, in effect."""
     db = SystemDatabase(url, pool_size=4)
     db.open()
-    return Engine(db, executor_id=executor_id, workers=2, lease_seconds=lease).open()
+    options = EngineOptions(executor_id=executor_id, workers=2, lease_seconds=lease)
+    return Engine(db, options).open()
 
 
 def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
@@ -229,7 +232,7 @@ def test_a_workflow_with_a_live_owner_is_waited_for_not_run(
     other = _second_engine(dbos_agent_database_url, "other")
     try:
         definition = squares.__dbos_agent_workflow__  # type: ignore[attr-defined]
-        admission = other.admit(definition, wid, (wid, 3), {})
+        admission = admit(other, definition, wid, (wid, 3), {})
         assert admission.remote and admission.run is None
         GATES[wid].set()
         assert other.wait_for_outcome(wid, 10).unwrap() == 5

@@ -12,7 +12,6 @@ has the workflow's function.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -22,10 +21,10 @@ from ..errors import WorkflowNotFoundError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
 from ..postgres.embedded import resolve_url
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
-from ..serialization import codec_for
+from ..serialization import InputsCodec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
-from ..storage.rows import ForkResult, ResumeResult
+from ..storage.rows import ForkResult, NewWorkflow, ResumeResult
 from .approvals import ApprovalRequest, decide
 from .messaging import poll_event, send_plain
 from .operations import (
@@ -154,26 +153,22 @@ class Client:
         check_identifier(workflow_name, "workflow name")
         check_priority(priority, queue)
         wid = take_workflow_id(workflow_id)
-        codec = codec_for(Any)
-        inputs = json.dumps(
-            {
-                "$args": codec.to_jsonable(list(args), f"enqueue of {workflow_name!r}"),
-                "$kwargs": codec.to_jsonable(kwargs, f"enqueue of {workflow_name!r}"),
-            }
-        )
+        where = f"enqueue of {workflow_name!r}"
         self.db.workflows.insert(
-            workflow_id=wid,
-            name=workflow_name,
-            inputs=inputs,
-            executor_id="client",
-            app_version=app_version,
-            max_recovery_attempts=max_recovery_attempts,
-            owner_key=None,
-            queue_name=queue,
-            priority=priority,
-            timeout=current_workflow_timeout(),
-            dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
-            delay=check_delay(delay),
+            NewWorkflow(
+                workflow_id=wid,
+                name=workflow_name,
+                inputs=InputsCodec.dumps_unbound(args, kwargs, where),
+                executor_id="client",
+                app_version=app_version,
+                max_recovery_attempts=max_recovery_attempts,
+                owner_key=None,
+                queue_name=queue,
+                priority=priority,
+                timeout=current_workflow_timeout(),
+                dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
+                delay=check_delay(delay),
+            )
         )
         return ClientHandle(self.db, wid)
 

@@ -40,6 +40,7 @@ from ..errors import DbosAgentError, WorkflowDivergedError, WorkflowInputsError
 from ..records import Divergence, WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.histories import History
+from .runtime.collaborators import EngineOptions
 from .runtime.context import PastLog, StopReason, WorkflowContext, entered_workflow
 from .runtime.core import Engine
 from .runtime.engine import replaying
@@ -138,7 +139,9 @@ class ReplayChecker:
         if not db.read_only:
             raise ValueError("a replay check needs a read-only database (read_only=True)")
         self.engine = Engine(
-            db, executor_id="check-deploy", app_version=app_version, replay_only=True
+            db,
+            EngineOptions(executor_id="check-deploy", app_version=app_version),
+            replay_only=True,
         )
         self.timeout = timeout
         self.code_version = code_version()

@@ -14,21 +14,22 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from functools import partial
 from types import TracebackType
-from typing import Unpack
+from typing import Any
 
 from ..errors import DbosAgentError
-from ..limits import check_identifier
 from ..postgres.embedded import resolve_url
 from ..records import RecoveryReport
 from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
-from .launch_options import LaunchKeywords, LaunchOptions, option_names
-from .queues import any_queue, registered_queues, run_dispatcher
-from .retention import run_retention
-from .runtime.core import Engine
+from .launch_options import LaunchOptions, option_names, takes_launch_options
+from .queues import registered_queues
+from .runtime.core import Engine, PassFactory
+from .runtime.dispatcher import Dispatcher
 from .runtime.engine import clear_engine, current_engine, launch_lock, launched, set_engine
-from .runtime.recovery import keep_taking_back, keep_taking_over, recover_pending
+from .runtime.recovery import RecoverAtLaunch, TakeBack, TakeOver
+from .runtime.retention import Retention
 from .runtime.waking import Waker
 from .scheduler import Scheduler
 from .schedules import registered_schedules
@@ -45,10 +46,9 @@ def refuse_launch(reason: str) -> None:
     _refused = reason
 
 
+@takes_launch_options
 def launch(
-    database_url: str | None = None,
-    options: LaunchOptions | None = None,
-    **keywords: Unpack[LaunchKeywords],
+    database_url: str | None = None, options: LaunchOptions | None = None, **keywords: Any
 ) -> Runtime:
     """Connect to the system database, apply the schema, and recover pending workflows.
 
@@ -73,7 +73,6 @@ def launch(
                 "dbos_agent is already launched in this process; "
                 "call shutdown() on the runtime first"
             )
-        check_identifier(o.executor_id, "executor id")
         url = resolve_url(database_url)
         db = SystemDatabase(
             url,
@@ -85,50 +84,33 @@ def launch(
         try:
             db.migrate()
             engine = Engine(
-                db,
-                executor_id=o.executor_id,
-                app_version=o.app_version,
-                workers=o.workers,
-                lease_seconds=o.lease_seconds,
-                session_grace=o.session_grace,
-                suspend_after=o.suspend_after,
-                async_runs=o.async_runs,
-            )
-            engine.queues_defined = any_queue
-            if o.run_queues:  # registered from its first moment as serving them
-                engine.session.queues = [queue.name for queue in registered_queues()]
-            engine.open()
+                db, o, queues=registered_queues, passes=_passes(o), on_shutdown=clear_engine
+            ).open()
         except BaseException:
             db.close()
             raise
         set_engine(engine)
-        engine.on_shutdown(lambda: clear_engine(engine))
-    waker = Waker(engine) if o.wake_suspended else None
-    if waker is not None:
-        waker.start()
-        engine.on_wake_all(waker.poke)
-        engine.on_suspended(lambda: waker.poke(sweep=False))  # a new timer: sleep until it
-    engine.notifications.start()
-    if o.recover:
-        engine.run_in_background(lambda: recover_pending(engine), "dbos-agent-recovery")
-    else:
-        engine.recovery_done.set()
-    engine.run_in_background(lambda: keep_taking_back(engine), "dbos-agent-take-back")
-    if waker is not None:
-        engine.run_in_background(waker.run, "dbos-agent-waker")
-    if o.run_queues:
-        engine.run_in_background(lambda: run_dispatcher(engine), "dbos-agent-dispatcher")
-    if o.run_schedules and registered_schedules():
-        scheduler = Scheduler(engine)
-        engine.on_wake_all(scheduler.poke)  # a moved clock, shutdown: look again now
-        engine.run_in_background(scheduler.run, "dbos-agent-scheduler")
-    if o.takes_over:
-        engine.passes.take_over = o.take_over_every
-        engine.run_in_background(lambda: keep_taking_over(engine), "dbos-agent-take-over")
-    if o.retention is not None:
-        age = o.retention
-        engine.run_in_background(lambda: run_retention(engine, age), "dbos-agent-retention")
+    engine.start()
     return Runtime(engine)
+
+
+def _passes(o: LaunchOptions) -> list[PassFactory]:
+    """The background passes the options ask for, in the order they start."""
+    passes: list[PassFactory] = []
+    if o.recover:
+        passes.append(RecoverAtLaunch)
+    passes.append(TakeBack)
+    if o.wake_suspended:
+        passes.append(Waker)
+    if o.run_queues:
+        passes.append(Dispatcher)
+    if o.run_schedules and registered_schedules():
+        passes.append(Scheduler)
+    if o.takes_over:
+        passes.append(TakeOver)
+    if o.retention is not None:
+        passes.append(partial(Retention, older_than=o.retention))
+    return passes
 
 
 def current_runtime() -> Runtime:

@@ -1,48 +1,45 @@
 """What :func:`~dbos_agent.launch` may be told, said once: :class:`LaunchOptions`.
 
 ``launch(url, workers=32)`` and ``launch(url, LaunchOptions(workers=32))`` are the same
-call. The options live here, each with its default and what it does, grouped by what
-they are about; :class:`LaunchKeywords` only lets a type checker check the keyword form
-(a unit test keeps it equal to the dataclass's fields).
+call. Each option is written once, with its default and what it does: those the engine
+reads itself in :class:`~dbos_agent.engine.runtime.collaborators.EngineOptions` (who the
+process is, its threads, its session, queues and suspension), the rest here. The keyword
+form's types are the dataclass's own: :func:`takes_launch_options` gives ``launch`` the
+signature of :class:`_LaunchCall`'s constructor, for type checkers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from typing import TypedDict
+from typing import ParamSpec, TypeVar
 
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
-from .retention import check_older_than
+from .runtime.collaborators import EngineOptions
+from .runtime.retention import check_older_than
 
-__all__ = ["LaunchKeywords", "LaunchOptions"]
+__all__ = ["LaunchOptions"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchOptions:
-    """How a process runs its dbos_agent (see :func:`~dbos_agent.launch`).
+class LaunchOptions(EngineOptions):
+    """How a process runs its dbos_agent (see :func:`~dbos_agent.launch`): the engine's
+    options (:class:`~dbos_agent.engine.runtime.collaborators.EngineOptions`: who it is,
+    ``workers``, ``async_runs``, ``lease_seconds``, ``session_grace``,
+    ``take_over_every``, ``run_queues``, ``suspend_after``) and these.
 
     Checked when made: a bad ``retention`` or ``take_over_every`` fails here, not in a
     background thread.
     """
 
-    # -- Who this process is.
-    executor_id: str = "local"
-    """The executor it runs as: its PENDING workflows are recovered under this id."""
-    app_version: str | None = None
-    """The application version recorded on the workflows it starts; a process takes over
-    only the workflows of its own version."""
-
-    # -- Threads, tasks and connections.
-    workers: int = 16
-    """Threads that run background and recovered sync workflows."""
+    # -- Connections.
     pool_size: int | None = None
     """Database connections (default: ``workers + 4``)."""
-    async_runs: int = 1000
-    """Background async workflows share one event loop of this process, as tasks: at most
-    this many at once (recovery and wake-ups wait for room); their model calls overlap
-    without a thread each."""
 
     # -- Sessions and failover. Other executors take this process's workflows over only
     # once its session is dead: its heartbeat lease ran out (a hung or partitioned
@@ -56,10 +53,6 @@ class LaunchOptions:
     it recovers nothing at launch and, unless ``take_over=True`` is given, takes over
     nothing either (it still runs its queues' workflows and wakes suspended ones, as
     ``run_queues`` and ``wake_suspended`` say)."""
-    lease_seconds: float = 30.0
-    """The heartbeat lease of this process's session."""
-    session_grace: float = 3.0
-    """Seconds a session's advisory lock may be free before the session counts as dead."""
     take_over: bool | None = None
     """Take over the workflows of dead sessions, of any executor, that this process can
     run (a registered name, its application version), as many as it can start at once
@@ -68,10 +61,6 @@ class LaunchOptions:
     False leaves that to others. None (the default) follows ``recover``: on, unless
     ``recover=False``; ``recover=False, take_over=True`` takes over without recovering
     at launch."""
-    take_over_every: float = 2.0
-    """Seconds between take-over looks (one cheap statement while there is nothing to
-    take); it also looks at once when a session ends leaving work or a workflow is resumed
-    without an owner."""
 
     # -- The database.
     outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S
@@ -83,25 +72,16 @@ class LaunchOptions:
     message, an event)."""
 
     # -- Background work.
-    run_queues: bool = True
-    """Run the workflows of the queues this process defines, as its free worker slots and
-    the queues' limits allow."""
     run_schedules: bool = True
     """Fire the slots of the cron schedules this process defines (``@scheduled``, defined
     before launch), each slot once across every process that defines them."""
-    suspend_after: float = 1.0
-    """Waiting costs nothing: a background workflow whose ``sleep``, ``recv`` or
-    ``get_event`` would wait longer than this, or whose step would wait longer than this for
-    its next attempt (a dependency down, see ``@da.step(give_up_after=)``), is SUSPENDED
-    instead of holding a thread, and woken (here or by any process that knows it) when the
-    wait can be met."""
     wake_suspended: bool = True
     """Wake suspended workflows here; False for, e.g., a web process that only starts
     workflows (its workers wake them)."""
     retention: timedelta | None = None
     """Delete finished workflows (SUCCESS, ERROR, CANCELLED, dead letters) older than this,
     with their steps, messages and events, in the background: every tenth of it and at
-    least hourly, in short batches (engine/retention.py). None: nothing is ever deleted."""
+    least hourly, in short batches (engine/runtime/retention.py). None: nothing is ever deleted."""
 
     @property
     def takes_over(self) -> bool:
@@ -110,33 +90,30 @@ class LaunchOptions:
         return self.recover if self.take_over is None else self.take_over
 
     def __post_init__(self) -> None:
+        EngineOptions.__post_init__(self)  # (a slots dataclass has no zero-argument super)
         if self.retention is not None:
             check_older_than(self.retention)
-        if not self.take_over_every > 0:
-            raise ValueError(f"take_over_every must be > 0 seconds, got {self.take_over_every!r}")
 
 
-class LaunchKeywords(TypedDict, total=False):
-    """The keyword form of :class:`LaunchOptions` (for type checkers: the fields' names and
-    types, nothing else)."""
+@dataclass(frozen=True, slots=True)
+class _LaunchCall(LaunchOptions):
+    """``launch``'s parameters, for type checkers only (never made): its two positional
+    ones, then every option as a keyword (the dataclass puts keyword-only fields last)."""
 
-    executor_id: str
-    app_version: str | None
-    workers: int
-    pool_size: int | None
-    async_runs: int
-    recover: bool
-    lease_seconds: float
-    session_grace: float
-    take_over: bool | None
-    take_over_every: float
-    outage_timeout: float
-    max_checkpoint_bytes: int
-    run_queues: bool
-    run_schedules: bool
-    suspend_after: float
-    wake_suspended: bool
-    retention: timedelta | None
+    database_url: str | None = None
+    options: LaunchOptions | None = None
+
+
+def _signature_of(made: Callable[P, object]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    def typed(fn: Callable[..., R]) -> Callable[P, R]:
+        return fn
+
+    return typed
+
+
+#: Gives ``launch`` the signature of :class:`_LaunchCall` (type checkers see every option
+#: as a keyword of its own type, from the one definition of the options).
+takes_launch_options = _signature_of(_LaunchCall)
 
 
 def option_names() -> frozenset[str]:

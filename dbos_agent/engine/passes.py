@@ -21,7 +21,7 @@ they behave as if the time had passed, for this process's connections only.
 from __future__ import annotations
 
 from ..records import RecoveryReport
-from .queues import dispatch_once as _dispatch_once
+from .runtime.dispatcher import dispatch_once as _dispatch_once
 from .runtime.engine import current_engine
 from .runtime.recovery import take_over_once as _take_over_once
 from .runtime.waking import Sweep
@@ -31,13 +31,7 @@ from .runtime.waking import sweep_once as _sweep_once
 def run_passes_every(seconds: float) -> None:
     """Make each background pass of the launched runtime look every ``seconds`` (e.g.
     0.005) whether or not something woke it, from its next round on."""
-    if not seconds > 0:
-        raise ValueError(f"run_passes_every: seconds must be > 0, got {seconds!r}")
-    engine = current_engine()
-    engine.passes.take_back = seconds
-    engine.passes.sweep = seconds
-    engine.passes.take_over = seconds
-    engine.take_back_wanted.set()
+    current_engine().run_passes_every(seconds)
 
 
 def sweep_once() -> Sweep:

@@ -3,7 +3,8 @@
 Limits hold across every worker sharing the database: ``concurrency`` (in
 flight over all workers), ``worker_concurrency`` (in flight on one worker)
 and ``rate_limit`` (starts per period). A dequeue counts and applies them in
-one transaction serialised per queue (see ``dequeue_workflows`` in queries.sql).
+one transaction serialised per queue (see ``dequeue_workflows`` in queries.sql); the
+dispatcher that dequeues is the engine's (``runtime/dispatcher.py``), given these queues.
 A queue with ``concurrency`` is shared fairly: each live worker serving it takes at
 most its share (``fair_share``; workers say which queues they serve with their
 heartbeat).
@@ -11,22 +12,18 @@ heartbeat).
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import DbosAgentError, QueueConflictError
+from ..errors import QueueConflictError
 from ..limits import check_delay, check_identifier, check_priority
 from .handle import WorkflowHandle
-from .runtime.core import Engine
+from .runtime.admission import admit
+from .runtime.dispatcher import dispatch_once as dispatch_once
 from .runtime.engine import current_engine
-from .runtime.registry import find_workflow
-from .runtime.runs import Claim
-
-log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 #: ``Queue`` objects by queue name: one definition per name (see ``Queue``).
@@ -119,7 +116,8 @@ class Queue:
         check_priority(priority, self.name)
         engine = current_engine()
         wid = workflow_id_for_start(workflow_id, enqueue=True)
-        admission = engine.admit(
+        admission = admit(
+            engine,
             definition,
             wid,
             args,
@@ -141,65 +139,6 @@ def registered_queues() -> list[Queue]:
 
 def find_queue(name: str) -> Queue | None:
     return _queues.get(name)
-
-
-def dispatch_once(engine: Engine) -> int:
-    """Dequeue what the limits and this worker's free slots allow; return how many.
-
-    Nothing is dequeued while this session's fence does not hold (a process back
-    from a pause, a session reconnecting): it might no longer be alive to others.
-    """
-    started = 0
-    runner = engine.runner()
-    queues = registered_queues()
-    engine.session.queues = [queue.name for queue in queues]  # the next heartbeat says so
-    for queue in queues:
-        free = engine.pool.size - len(engine.active_ids())
-        if free <= 0:
-            break
-        if engine.ownership_mark() < 0:  # the fence does not hold: dequeue nothing yet
-            break
-        assert engine.session_key is not None
-        dequeued = engine.db.queues.dequeue(
-            queue_name=queue.name,
-            runner=runner,
-            owner_key=engine.session_key,
-            executor_id=engine.executor_id,
-            free_slots=free,
-            concurrency=queue.concurrency,
-            worker_concurrency=queue.worker_concurrency,
-            rate_limit=queue.rate_limit,
-            count_suspended=queue.count_suspended,
-            fair=queue.fair_share and queue.worker_concurrency is None,
-        )
-        claims = []
-        for workflow_id, name, inputs in dequeued:
-            definition = find_workflow(name)
-            if definition is None:  # filtered by name in the query; defensive
-                raise DbosAgentError(f"dequeued unknown workflow {name!r}")
-            claims.append(Claim(definition, workflow_id, inputs))
-        engine.start_claimed(claims)
-        started += len(claims)
-    return started
-
-
-def run_dispatcher(engine: Engine, poll_seconds: float = 0.5) -> None:
-    """The dispatcher thread: dequeue whenever there may be room, until shutdown."""
-    while not engine.stopping:
-        try:
-            started = dispatch_once(engine) if registered_queues() else 0
-        except Exception as exc:
-            if engine.stopping:
-                return
-            log.error("queue dispatch failed (%s); retrying", exc)
-            started = 0
-        if not started:
-            engine.wait_for_dispatch(poll_seconds)
-
-
-def any_queue() -> bool:
-    """Whether this process defined a queue (a run that ends may free a queue's slot)."""
-    return bool(_queues)
 
 
 @contextmanager

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 
 from ..records import SlotOutcome
 from ..storage.schedules import SlotWorkflow
+from .runtime.collaborators import BackgroundPass
 from .runtime.core import Engine
 from .runtime.engine import current_engine
 from .runtime.runs import Claim
@@ -143,8 +144,10 @@ class Look:
     sleep: float = _MAX_SLEEP_S
 
 
-class Scheduler:
+class Scheduler(BackgroundPass):
     """Fires the due slots of this process's schedules; :meth:`run` is its thread."""
+
+    thread_name = "dbos-agent-scheduler"
 
     def __init__(self, engine: Engine, schedules: list[Schedule] | None = None) -> None:
         self.engine = engine
@@ -156,6 +159,9 @@ class Scheduler:
     def poke(self) -> None:
         """Look again now (the clock was moved, or shutdown begins)."""
         self._wake.set()
+
+    def wake(self) -> None:
+        self.poke()
 
     def run(self) -> None:
         """Look, sleep until the next slot or a poke, until shutdown."""

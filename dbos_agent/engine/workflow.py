@@ -13,6 +13,7 @@ from ..limits import check_delay
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from .children import workflow_id_for_start, workflow_id_for_start_async
 from .handle import WorkflowHandle
+from .runtime.admission import admit
 from .runtime.context import OwnershipLost
 from .runtime.context import current_workflow_id as current_workflow_id
 from .runtime.context import workflow_id as workflow_id
@@ -97,12 +98,12 @@ def call_here(
     kwargs: dict[str, Any],
 ) -> Any:
     """A direct call of a sync workflow: run it here, now, durably."""
-    admission = engine.admit(definition, workflow_id, args, kwargs)
+    admission = admit(engine, definition, workflow_id, args, kwargs)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
             return engine.wait_for_outcome(workflow_id, _READMIT_EVERY_S, direct=True).unwrap()
         except TimeoutError:
-            admission = engine.admit(definition, workflow_id, args, kwargs)
+            admission = admit(engine, definition, workflow_id, args, kwargs)
     if admission.run is not None:
         outcome = engine.execute(admission.run)
     else:
@@ -122,7 +123,7 @@ async def call_here_async(
     kwargs: dict[str, Any],
 ) -> Any:
     """A direct call of an async workflow: run it on this event loop, durably."""
-    admission = await asyncio.to_thread(engine.admit, definition, workflow_id, args, kwargs)
+    admission = await asyncio.to_thread(admit, engine, definition, workflow_id, args, kwargs)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
             found = await asyncio.to_thread(
@@ -130,7 +131,9 @@ async def call_here_async(
             )
             return found.unwrap()
         except TimeoutError:
-            admission = await asyncio.to_thread(engine.admit, definition, workflow_id, args, kwargs)
+            admission = await asyncio.to_thread(
+                admit, engine, definition, workflow_id, args, kwargs
+            )
     future = admission.future()
     if admission.run is not None:
         outcome = await engine.execute_async(admission.run)
@@ -184,7 +187,7 @@ def start(
     definition = definition_of(fn)
     engine = current_engine()
     wid = workflow_id_for_start(workflow_id)
-    admission = engine.admit(definition, wid, args, kwargs, delay=check_delay(delay))
+    admission = admit(engine, definition, wid, args, kwargs, delay=check_delay(delay))
     future = engine.submit(admission.run) if admission.run is not None else admission.future()
     return WorkflowHandle(engine, wid, future)
 

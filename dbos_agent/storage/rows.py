@@ -36,6 +36,42 @@ def is_duplicate_enqueue(exc: BaseException) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewWorkflow:
+    """A workflow to record, said once from the call that starts it to the statement that
+    inserts it (``WorkflowStore.insert``): a direct call, ``Queue.enqueue``, a delayed
+    start and ``Client.enqueue`` all build one. Its status follows from it (``status``)."""
+
+    workflow_id: str
+    name: str
+    #: The call's inputs as JSON text (``InputsCodec.dumps``, or ``dumps_unbound``).
+    inputs: str
+    executor_id: str
+    app_version: str | None
+    max_recovery_attempts: int
+    #: The session that runs it; only a PENDING workflow is owned (else nobody's).
+    owner_key: int | None
+    queue_name: str | None = None
+    priority: int = 0
+    #: The workflow that started it (a cancel reaches it through that).
+    parent_id: str | None = None
+    #: Seconds from now after which it is cancelled if unfinished.
+    timeout: float | None = None
+    #: Refused (DuplicateEnqueueError) while an unfinished workflow of the queue holds it.
+    dedup_id: str | None = None
+    #: Seconds from now before which it does not start.
+    delay: float | None = None
+
+    @property
+    def status(self) -> WorkflowStatus:
+        """ENQUEUED on a queue; else SUSPENDED on a timer when delayed; else PENDING."""
+        if self.queue_name is not None:
+            return WorkflowStatus.ENQUEUED
+        if self.delay is not None:
+            return WorkflowStatus.SUSPENDED
+        return WorkflowStatus.PENDING
+
+
 @dataclass(frozen=True, slots=True)
 class WorkflowRow:
     """What the engine needs of a workflow row; JSON columns stay text."""

@@ -86,6 +86,7 @@ class ExecutorSession:
         lease_seconds: float,
         grace_seconds: float = 3.0,
         code_version: Callable[[], str] | None = None,
+        queues: Callable[[], list[str]] = list,
     ) -> None:
         if lease_seconds <= 0 or grace_seconds <= 0:
             raise ValueError(
@@ -101,9 +102,9 @@ class ExecutorSession:
         self.lease_seconds = lease_seconds
         self.grace_seconds = grace_seconds
         self.key = 0
-        #: The queues this process dequeues from, said again with every heartbeat (a
-        #: limited queue is shared among the sessions serving it).
-        self.queues: list[str] = []
+        #: The queues this process dequeues from, read for every heartbeat (a limited
+        #: queue is shared among the sessions serving it).
+        self.queues = queues
         self._window = min(grace_seconds, lease_seconds) * _FENCE_SHARE
         #: Seconds between heartbeats: several per fence window.
         self.interval = min(1.0, self._window / 3)
@@ -182,7 +183,7 @@ class ExecutorSession:
                     self.db.sync_clock(self._conn)
                     row = self._conn.execute(
                         query("heartbeat_executor"),
-                        {"session_key": self.key, "queues": list(self.queues)},
+                        {"session_key": self.key, "queues": self.queues()},
                     ).fetchone()
                 except psycopg.Error:
                     self._drop_connection()
@@ -269,7 +270,7 @@ class ExecutorSession:
                 "process_key": process_key(),
                 "lease_seconds": self.lease_seconds,
                 "grace_seconds": self.grace_seconds,
-                "queues": list(self.queues),
+                "queues": self.queues(),
             },
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -11,7 +12,7 @@ from ..errors import DuplicateEnqueueError
 from ..records import WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
-from .rows import Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
+from .rows import NewWorkflow, Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
 from .sql_files import query
 
 #: list_workflows' filters, each a fixed fragment: only the given ones go in the
@@ -32,63 +33,31 @@ class WorkflowStore:
     def __init__(self, db: Connector) -> None:
         self._db = db
 
-    def insert(
-        self,
-        *,
-        workflow_id: str,
-        name: str,
-        inputs: str,
-        executor_id: str,
-        app_version: str | None,
-        max_recovery_attempts: int,
-        owner_key: int | None,
-        queue_name: str | None = None,
-        priority: int = 0,
-        parent_id: str | None = None,
-        timeout: float | None = None,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> tuple[bool, WorkflowRow]:
+    def insert(self, new: NewWorkflow) -> tuple[bool, WorkflowRow]:
         """Record a new workflow; ``(False, existing)`` when the id is taken.
 
-        It is PENDING and owned by ``owner_key``, or ENQUEUED when a queue is given;
-        ``parent_id`` is the workflow that started it (a cancel reaches it through that);
-        with ``timeout`` (seconds) it is cancelled if unfinished that long from now. With
-        ``delay`` (seconds) it starts that long from now: SUSPENDED on a timer, owned by
-        nobody (the waker starts it), or ENQUEUED and not dequeued before. A
-        ``dedup_id`` held by an unfinished workflow of the queue raises
-        DuplicateEnqueueError, recording nothing.
+        It is PENDING and owned by ``new.owner_key``, or ENQUEUED when a queue is given;
+        with ``timeout`` it is cancelled if unfinished that long from now. With ``delay``
+        it starts that long from now: SUSPENDED on a timer, owned by nobody (the waker
+        starts it), or ENQUEUED and not dequeued before. A ``dedup_id`` held by an
+        unfinished workflow of the queue raises DuplicateEnqueueError, recording nothing.
         """
-        if queue_name is not None:
-            status = WorkflowStatus.ENQUEUED
-        elif delay is not None:
-            status = WorkflowStatus.SUSPENDED
-        else:
-            status = WorkflowStatus.PENDING
-        if status is not WorkflowStatus.PENDING:
-            owner_key = None
+        workflow_id, name, status = new.workflow_id, new.name, new.status
+        owner_key = new.owner_key if status is WorkflowStatus.PENDING else None
         where = f"the inputs of workflow {workflow_id!r} ({name})"
-        params = {
-            "workflow_id": workflow_id,
-            "name": name,
-            "status": status,
-            "inputs": self._db.json_in(inputs, where),
-            "executor_id": executor_id,
-            "app_version": app_version,
-            "max_recovery_attempts": max_recovery_attempts,
-            "owner_key": owner_key,
-            "queue_name": queue_name,
-            "priority": priority,
-            "parent_id": parent_id,
-            "timeout": timeout,
-            "dedup_id": dedup_id,
-            "wait_kind": "sleep" if status is WorkflowStatus.SUSPENDED else None,
-            "delay": delay,
-        }
+        params = {field.name: getattr(new, field.name) for field in fields(new)}
+        params.update(
+            status=status,
+            inputs=self._db.json_in(new.inputs, where),
+            owner_key=owner_key,
+            wait_kind="sleep" if status is WorkflowStatus.SUSPENDED else None,
+        )
         what = f"record workflow {workflow_id!r}"
         while True:  # until inserted, or found taken (a delete in between: insert again)
             if self._inserted(what, where, params):
-                return True, WorkflowRow(workflow_id, name, status, inputs, None, None, owner_key)
+                return True, WorkflowRow(
+                    workflow_id, name, status, new.inputs, None, None, owner_key
+                )
             row = self._db.one("find_workflow_call", what, workflow_id=workflow_id)
             if row is not None:
                 return False, WorkflowRow(

@@ -1,20 +1,20 @@
-"""launch()'s options said once (engine/launch_options.py): the keyword form names
-exactly the dataclass's fields with the same types, bad values fail when the options are
-made, an unknown option is a TypeError naming it.
+"""launch()'s options said once (engine/launch_options.py, the engine's own in
+runtime/collaborators.py): the keyword form is the dataclass's constructor (launch's
+signature for type checkers), bad values fail when the options are made, an unknown option
+is a TypeError naming it.
 
 No Postgres here (``pytest tests/unit``): every refusal comes before a connection."""
 
 from __future__ import annotations
 
-import typing
 from dataclasses import fields
 from datetime import timedelta
 
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine import launch_options
-from dbos_agent.engine.launch_options import LaunchKeywords, LaunchOptions
+from dbos_agent.engine.launch_options import LaunchOptions, _LaunchCall
+from dbos_agent.engine.runtime.collaborators import EngineOptions
 
 #: launch()'s keywords before LaunchOptions: every one still works.
 KEYWORDS = {
@@ -40,10 +40,10 @@ KEYWORDS = {
 
 def test_the_keyword_form_is_the_dataclass() -> None:
     assert {f.name for f in fields(LaunchOptions)} == KEYWORDS
-    assert LaunchKeywords.__optional_keys__ == KEYWORDS
-    assert typing.get_type_hints(LaunchKeywords) == typing.get_type_hints(
-        LaunchOptions, vars(launch_options)
-    )
+    assert {f.name for f in fields(EngineOptions)} < KEYWORDS
+    launch_parameters = [f.name for f in fields(_LaunchCall) if not f.kw_only]
+    assert launch_parameters == ["database_url", "options"]
+    assert {f.name for f in fields(_LaunchCall) if f.kw_only} == KEYWORDS
     assert da.LaunchOptions is LaunchOptions
 
 
@@ -52,6 +52,8 @@ def test_bad_values_fail_when_made() -> None:
         LaunchOptions(take_over_every=0)
     with pytest.raises(ValueError, match="positive duration"):
         LaunchOptions(retention=timedelta(0))
+    with pytest.raises(ValueError, match="suspend_after must be >= 0"):
+        LaunchOptions(suspend_after=-1)
     with pytest.raises(ValueError, match="take_over_every must be > 0"):
         da.launch("postgresql://nowhere.invalid/db", LaunchOptions(), take_over_every=-1)
 

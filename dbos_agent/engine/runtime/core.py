@@ -1,24 +1,22 @@
 """The engine: one per process, created by :func:`launch` behind its public handle.
 
 It owns the system database, the executor session, the worker pool and the
-table of workflows this process is running, and it is where a workflow call is
-admitted (idempotent start), a claimed workflow started (``start_claimed``: the one way
-a wake, a recovery claim, a dequeue, a take-back or an operator action starts a run),
-executed and finished, or held when its code no longer fits its log (DIVERGED).
-Recovery lives in ``recovery.py``, the ownership check before a live step in
-``ownership.py``.
+table of workflows this process is running, and it is where a claimed workflow is
+started (``start_claimed``: the one way a wake, a recovery claim, a dequeue, a take-back
+or an operator action starts a run) and executed, next to the shutdown that ends every
+run. It is built whole (``collaborators.py``): its options, the queues the API defined
+and the background passes it runs are given to its constructor.
 
-A run's whole life in this process (admitted or claimed, executed, finished or stopped
-for one of the reasons of ``StopReason``, released) reads in one place, next to the
-shutdown that ends every run; what can live apart already does (recovery, ownership, the
-run table, suspension, waking, timers, messaging).
+What can live apart does: admission (idempotent start) in ``admission.py``, how a run
+ends (recorded, or stopped for one of the reasons of ``StopReason``) in ``endings.py``,
+recovery and take-over in ``recovery.py``, the ownership check before a live step in
+``ownership.py``, the run table, suspension, waking, the dispatcher.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import json
 import logging
 import threading
 import time
@@ -26,49 +24,36 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ...errors import (
-    ConfigurationError,
-    DatabaseUnavailableError,
-    NotLaunchedError,
-    SerializationError,
     WorkflowCancelledError,
-    WorkflowDivergedError,
     WorkflowInputsError,
     WorkflowInterruptedError,
 )
 from ...errors_codec import dumps_error
-from ...limits import check_identifier
 from ...records import RecoveryReport, WorkflowStatus
 from ...storage.database import SystemDatabase
-from ...storage.rows import Runner, WorkflowRow
-from ...storage.session import ExecutorSession, end_dead_local_sessions
+from ...storage.rows import Runner
+from ...storage.session import ExecutorSession
 from . import tracing
+from .collaborators import BackgroundPass, EngineOptions, QueueSpec, no_queues
 from .context import (
     OwnershipLost,
-    StopReason,
     WorkflowContext,
-    current_context,
-    current_workflow_id,
-    current_workflow_timeout,
     entered_workflow,
 )
-from .executors import EventLoop, RoomWatch, WorkerPool
+from .endings import Endings
+from .executors import EventLoop, RoomWatch, Wanted, WorkerPool
 from .notifications import CANCEL_CHANNEL, Notifications
 from .outcome import (
     Outcome,
     capture,
     capture_async,
-    held_error,
-    stored_outcome,
-    workflow_outcome,
 )
 from .plans import Plan, run_plan
-from .registry import WorkflowDefinition, code_version, workflow_names
-from .runs import Admission, Claim, RunTable, WorkflowRun, check_same_call
-from .suspension import Suspended
+from .registry import code_version, workflow_names
+from .runs import Claim, RunTable, WorkflowRun
 from .waiting import finished_outcome
 
 log = logging.getLogger(__name__)
@@ -77,12 +62,12 @@ log = logging.getLogger(__name__)
 _MOVED_ON = "was run by another run of this process meanwhile, or is no longer this session's"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PassIntervals:
     """How often each background pass of a process looks for work without being woken
     (seconds). Each is also woken when there is a reason to look (a NOTIFY, an outage
     ending, a run stopping); stress tests shorten them to milliseconds to make the rare
-    interleavings of the passes common."""
+    interleavings of the passes common (:meth:`Engine.run_passes_every`)."""
 
     #: Take back the workflows this process owns but does not run (recovery.py).
     take_back: float = 30.0
@@ -92,71 +77,86 @@ class PassIntervals:
     take_over: float = 2.0
 
 
+_DEFAULTS = EngineOptions()
+#: What makes one of the engine's background passes, given the engine being built.
+PassFactory = Callable[["Engine"], BackgroundPass]
+
+
 class Engine:
-    """Runs durable workflows against one system database."""
+    """Runs durable workflows against one system database.
+
+    Built whole: its options, the queues the API defined, the background passes it runs
+    (made here, from their factories) and what to do once it has shut down are given to
+    the constructor, and nothing is attached to it afterwards. ``open`` registers its
+    session; ``start`` starts its listener and its passes.
+    """
 
     def __init__(
         self,
         db: SystemDatabase,
+        options: EngineOptions = _DEFAULTS,
         *,
-        executor_id: str = "local",
-        app_version: str | None = None,
-        workers: int = 16,
-        lease_seconds: float = 30.0,
-        session_grace: float = 3.0,
-        suspend_after: float = 1.0,
-        async_runs: int = 1000,
+        queues: Callable[[], Sequence[QueueSpec]] = no_queues,
+        passes: Sequence[PassFactory] = (),
+        on_shutdown: Callable[[Engine], None] | None = None,
         replay_only: bool = False,
     ) -> None:
-        if suspend_after < 0:
-            raise ValueError(f"suspend_after must be >= 0 seconds, got {suspend_after}")
         self.db = db
+        self.options = options
         #: The engine of a replay check (deploy_check.py): it replays logs, never opens a
         #: session, and answers workflow calls from the database without writing.
         self.replay_only = replay_only
         #: A background run whose wait is longer than this (seconds) suspends.
-        self.suspend_after = suspend_after
-        self.executor_id = check_identifier(executor_id, "executor id")
-        self.app_version = app_version
+        self.suspend_after = options.suspend_after
+        self.executor_id = options.executor_id
+        self.app_version = options.app_version
+        #: The queues this process defined (the machinery does not import the API's).
+        self.queues = queues
         self.session = ExecutorSession(
             db,
-            executor_id,
-            app_version,
-            lease_seconds,
-            grace_seconds=session_grace,
+            options.executor_id,
+            options.app_version,
+            options.lease_seconds,
+            grace_seconds=options.session_grace,
             code_version=code_version,
+            queues=self._served_queues,
         )
         self.session_key: int | None = None
         #: Told when a background run ends (see ``free_slots``).
         self.room = RoomWatch()
-        self.pool = WorkerPool(workers, on_room=self.room.freed)
+        self.pool = WorkerPool(options.workers, on_room=self.room.freed)
         #: Where background async runs execute: one loop, its blocking calls on as many
         #: threads as there are database connections.
-        self.loop = EventLoop(io_threads=db.pool_size, max_runs=async_runs, on_room=self.room.freed)
+        self.loop = EventLoop(
+            io_threads=db.pool_size, max_runs=options.async_runs, on_room=self.room.freed
+        )
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
         self.notifications = Notifications(db)
         #: Set once, when shutdown begins: the one shutdown flag (``stopping`` reads it).
         self._stopped = threading.Event()
         self.recovery_done = threading.Event()
-        self.last_recovery: RecoveryReport | None = None
+        self._last_recovery: RecoveryReport | None = None
         self._lock = threading.Lock()
         self.runs = RunTable()
         self.notifications.subscribe(CANCEL_CHANNEL, self.note_cancelled)
         #: How often the background passes look unprompted (tests shorten them).
-        self.passes = PassIntervals()
+        self.passes = PassIntervals(take_over=options.take_over_every)
         self._background: list[threading.Thread] = []
         self._dispatch_wanted = threading.Event()
-        #: Whether the process defined a queue (launch sets it from queues.py; the
-        #: machinery does not know the API's queues).
-        self.queues_defined: Callable[[], bool] = lambda: False
-        #: Woken when this process may own workflows it does not run (after an outage).
-        self.take_back_wanted = threading.Event()
-        #: The take-back should look at once, without letting stopping runs settle.
-        self.take_back_urgent = False
-        #: Called when every wait is woken (shutdown, a moved clock): the waker's poke.
-        self._wake_hooks: list[Callable[[], None]] = []
-        self._shutdown_hooks: list[Callable[[], None]] = []
-        self._suspend_hooks: list[Callable[[], None]] = []
+        #: Woken when this process may own workflows it does not run (after an outage);
+        #: urgent: look at once, without letting stopping runs settle.
+        self.take_back_wanted = Wanted()
+        self._on_shutdown = on_shutdown
+        self.endings = Endings(
+            db,
+            self.runs,
+            app_version=options.app_version,
+            owner_key=lambda: self.session_key,
+            released=self._run_released,
+            take_back=self.take_back_wanted,
+        )
+        #: Last: each pass is made with the engine whole but for them.
+        self._passes = tuple(make(self) for make in passes)
 
     @property
     def stopping(self) -> bool:
@@ -185,30 +185,44 @@ class Engine:
         self.db.advance_clock(seconds)
         self._wake_everything()
 
-    def on_suspended(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` when a run here suspends its workflow with a timer (the waker
-        then sleeps until the earliest one)."""
-        self._suspend_hooks.append(hook)
+    def run_passes_every(self, seconds: float) -> None:
+        """Make each background pass look every ``seconds`` whether or not something woke
+        it, from its next round on (``dbos_agent.testing.run_passes_every``)."""
+        if not seconds > 0:
+            raise ValueError(f"run_passes_every: seconds must be > 0, got {seconds!r}")
+        self.passes = PassIntervals(seconds, seconds, seconds)
+        self.take_back_wanted.set()
+
+    @property
+    def last_recovery(self) -> RecoveryReport | None:
+        """What recovery at launch did, once it is done (None before, or if skipped)."""
+        return self._last_recovery
+
+    def note_recovered(self, report: RecoveryReport) -> None:
+        """Recovery at launch is done (recovery.py), with what it did."""
+        self._last_recovery = report
+        self.recovery_done.set()
 
     def note_suspended(self, wake_at: float | None) -> None:
-        """A run of this process suspended its workflow (see suspension.py)."""
+        """A run of this process suspended its workflow (see suspension.py): a timer
+        tells the passes (the waker then sleeps until the earliest one)."""
         if wake_at is not None:
-            for hook in self._suspend_hooks:
-                hook()
-
-    def on_shutdown(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` once the engine has shut down (the launch forgets it then)."""
-        self._shutdown_hooks.append(hook)
-
-    def on_wake_all(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` too whenever every wait is woken (shutdown, a moved clock)."""
-        self._wake_hooks.append(hook)
+            for background in self._passes:
+                background.timer_added()
 
     def _wake_everything(self) -> None:
         self.notifications.wake_all()
         self.wake_dispatcher()
-        for hook in self._wake_hooks:
-            hook()
+        for background in self._passes:
+            background.wake()
+
+    def _run_released(self) -> None:
+        if self.queues():  # a slot may have freed up (without queues, waking
+            self._dispatch_wanted.set()  # the dispatcher costs a thread switch)
+
+    def _served_queues(self) -> list[str]:
+        """The queues this process dequeues from, as its heartbeat says."""
+        return [queue.name for queue in self.queues()] if self.options.run_queues else []
 
     def wait_while_running(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, less if shutdown begins; True once it has."""
@@ -218,173 +232,6 @@ class Engine:
         """Sleep in the dispatcher until woken or ``timeout`` passes."""
         self._dispatch_wanted.wait(timeout)
         self._dispatch_wanted.clear()
-
-    # -- admission: idempotent start ---------------------------------------------------
-
-    def admit(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        queue_name: str | None = None,
-        priority: int = 0,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> Admission:
-        """Record the call (or find it recorded) and decide who runs it.
-
-        A new id is inserted PENDING and run by the caller (or ENQUEUED when
-        ``queue_name`` is given, for a worker to run; or, with ``delay``, recorded to
-        start that many seconds from now, holding no thread). A finished one returns
-        its recorded outcome. A pending one running here is attached to; one
-        whose session is alive elsewhere is waited for; one whose session is
-        gone is taken over and continued from its log by the caller. Another
-        function or other inputs under the id raise :class:`WorkflowIdConflictError`.
-        """
-        if self.stopping:
-            raise NotLaunchedError("the dbos_agent engine is shutting down")
-        check_identifier(workflow_id, "workflow id")
-        inputs = definition.inputs.dumps(args, kwargs)
-        if self.replay_only:
-            return self._admit_replayed(definition, workflow_id)
-        if queue_name is not None or delay is not None:
-            return self._enqueue(
-                definition, workflow_id, inputs, queue_name, priority, dedup_id, delay
-            )
-        run = WorkflowRun(definition, workflow_id, args, kwargs, {})
-        active = self.runs.claim(run, inputs)
-        if active is not None:
-            check_same_call(workflow_id, definition.name, inputs, active.name, active.inputs)
-            return Admission(attached=active.future)
-        try:
-            run.owned_streak = self.ownership_mark()
-            inserted, row = self._insert(definition, workflow_id, inputs, None, 0)
-            if inserted:
-                return Admission(run=run)
-            check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
-            if row.status.finished:
-                outcome = stored_outcome(
-                    workflow_id, row.status, row.output, row.error, definition.result
-                )
-                self._resolve(run, outcome)
-                return Admission(finished=outcome)
-            if row.status is WorkflowStatus.DIVERGED:
-                return self._admit_diverged(run)
-            pending = row.status is WorkflowStatus.PENDING
-            mine = pending and row.owner_key == self.session_key
-            if not mine:
-                run.owned_streak = self.ownership_mark()
-                if pending and row.owner_live:  # a dead process here is declared dead now
-                    end_dead_local_sessions(self.db)
-            # the take-over is guarded on the owner's session being dead, whoever (recovery
-            # in this process, another one) found it dead since the row was read
-            if mine or (
-                pending
-                and self.session_key is not None
-                and self.db.workflows.take_over(
-                    workflow_id, row.owner_key, self.session_key, self.executor_id
-                )
-            ):
-                # registered before the row was read: no other run here has it since
-                run.recorded = self.db.steps.load(workflow_id)
-                return Admission(run=run)
-            self._resolve(run, Outcome())  # not ours to run: stop tracking it here
-            return Admission(remote=True)
-        except Exception as exc:
-            self._resolve(run, Outcome(error=exc))
-            raise
-        except BaseException as exc:
-            self._abandon(run, exc)
-            raise
-
-    def _admit_replayed(self, definition: WorkflowDefinition, workflow_id: str) -> Admission:
-        """A workflow call met by a replay check (a child started, called or enqueued
-        by the replayed body): what the live run would find, read without writing. A call
-        not recorded yet is where the live run would do something new: the check stops."""
-        info = self.db.workflows.get(workflow_id)
-        if info is None:
-            ctx = current_context()
-            assert ctx is not None, "a replay check calls workflows from replayed bodies"
-            raise ctx.stop_past_log()
-        if info.status.finished:
-            return Admission(
-                finished=workflow_outcome(
-                    workflow_id, info.status, info.output, info.error, definition.result
-                )
-            )
-        return Admission(remote=True)
-
-    def _admit_diverged(self, run: WorkflowRun) -> Admission:
-        """A direct call of a DIVERGED workflow: this session takes it if its code may fit
-        the log (a fixed deploy) and runs it; else the call gets the divergence."""
-        run.owned_streak = self.ownership_mark()
-        if self.session_key is not None and self.db.workflows.take_diverged(
-            run.workflow_id, self.session_key, self.executor_id, self.runner()
-        ):
-            run.recorded = self.db.steps.load(run.workflow_id)
-            return Admission(run=run)
-        info = self.db.workflows.get(run.workflow_id)
-        raise held_error(run.workflow_id, None if info is None else info.diverged)
-
-    def _insert(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        inputs: str,
-        queue_name: str | None,
-        priority: int,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> tuple[bool, WorkflowRow]:
-        """The guarded insert of a call (PENDING and this session's, or ENQUEUED, or
-        delayed)."""
-        return self.db.workflows.insert(
-            workflow_id=workflow_id,
-            name=definition.name,
-            inputs=inputs,
-            executor_id=self.executor_id,
-            app_version=self.app_version,
-            max_recovery_attempts=definition.max_recovery_attempts,
-            owner_key=self.session_key,
-            queue_name=queue_name,
-            priority=priority,
-            parent_id=current_workflow_id(),
-            timeout=current_workflow_timeout(),
-            dedup_id=dedup_id,
-            delay=delay,
-        )
-
-    def _enqueue(
-        self,
-        definition: WorkflowDefinition,
-        workflow_id: str,
-        inputs: str,
-        queue_name: str | None,
-        priority: int,
-        dedup_id: str | None = None,
-        delay: float | None = None,
-    ) -> Admission:
-        """Record a call ENQUEUED, or delayed (or find it recorded): a dispatcher or the
-        waker runs it, never the caller, so the call takes no place in this process's run
-        table (where it would hide the workflow from the dispatcher that dequeues it
-        meanwhile)."""
-        inserted, row = self._insert(
-            definition, workflow_id, inputs, queue_name, priority, dedup_id, delay
-        )
-        if inserted:
-            if queue_name is None:  # a timer: the waker sleeps until the earliest one
-                self.note_suspended(delay)
-            return Admission(remote=True)
-        check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
-        if row.status.finished:
-            return Admission(
-                finished=stored_outcome(
-                    workflow_id, row.status, row.output, row.error, definition.result
-                )
-            )
-        return Admission(remote=True)
 
     def start_claimed(self, claims: Sequence[Claim]) -> list[Future[Outcome] | None]:
         """Run, in the background, workflows that a statement just gave this session (a
@@ -416,12 +263,12 @@ class Engine:
             logs = self.db.steps.load_owned([run.workflow_id for _, run in runs], self.session_key)
         except BaseException as exc:
             for _, run in runs:
-                self._abandon(run, exc)
+                self.endings.abandon(run, exc)
             raise
         for index, run in runs:
             recorded = logs.get(run.workflow_id)
             if recorded is None:  # run (and stopped) here meanwhile, or no longer ours
-                self._resolve(run, Outcome(error=OwnershipLost(run.workflow_id, _MOVED_ON)))
+                self.endings.resolve(run, Outcome(error=OwnershipLost(run.workflow_id, _MOVED_ON)))
                 continue
             run.recorded, run.owned_streak = recorded, mark
             if run.definition.is_async:
@@ -457,8 +304,7 @@ class Engine:
     def take_back_soon(self) -> None:
         """Look now for workflows this session owns but does not run (a claim that came
         while a run of the workflow here was ending, a run cut off by an outage)."""
-        self.take_back_urgent = True
-        self.take_back_wanted.set()
+        self.take_back_wanted.set(urgent=True)
 
     def free_slots(self, is_async: bool) -> int:
         """Background runs of that kind this process can start now without queueing them:
@@ -486,9 +332,9 @@ class Engine:
             with tracing.span(_run_span, run) as current, entered_workflow(ctx):
                 outcome = capture(run.definition.fn, *run.args, **run.kwargs)
                 tracing.failed(current, outcome.error)
-            return self.finish(run, ctx, outcome)
+            return self.endings.finish(run, ctx, outcome)
         except BaseException as exc:
-            return self._ended_early(run, exc)
+            return self.endings.ended_early(run, exc)
 
     async def execute_async(self, run: WorkflowRun) -> Outcome:
         """Run an async workflow's body on this event loop and record its outcome."""
@@ -504,175 +350,17 @@ class Engine:
             with tracing.span(_run_span, run) as current, entered_workflow(ctx):
                 outcome = await capture_async(run.definition.fn(*run.args, **run.kwargs))
                 tracing.failed(current, outcome.error)
-            return await asyncio.to_thread(self.finish, run, ctx, outcome)
+            return await asyncio.to_thread(self.endings.finish, run, ctx, outcome)
         except BaseException as exc:
-            return self._ended_early(run, exc)
-
-    def _ended_early(self, run: WorkflowRun, exc: BaseException) -> Outcome:
-        """A run that ended by an exception out of the workflow's code or its finish: a
-        suspension or a lost workflow ends it quietly; anything else (shutdown, a crash)
-        leaves the workflow PENDING and is raised again."""
-        if isinstance(exc, Suspended):
-            return self._stop_suspended(run)
-        self._abandon(run, exc)
-        if isinstance(exc, OwnershipLost):
-            return Outcome(error=exc)
-        raise exc
-
-    def finish(self, run: WorkflowRun, ctx: WorkflowContext, outcome: Outcome) -> Outcome:
-        """Record the workflow's outcome, or stop without one (see StopReason)."""
-        if ctx.stop_reason is None and isinstance(outcome.error, DatabaseUnavailableError):
-            ctx.halt(StopReason.DATABASE, outcome.error)
-        reason, stop_error = ctx.stop_reason, ctx.stop_error
-        try:
-            if reason is StopReason.CANCELLED:
-                return self._stop_cancelled(run)
-            if reason is StopReason.SUSPENDED:
-                return self._stop_suspended(run)
-            if reason in (StopReason.NOT_OWNER, StopReason.DATABASE, StopReason.UNCONFIGURED):
-                assert stop_error is not None
-                return self._stop_unfinished(run, stop_error)
-            if reason is StopReason.DIVERGED:
-                assert isinstance(stop_error, WorkflowDivergedError)
-                return self._stop_diverged(run, stop_error)
-            status = WorkflowStatus.SUCCESS
-            if reason is StopReason.IN_DOUBT:  # even if user code swallowed the doubt
-                outcome, status = Outcome(error=stop_error), WorkflowStatus.IN_DOUBT
-            return self._record_outcome(run, outcome, status)
-        except DatabaseUnavailableError as exc:
-            return self._stop_unfinished(run, exc)
-
-    def _record_outcome(
-        self, run: WorkflowRun, outcome: Outcome, status: WorkflowStatus
-    ) -> Outcome:
-        """Write a finished run's outcome (guarded: a run finished elsewhere wins)."""
-        where = f"workflow {run.workflow_id!r} ({run.definition.name}) result"
-        while True:
-            output = error = None
-            if outcome.error is None:
-                try:
-                    output = run.definition.result.dumps(outcome.value, where)
-                except SerializationError as exc:
-                    outcome = Outcome(error=exc)
-            if outcome.error is not None:
-                error = dumps_error(outcome.error)
-                if status is WorkflowStatus.SUCCESS:
-                    status = WorkflowStatus.ERROR
-            try:
-                updated, stored_status, stored_output, stored_error = self.db.workflows.finish(
-                    run.workflow_id, status, output, error, self.session_key
-                )
-                break
-            except SerializationError as exc:  # too large, or refused: the user's error
-                if outcome.error is not None:
-                    raise
-                outcome = Outcome(error=exc)
-        if not updated and stored_status is WorkflowStatus.PENDING:
-            # another session took the workflow over: its outcome is theirs to record
-            return self._stop_unfinished(run, OwnershipLost(run.workflow_id))
-        if not updated:
-            outcome = stored_outcome(
-                run.workflow_id, stored_status, stored_output, stored_error, run.definition.result
-            )
-        self._resolve(run, outcome)
-        return outcome
-
-    def _stop_unfinished(self, run: WorkflowRun, why: BaseException) -> Outcome:
-        """This run ends without an outcome; the workflow stays PENDING. After a database
-        failure this process takes it back once the database answers (unless retrying
-        cannot help: then it waits for the next process)."""
-        if isinstance(why, DatabaseUnavailableError) and why.retryable:
-            self.take_back_wanted.set()
-        elif isinstance(why, DatabaseUnavailableError | ConfigurationError):
-            self.runs.park(run.workflow_id)
-            log.error(
-                "workflow %s stopped and stays PENDING until a process that can run it "
-                "continues it (resume, recovery): %s",
-                run.workflow_id,
-                why,
-            )
-        self._abandon(run, why)
-        return Outcome(error=why)
-
-    def _stop_diverged(self, run: WorkflowRun, divergence: WorkflowDivergedError) -> Outcome:
-        """The code called another step than the log recorded: a code change, never the
-        workflow's error. It is held DIVERGED (unfinished, owned by nobody, saying where
-        and how), left alone by processes of this code version and continued by one whose
-        code fits its log. Its waiters keep waiting; a direct caller gets the divergence.
-        """
-        code = code_version()
-        detail = {
-            "position": divergence.seq,
-            "recorded": divergence.recorded,
-            "called": divergence.current,
-            "app_version": self.app_version,
-            "code_version": code,
-            "at": datetime.now(UTC).isoformat(),
-        }
-        first_time = self.db.workflows.hold_diverged(
-            run.workflow_id, self.session_key, code, json.dumps(detail)
-        )
-        if first_time is None:  # no longer ours: whoever owns it now decides
-            return self._stop_unfinished(run, OwnershipLost(run.workflow_id))
-        if first_time:
-            log.warning(
-                "workflow %s (%s) is held as DIVERGED: %s (code version %s%s). Processes of "
-                "this code leave it alone; code that fits its log (an older version still "
-                "running, or a fix using da.patched) continues it; or fork it from an "
-                "earlier step, or cancel it.",
-                run.workflow_id,
-                run.definition.name,
-                divergence.detail,
-                code,
-                "" if self.app_version is None else f", application version {self.app_version}",
-            )
-        self._resolve(
-            run,
-            Outcome(
-                error=WorkflowInterruptedError(
-                    f"workflow {run.workflow_id!r} is held as DIVERGED until code that fits "
-                    "its log continues it"
-                )
-            ),
-        )
-        return Outcome(error=divergence)
+            return self.endings.ended_early(run, exc)
 
     def runner(self) -> Runner:
         """What this process can run, as the statements that give it workflows ask."""
         return Runner(workflow_names(), self.app_version, code_version())
 
-    def _stop_suspended(self, run: WorkflowRun) -> Outcome:
-        """The run gave its workflow up to wait (see suspension.py): it records nothing
-        more, and whoever waits for the outcome waits on the database (a waker runs the
-        workflow again, here or elsewhere, when its wait can be met)."""
-        outcome = Outcome(
-            error=WorkflowInterruptedError(
-                f"workflow {run.workflow_id!r} is suspended: it waits without a thread and "
-                "continues when woken"
-            )
-        )
-        self._resolve(run, outcome)
-        return outcome
-
     def parked_ids(self) -> list[str]:
         """Workflows this process will not take back by itself (see ``RunTable.park``)."""
         return self.runs.parked()
-
-    def _stop_cancelled(self, run: WorkflowRun) -> Outcome:
-        """A run that saw its workflow cancelled records nothing: the cancel did.
-
-        If an operator resumed the workflow meanwhile (PENDING again), the
-        resumed run records the outcome; this one only stops.
-        """
-        info = self.db.workflows.get(run.workflow_id)
-        if info is None or info.status is WorkflowStatus.PENDING:
-            self._abandon(run, WorkflowCancelledError(f"workflow {run.workflow_id!r} was resumed"))
-            return run.future.result()
-        outcome = workflow_outcome(
-            run.workflow_id, info.status, info.output, info.error, run.definition.result
-        )
-        self._resolve(run, outcome)
-        return outcome
 
     # -- cancellation --------------------------------------------------------------------
 
@@ -699,25 +387,6 @@ class Engine:
             return None
         return WorkflowCancelledError(f"workflow {workflow_id!r} was cancelled")
 
-    def _resolve(self, run: WorkflowRun, outcome: Outcome) -> None:
-        self.runs.release(run)
-        if self.queues_defined():  # a slot may have freed up (without queues, waking
-            self._dispatch_wanted.set()  # the dispatcher costs a thread switch)
-        if not run.future.done():
-            run.future.set_result(outcome)
-
-    def _abandon(self, run: WorkflowRun, exc: BaseException) -> None:
-        """This process stops running the workflow without an outcome; it stays PENDING."""
-        self._resolve(
-            run,
-            Outcome(
-                error=WorkflowInterruptedError(
-                    f"workflow {run.workflow_id!r} was interrupted in this process "
-                    f"({type(exc).__name__}: {exc}); it stays PENDING and will be recovered"
-                )
-            ),
-        )
-
     def submit(self, run: WorkflowRun) -> Future[Outcome]:
         """Run ``run`` in the background; the future resolves with its outcome. A sync
         workflow takes a thread of the worker pool, an async one a task on the shared
@@ -732,13 +401,13 @@ class Engine:
     def _background_sync(self, run: WorkflowRun) -> None:
         try:
             self.execute(run)
-        except BaseException as exc:  # already resolved by _abandon
+        except BaseException as exc:  # already resolved by abandon
             self._note_interrupted(run, exc)
 
     async def _background_async(self, run: WorkflowRun) -> None:
         try:
             await self.execute_async(run)
-        except BaseException as exc:  # already resolved by _abandon
+        except BaseException as exc:  # already resolved by abandon
             self._note_interrupted(run, exc)
 
     def _note_interrupted(self, run: WorkflowRun, exc: BaseException) -> None:
@@ -777,6 +446,15 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Start listening for notifications, and each background pass on its thread (an
+        engine without a recovery at launch counts its recovery done now)."""
+        self.notifications.start()
+        if not any(background.recovers_at_launch for background in self._passes):
+            self.recovery_done.set()
+        for background in self._passes:
+            self.run_in_background(background.run, background.thread_name)
+
     def run_in_background(self, target: Callable[[], object], name: str) -> None:
         """Start a daemon thread the runtime waits for at shutdown."""
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -799,8 +477,8 @@ class Engine:
         self.notifications.stop()  # waiting workflows stop now and stay PENDING
         self._dispatch_wanted.set()
         self.take_back_wanted.set()
-        for hook in self._wake_hooks:
-            hook()
+        for background in self._passes:
+            background.wake()
         for thread in self._background:
             thread.join(grace)
         wait_futures(self.runs.futures(), timeout=grace)
@@ -808,8 +486,8 @@ class Engine:
         self.pool.stop()
         self.session.close()
         self.db.close()
-        for hook in self._shutdown_hooks:
-            hook()
+        if self._on_shutdown is not None:
+            self._on_shutdown(self)
 
     def _shutdown_at_exit(self) -> None:
         """A runtime launched without ``with`` ends cleanly when the program does, before

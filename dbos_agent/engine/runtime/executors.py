@@ -77,6 +77,31 @@ class RoomWatch:
                 hook()
 
 
+class Wanted:
+    """A pass's wake-up that may be urgent, set and taken under one lock: a waiter takes
+    both the wake-up and its urgency at once, so an urgent ``set`` is never lost between
+    them (the take-back: urgent means look now, without letting stopping runs settle)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._set = False
+        self._urgent = False
+
+    def set(self, *, urgent: bool = False) -> None:
+        with self._changed:
+            self._set = True
+            self._urgent = self._urgent or urgent
+            self._changed.notify_all()
+
+    def take(self, timeout: float) -> tuple[bool, bool]:
+        """Wait up to ``timeout`` seconds to be set; ``(woken, urgent)``, both cleared."""
+        with self._changed:
+            woken = self._changed.wait_for(lambda: self._set, timeout)
+            urgent = self._urgent
+            self._set = self._urgent = False
+            return woken, urgent
+
+
 class EventLoop:
     """A daemon thread running one asyncio loop; ``max_runs`` bounds live runs on it."""
 

@@ -35,6 +35,7 @@ from ...errors import DatabaseUnavailableError, WorkflowInputsError
 from ...records import RecoveryReport, WorkflowStatus
 from ...storage.rows import RecoveryClaim, Runner
 from ...storage.session import end_dead_local_sessions
+from .collaborators import BackgroundPass
 from .core import Engine
 from .notifications import CLAIMABLE_CHANNEL
 from .registry import find_workflow, workflow_names, workflow_names_of
@@ -76,8 +77,7 @@ def recover_pending(engine: Engine) -> RecoveryReport:
             log.error("recovery of pending workflows failed: %s", exc)
     finally:
         report.seconds = time.perf_counter() - started
-        engine.last_recovery = report
-        engine.recovery_done.set()
+        engine.note_recovered(report)
     if report.recovered or report.dead_lettered or report.failed_inputs:
         log.info(
             "recovery: recovered %d workflow(s), dead-lettered %d, %d with unusable inputs (%.2fs)",
@@ -273,23 +273,42 @@ def take_back_idle(engine: Engine) -> int:
     return taken
 
 
-def keep_taking_back(engine: Engine) -> None:
+class RecoverAtLaunch(BackgroundPass):
+    """Recovery at launch (:func:`recover_pending`), once, on its own thread."""
+
+    thread_name = "dbos-agent-recovery"
+    recovers_at_launch = True
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def run(self) -> None:
+        recover_pending(self._engine)
+
+
+class TakeBack(BackgroundPass):
     """The take-back thread: after an outage (or now and then) recover what is ours."""
-    while not engine.stopping:
-        woken = engine.take_back_wanted.wait(engine.passes.take_back)
-        engine.take_back_wanted.clear()
-        urgent, engine.take_back_urgent = engine.take_back_urgent, False
-        if engine.stopping:
-            return
-        if woken and not urgent:
-            time.sleep(0.2)  # let a burst of stopped runs settle first
-        try:
-            take_back_idle(engine)
-        except DatabaseUnavailableError:
-            engine.take_back_wanted.set()  # still down: try again after the next wait
-            time.sleep(1.0)
-        except Exception as exc:
-            log.error("taking back this process's workflows failed: %s", exc)
+
+    thread_name = "dbos-agent-take-back"
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def run(self) -> None:
+        engine = self._engine
+        while not engine.stopping:
+            woken, urgent = engine.take_back_wanted.take(engine.passes.take_back)
+            if engine.stopping:
+                return
+            if woken and not urgent:
+                time.sleep(0.2)  # let a burst of stopped runs settle first
+            try:
+                take_back_idle(engine)
+            except DatabaseUnavailableError:
+                engine.take_back_wanted.set()  # still down: try again after the next wait
+                time.sleep(1.0)
+            except Exception as exc:
+                log.error("taking back this process's workflows failed: %s", exc)
 
 
 def take_over_once(engine: Engine) -> RecoveryReport:
@@ -316,7 +335,7 @@ def take_over_once(engine: Engine) -> RecoveryReport:
     return report
 
 
-def keep_taking_over(engine: Engine) -> None:
+class TakeOver(BackgroundPass):
     """The take-over thread (a launched process has one unless its take-over is off, see
     ``LaunchOptions.take_over``): every ``engine.passes.take_over`` seconds, at once when
     a workflow becomes claimable (NOTIFY on dbos_agent_claimable: a resume without an
@@ -324,23 +343,33 @@ def keep_taking_over(engine: Engine) -> None:
     a run ends here after a pass stopped for want of room, take over the workflows of
     dead sessions and the diverged ones this code may fit, of any executor, as many as
     this process can start now; now and then forget long-dead executors."""
-    wanted = threading.Event()
-    engine.notifications.subscribe(CLAIMABLE_CHANNEL, lambda _: wanted.set())
-    engine.on_wake_all(wanted.set)  # a moved clock (leases end), shutdown
-    engine.room.on_freed(wanted.set)  # a pass out of room: a run here ended
-    last_cleanup = time.monotonic()
-    cleanup_every = max(engine.session.lease_seconds, 5.0)
-    while not engine.recovery_done.wait(0.5):  # recovery at launch claims alone, and
-        if engine.stopping:  # its report counts all it took
-            return
-    while not engine.stopping:
-        try:
-            take_over_once(engine)
-            if time.monotonic() - last_cleanup > cleanup_every:
-                last_cleanup = time.monotonic()
-                engine.db.recovery.delete_dead_executors()
-        except Exception as exc:
-            if not engine.stopping:
-                log.warning("taking over orphaned workflows failed (retrying): %s", exc)
-        wanted.wait(engine.passes.take_over)
-        wanted.clear()
+
+    thread_name = "dbos-agent-take-over"
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._wanted = threading.Event()
+        engine.notifications.subscribe(CLAIMABLE_CHANNEL, lambda _: self._wanted.set())
+        engine.room.on_freed(self._wanted.set)  # a pass out of room: a run here ended
+
+    def wake(self) -> None:
+        self._wanted.set()  # a moved clock (leases end), shutdown
+
+    def run(self) -> None:
+        engine, wanted = self._engine, self._wanted
+        last_cleanup = time.monotonic()
+        cleanup_every = max(engine.session.lease_seconds, 5.0)
+        while not engine.recovery_done.wait(0.5):  # recovery at launch claims alone, and
+            if engine.stopping:  # its report counts all it took
+                return
+        while not engine.stopping:
+            try:
+                take_over_once(engine)
+                if time.monotonic() - last_cleanup > cleanup_every:
+                    last_cleanup = time.monotonic()
+                    engine.db.recovery.delete_dead_executors()
+            except Exception as exc:
+                if not engine.stopping:
+                    log.warning("taking over orphaned workflows failed (retrying): %s", exc)
+            wanted.wait(engine.passes.take_over)
+            wanted.clear()

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .collaborators import BackgroundPass
 from .core import Engine
 from .notifications import EVENTS_CHANNEL, FINISHED_CHANNEL, MESSAGES_CHANNEL, RETRY_CHANNEL
 from .registry import find_workflow
@@ -33,8 +34,11 @@ _WAKE_PAGE = 100
 _MIN_PAUSE_S = 0.02
 
 
-class Waker:
-    """Wakes suspended workflows whose wait can be met and runs them in this process."""
+class Waker(BackgroundPass):
+    """Wakes suspended workflows whose wait can be met and runs them in this process. It
+    listens for messages, events, finished workflows and retries from when it is made."""
+
+    thread_name = "dbos-agent-waker"
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -43,10 +47,7 @@ class Waker:
         self._sweep = True  # the first round sweeps: what came due while nobody ran
         self._wanted = threading.Event()
         self._swept_at = 0.0
-
-    def start(self) -> None:
-        """Listen for messages and events; the loop itself runs in :meth:`run`."""
-        notifications = self._engine.notifications
+        notifications = engine.notifications
         notifications.subscribe(MESSAGES_CHANNEL, self._notified)
         notifications.subscribe(EVENTS_CHANNEL, self._notified)
         notifications.subscribe(FINISHED_CHANNEL, self._notified)
@@ -57,6 +58,12 @@ class Waker:
         with self._lock:
             self._sweep = self._sweep or sweep
         self._wanted.set()
+
+    def wake(self) -> None:
+        self.poke()
+
+    def timer_added(self) -> None:
+        self.poke(sweep=False)  # a new timer: sleep until it
 
     def _notified(self, payload: str) -> None:
         with self._lock:
