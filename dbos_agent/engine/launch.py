@@ -19,9 +19,8 @@ from typing import Unpack
 
 from ..errors import DbosAgentError
 from ..limits import check_identifier
-from ..postgres.embedded import resolve_url
+from ..postgres.opening import open_system_database
 from ..records import RecoveryReport
-from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
 from .launch_options import LaunchKeywords, LaunchOptions, option_names
 from .queues import any_queue, registered_queues, run_dispatcher
@@ -74,16 +73,15 @@ def launch(
                 "call shutdown() on the runtime first"
             )
         check_identifier(o.executor_id, "executor id")
-        url = resolve_url(database_url)
-        db = SystemDatabase(
-            url,
+        db = open_system_database(  # the application: it may create and migrate
+            database_url,
+            create=True,
+            migrate=True,
             pool_size=o.pool_size or o.workers + 4,
             outage_timeout=o.outage_timeout,
             max_checkpoint_bytes=o.max_checkpoint_bytes,
         )
-        db.open()
         try:
-            db.migrate()
             engine = Engine(
                 db,
                 executor_id=o.executor_id,
