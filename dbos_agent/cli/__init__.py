@@ -12,7 +12,9 @@ id, wrong status, no or unreachable database), 2 for usage errors (and for a
 ``check-deploy`` that could not check the new code at all). No password ever
 appears in the output.
 
-The package: :mod:`.arguments` (value types), :mod:`.parser` (the command tree),
+The package: :mod:`.arguments` (value types), :mod:`.parser` (the command tree's root,
+with :mod:`.workflow_tree` and :mod:`.fleet_tree` for its commands, built of
+:mod:`.building`),
 :mod:`.commands` (one function per command), :mod:`.render` (what is shown); here,
 :func:`main` opens the database a command needs (never creating or migrating it, but for
 ``migrate``: see :mod:`dbos_agent.postgres.opening`) and turns failures into exit statuses.
