@@ -89,6 +89,11 @@ class NoDatabaseError(DbosAgentError):
     (only what may create it starts a new one) or cannot be started."""
 
 
+class InvalidDurationError(DbosAgentError, ValueError):
+    """A duration or moment that cannot be read (``gc --older-than 3 days``, ``since=soon``):
+    the message says what was given and the forms that are read."""
+
+
 class InvalidOptionError(DbosAgentError, ValueError):
     """An option of a decorator or constructor is out of its range or not of its type
     (``give_up_after=-1``, ``give_up_after="1h"``): raised where it is given, before

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from .. import worker
-from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, parse_duration
+from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..web import serve
 from . import arguments as types
@@ -57,7 +57,7 @@ def add_gc(tree: Group[Any], common: argparse.ArgumentParser) -> None:
     )
     gc.add_argument(
         "--older-than",
-        type=parse_duration,
+        type=types.age,
         required=True,
         metavar="AGE",
         help="finished more than AGE ago: 45s, 90m, 12h, 30d, 2w, or seconds",

@@ -16,15 +16,14 @@ repeats it in the background (``launch(retention=...)``, ``dbos-agent worker
 
 from __future__ import annotations
 
-import argparse
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
+from ..durations import format_duration
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.outages import describe
@@ -45,59 +44,6 @@ DEFAULT_BATCH_SIZE = 1000
 #: The background runner runs at least this often (and every older_than / 10 if shorter).
 MAX_INTERVAL_S = 3600.0
 _JITTER = 0.1
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
-_UNIT_S = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-class InvalidDurationError(argparse.ArgumentTypeError, ValueError):
-    """A duration that cannot be read. A ValueError to callers; argparse reports its
-    message as a usage error (exit 2), so the CLI and the worker share one parser."""
-
-
-def parse_duration(text: str, *, unit_required: bool = False) -> timedelta:
-    """A duration as people type it: ``45s``, ``90m``, ``12h``, ``30d``, ``2w``, ``1.5h``,
-    or bare seconds (``3600``, unless ``unit_required``). Never zero."""
-    match = _DURATION.match(text.strip().lower())
-    if match is None or (unit_required and not match[2]):
-        raise InvalidDurationError(
-            f"{text!r} is not a duration: use 45s, 90m, 12h, 30d, 2w"
-            + ("" if unit_required else " or a number of seconds")
-        )
-    try:
-        duration = timedelta(seconds=float(match[1]) * _UNIT_S.get(match[2], 1))
-    except OverflowError:
-        raise InvalidDurationError(f"{text!r} is too long a duration") from None
-    if duration <= timedelta(0):
-        raise InvalidDurationError(f"{text!r}: a duration must be longer than 0")
-    return duration
-
-
-def parse_moment(text: str) -> datetime:
-    """A moment as people type it: an ISO time (UTC unless it says otherwise) or a
-    duration ago (``30m``, ``2h``, ``7d``). The CLI's ``--since`` and the API's ``since``
-    read it alike."""
-    try:
-        return datetime.now(UTC) - parse_duration(text, unit_required=True)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidDurationError(
-            f"{text!r} is neither an ISO time (2026-12-02, 2026-12-02T17:30Z) "
-            f"nor a duration ago (90s, 30m, 2h, 7d, 1w)"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def format_duration(duration: timedelta) -> str:
-    """The shortest exact spelling :func:`parse_duration` reads back: 30d, 90m, 2.5s."""
-    seconds = duration.total_seconds()
-    for unit, size in _UNIT_S.items():
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True, slots=True)
