@@ -73,7 +73,25 @@ class InvalidDatabaseUrlError(ConfigurationError, ValueError):
 
 
 class SchemaVersionError(DbosAgentError):
-    """The database holds a dbos_agent schema newer than this library knows."""
+    """The database's dbos_agent schema is not the one this library uses: here, newer
+    than it knows (upgrade dbos_agent); :class:`SchemaNotMigratedError`, missing or older."""
+
+
+class SchemaNotMigratedError(SchemaVersionError):
+    """The database has no dbos_agent schema, or an older one, and what opened it does
+    not change schemas (``Client``, the CLI, ``serve``): only ``launch()`` and
+    ``dbos-agent migrate`` do. The message names the command to run, password masked."""
+
+
+class NoDatabaseError(DbosAgentError):
+    """No database to open: none was named (``--database-url``,
+    ``$DBOS_AGENT_DATABASE_URL``) and the embedded one under ``./.dbos_agent/`` is absent
+    (only what may create it starts a new one) or cannot be started."""
+
+
+class InvalidDurationError(DbosAgentError, ValueError):
+    """A duration or moment that cannot be read (``gc --older-than 3 days``, ``since=soon``):
+    the message says what was given and the forms that are read."""
 
 
 class InvalidOptionError(DbosAgentError, ValueError):

@@ -20,15 +20,16 @@ import signal
 import socket
 import sys
 import threading
+from datetime import timedelta
 from types import FrameType
 
 from . import __version__
+from .durations import parse_duration
 from .engine.extending import workflow_names
 from .engine.launch import launch
 from .engine.queues import registered_queues
-from .engine.retention import parse_duration
 from .engine.schedules import registered_schedules
-from .errors import DbosAgentError
+from .errors import DbosAgentError, InvalidDurationError
 from .storage.dsn import URL_ENV, scrub
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, database_url: bool = True)
     )
     parser.add_argument(
         "--retention",
-        type=parse_duration,
+        type=_age,
         default=None,
         metavar="AGE",
         help="also delete finished workflows older than AGE (45s, 90m, 12h, 30d, 2w), with "
@@ -108,6 +109,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, database_url: bool = True)
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--version", action="version", version=f"dbos-agent {__version__}")
+
+
+def _age(text: str) -> timedelta:
+    """``--retention``'s value; refused as a usage error (exit 2) saying what is read."""
+    try:
+        return parse_duration(text)
+    except InvalidDurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def import_app(spec: str) -> object:

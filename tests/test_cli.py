@@ -271,7 +271,9 @@ def test_database_errors_are_clear_and_name_no_password(dbos_agent_postgres_url:
     assert "s3cret-pw" not in result.stderr
     with fresh_database(dbos_agent_postgres_url) as empty:
         refused(
-            cli(empty, "workflows", "list"), 1, "has no dbos_agent schema; run `dbos-agent migrate`"
+            cli(empty, "workflows", "list"),
+            1,
+            f"has no dbos_agent schema; run `dbos-agent migrate --database-url {empty}`",
         )
         assert "migrated from version 0 to" in ok(cli(empty, "migrate"))
         assert json.loads(ok(cli(empty, "workflows", "list", "--json"))) == []

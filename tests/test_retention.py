@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.retention import format_duration, parse_duration
+from dbos_agent.durations import format_duration, parse_duration
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import fresh_database
 from tests.helpers import cli, new_id, ok, refused, wait_until

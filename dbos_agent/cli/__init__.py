@@ -12,86 +12,33 @@ id, wrong status, no or unreachable database), 2 for usage errors (and for a
 ``check-deploy`` that could not check the new code at all). No password ever
 appears in the output.
 
-The package: :mod:`.arguments` (value types), :mod:`.parser` (the command tree),
+The package: :mod:`.arguments` (value types), :mod:`.parser` (the command tree's root,
+with :mod:`.workflow_tree` and :mod:`.fleet_tree` for its commands, built of
+:mod:`.building`),
 :mod:`.commands` (one function per command), :mod:`.render` (what is shown); here,
-:func:`main` opens the database a command needs and turns failures into exit statuses.
+:func:`main` opens the database a command needs (never creating or migrating it, but for
+``migrate``: see :mod:`dbos_agent.postgres.opening`) and turns failures into exit statuses.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import psycopg
 
 from .. import worker
 from ..errors import DbosAgentError, DeployCheckError
-from ..postgres.embedded import DEFAULT_DIRECTORY, embedded_database_url
+from ..postgres.opening import connect_system_database, open_system_database
 from ..storage.database import SystemDatabase
-from ..storage.dsn import URL_ENV, configured_url, scrub
-from ..storage.sql_files import migrations
+from ..storage.dsn import URL_ENV, scrub
 from ..web import serve
 from . import commands, render
 from .arguments import PROG
 from .parser import Run, build_parser, parse
 
-__all__ = ["CliError", "build_parser", "main"]
-
-
-class CliError(Exception):
-    """An expected, operational failure: message to stderr, exit status 1."""
-
-
-def _embedded_directory() -> Path:
-    """The folder of the embedded database that ``launch()`` uses here."""
-    return Path(DEFAULT_DIRECTORY).expanduser().resolve()
-
-
-def _database_url(args: argparse.Namespace, *, may_create: bool) -> str:
-    """The URL given, else $DBOS_AGENT_DATABASE_URL, else the embedded database's.
-
-    Only a command that creates (``migrate``) may start a new embedded cluster: anything
-    else run in the wrong folder would otherwise make an empty database and report that
-    nothing is there."""
-    url = configured_url(args.database_url)
-    if url:
-        return url
-    directory = _embedded_directory()
-    if not may_create and not directory.is_dir():
-        raise CliError(
-            f"no database: there is no embedded Postgres in {directory}/ (the first launch() "
-            f"or `{PROG} migrate` in a folder makes one there); run this where your app "
-            f"runs, or pass --database-url URL or set ${URL_ENV}"
-        )
-    try:
-        return embedded_database_url(directory)
-    except Exception as exc:  # no server binaries, a broken data directory, ...
-        raise CliError(f"cannot start the embedded Postgres in {directory}/: {exc}") from None
-
-
-def _check_schema(db: SystemDatabase) -> None:
-    """Refuse to work on a schema this version does not match (never migrate implicitly)."""
-    known = migrations()[-1][0]
-    found = db.schema_version()
-    if found == known:
-        return
-    if found == 0:
-        raise CliError(
-            f"the database at {db.redacted_url} has no dbos_agent schema; "
-            f"run `{PROG} migrate` (or check --database-url)"
-        )
-    if found < known:
-        raise CliError(
-            f"the database at {db.redacted_url} has dbos_agent schema version {found}, "
-            f"this {PROG} needs {known}; run `{PROG} migrate`"
-        )
-    raise CliError(
-        f"the database at {db.redacted_url} has dbos_agent schema version {found}, newer than "
-        f"this {PROG} knows ({known}); upgrade dbos-agent"
-    )
+__all__ = ["build_parser", "main"]
 
 
 def _fail(exc: Exception, message: str, *, as_json: bool, status: int = 1) -> int:
@@ -121,16 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     url: str | None = args.database_url or os.environ.get(URL_ENV)
     db: SystemDatabase | None = None
     try:
-        url = _database_url(args, may_create=run is commands.migrate)
-        db = SystemDatabase(url, pool_size=2)
-        db.open()
-        if run is not commands.migrate:
-            _check_schema(db)
+        if run is commands.migrate:  # migrates itself, to report the version it found
+            db = connect_system_database(args.database_url, create=True, pool_size=2)
+        else:
+            db = open_system_database(args.database_url, create=False, migrate=False, pool_size=2)
         status = run(args, db) or 0
         sys.stdout.flush()
     except DeployCheckError as exc:  # check-deploy checked nothing: not a verdict
         return _fail(exc, scrub(str(exc), url), as_json=args.json, status=2)
-    except (CliError, DbosAgentError) as exc:
+    except DbosAgentError as exc:
         return _fail(exc, scrub(str(exc), url), as_json=args.json)
     except psycopg.Error as exc:
         return _fail(exc, scrub(f"database error: {str(exc).strip()}", url), as_json=args.json)

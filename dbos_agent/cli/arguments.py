@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from ..engine.retention import check_statuses, parse_moment
+from ..durations import parse_duration, parse_moment
+from ..engine.retention import check_statuses
+from ..errors import InvalidDurationError
 from ..records import WorkflowStatus
 
 PROG = "dbos-agent"
@@ -16,7 +18,18 @@ PROG = "dbos-agent"
 
 def when(text: str) -> datetime:
     """An ISO time (UTC unless it says otherwise) or a duration ago: 30m, 2h, 7d."""
-    return parse_moment(text)  # its error is an ArgumentTypeError: a usage error
+    try:
+        return parse_moment(text)
+    except InvalidDurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def age(text: str) -> timedelta:
+    """A duration: 45s, 90m, 12h, 30d, 2w, or a number of seconds."""
+    try:
+        return parse_duration(text)
+    except InvalidDurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def status(text: str) -> WorkflowStatus:

@@ -22,12 +22,9 @@ from .. import (
     agent,  # noqa: F401  (registers how model steps are described)
     documents,
 )
+from ..durations import format_duration
 from ..engine.client import Client
-from ..engine.retention import (
-    DEFAULT_STATUSES,
-    check_statuses,
-    format_duration,
-)
+from ..engine.retention import DEFAULT_STATUSES, check_statuses
 from ..engine.schedule_operations import backfill_db, list_schedules_db, set_paused_db
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for

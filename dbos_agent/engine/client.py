@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import WorkflowNotFoundError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
-from ..postgres.embedded import resolve_url
+from ..postgres.opening import open_system_database
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import InputsCodec, codec_for
 from ..storage.database import SystemDatabase
@@ -93,35 +93,37 @@ class ClientHandle:
 
 
 class Client:
-    """Connects to the system database without running workflows."""
+    """Connects to the system database without running workflows.
+
+    An operator's door: it never changes the schema unless told (``migrate=True``); on a
+    database without the schema, or with an older one, it refuses with a
+    SchemaNotMigratedError naming ``dbos-agent migrate`` and leaves it as it was (see
+    :func:`~dbos_agent.postgres.opening.open_system_database`).
+    """
 
     def __init__(
         self,
         database_url: str | None = None,
         *,
+        migrate: bool = False,
         pool_size: int = 4,
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT_S,
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     ) -> None:
-        self.db = SystemDatabase(
-            resolve_url(database_url),
+        self.db = open_system_database(
+            database_url,
+            create=migrate,
+            migrate=migrate,
             pool_size=pool_size,
             outage_timeout=outage_timeout,
             max_checkpoint_bytes=max_checkpoint_bytes,
         )
         self._owns_db = True
-        self.db.open()
-        try:
-            self.db.migrate()
-        except BaseException:
-            self.db.close()
-            raise
 
     @classmethod
     def over(cls, db: SystemDatabase) -> Client:
-        """A client on a database that is open already and stays the caller's (the CLI's,
-        which checks the schema itself and migrates only when told): it is not migrated
-        here, and :meth:`close` leaves it open."""
+        """A client on a database that is open already and stays the caller's (the CLI's
+        and ``serve``'s, opened by ``open_system_database``): :meth:`close` leaves it open."""
         client = cls.__new__(cls)
         client.db = db
         client._owns_db = False

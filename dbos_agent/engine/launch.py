@@ -19,9 +19,8 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import DbosAgentError
-from ..postgres.embedded import resolve_url
+from ..postgres.opening import open_system_database
 from ..records import RecoveryReport
-from ..storage.database import SystemDatabase
 from ..storage.dsn import redact_url
 from .launch_options import LaunchOptions, option_names, takes_launch_options
 from .queues import registered_queues
@@ -73,16 +72,15 @@ def launch(
                 "dbos_agent is already launched in this process; "
                 "call shutdown() on the runtime first"
             )
-        url = resolve_url(database_url)
-        db = SystemDatabase(
-            url,
+        db = open_system_database(  # the application: it may create and migrate
+            database_url,
+            create=True,
+            migrate=True,
             pool_size=o.pool_size or o.workers + 4,
             outage_timeout=o.outage_timeout,
             max_checkpoint_bytes=o.max_checkpoint_bytes,
         )
-        db.open()
         try:
-            db.migrate()
             engine = Engine(
                 db, o, queues=registered_queues, passes=_passes(o), on_shutdown=clear_engine
             ).open()

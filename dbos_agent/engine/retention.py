@@ -16,66 +16,19 @@ repeats it in the background (``launch(retention=...)``, ``dbos-agent worker
 
 from __future__ import annotations
 
-import argparse
-import re
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from ..records import WorkflowStatus
 from .runtime.engine import current_engine
 from .runtime.retention import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
 from .runtime.retention import DEFAULT_STATUSES as DEFAULT_STATUSES
 from .runtime.retention import MAX_INTERVAL_S as MAX_INTERVAL_S
-from .runtime.retention import UNIT_S
 from .runtime.retention import GcReport as GcReport
 from .runtime.retention import check_older_than as check_older_than
 from .runtime.retention import check_statuses as check_statuses
-from .runtime.retention import format_duration as format_duration
 from .runtime.retention import garbage_collect_db as garbage_collect_db
 from .runtime.retention import retention_interval as retention_interval
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
-
-
-class InvalidDurationError(argparse.ArgumentTypeError, ValueError):
-    """A duration that cannot be read. A ValueError to callers; argparse reports its
-    message as a usage error (exit 2), so the CLI and the worker share one parser."""
-
-
-def parse_duration(text: str, *, unit_required: bool = False) -> timedelta:
-    """A duration as people type it: ``45s``, ``90m``, ``12h``, ``30d``, ``2w``, ``1.5h``,
-    or bare seconds (``3600``, unless ``unit_required``). Never zero."""
-    match = _DURATION.match(text.strip().lower())
-    if match is None or (unit_required and not match[2]):
-        raise InvalidDurationError(
-            f"{text!r} is not a duration: use 45s, 90m, 12h, 30d, 2w"
-            + ("" if unit_required else " or a number of seconds")
-        )
-    try:
-        duration = timedelta(seconds=float(match[1]) * UNIT_S.get(match[2], 1))
-    except OverflowError:
-        raise InvalidDurationError(f"{text!r} is too long a duration") from None
-    if duration <= timedelta(0):
-        raise InvalidDurationError(f"{text!r}: a duration must be longer than 0")
-    return duration
-
-
-def parse_moment(text: str) -> datetime:
-    """A moment as people type it: an ISO time (UTC unless it says otherwise) or a
-    duration ago (``30m``, ``2h``, ``7d``). The CLI's ``--since`` and the API's ``since``
-    read it alike."""
-    try:
-        return datetime.now(UTC) - parse_duration(text, unit_required=True)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidDurationError(
-            f"{text!r} is neither an ISO time (2026-12-02, 2026-12-02T17:30Z) "
-            f"nor a duration ago (90s, 30m, 2h, 7d, 1w)"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def garbage_collect(

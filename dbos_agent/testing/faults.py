@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import psycopg
 
+from ..postgres.opening import open_system_database
 from ..postgres.throwaway import LocalCluster
 from .databases import fresh_database
 
@@ -33,8 +34,11 @@ class RestartablePostgres:
 
     @contextlib.contextmanager
     def database(self) -> Iterator[str]:
-        """A fresh database on this server for one test, dropped afterwards."""
+        """A fresh database on this server for one test, dropped afterwards; its schema
+        applied, as the application's ``launch()`` would (a ``Client``, which never
+        migrates, may open it first)."""
         with fresh_database(self.url) as url:
+            open_system_database(url, create=False, migrate=True, pool_size=1).close()
             yield url
 
     def restart(self, mode: str = "immediate") -> None:

@@ -30,6 +30,7 @@ import pytest
 
 from ..errors import DbosAgentError
 from ..postgres.binaries import PostgresNotFoundError
+from ..postgres.opening import open_system_database
 from ..postgres.throwaway import LocalCluster
 from ..storage.dsn import postgres_url, redact_url, scrub
 from .databases import fresh_database
@@ -197,8 +198,11 @@ def dbos_agent_postgres_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def dbos_agent_database_url(dbos_agent_postgres_url: str) -> Iterator[str]:
-    """URL of a fresh database for the test session, dropped at the end."""
+    """URL of a fresh database for the test session, dropped at the end. Its schema is
+    applied, as the application's ``launch()`` would: a ``Client`` or the CLI, which
+    never migrate, may open it before anything is launched."""
     with fresh_database(dbos_agent_postgres_url) as url:
+        open_system_database(url, create=False, migrate=True, pool_size=1).close()
         yield url
 
 

@@ -94,6 +94,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_streams: int = DEFAULT_MAX_STREAMS,
     stream_page_bytes: int = DEFAULT_STREAM_PAGE_BYTES,
+    client: Client | None = None,
 ) -> FastAPI:
     """The API (and the dashboard at ``/``) on the system database at ``database_url``
     (default: as ``launch()`` finds it). With ``token``, every request but the dashboard's
@@ -101,18 +102,23 @@ def create_app(
     served on and ``allow_hosts`` other names it answers for (the ``Host`` header is
     checked against them); bodies are at most ``max_body_bytes`` (see :mod:`.guard`).
     At most ``max_streams`` stream answers run at once, each holding at most
-    ``stream_page_bytes`` of items (see :mod:`.streams`)."""
+    ``stream_page_bytes`` of items (see :mod:`.streams`). The app opens a
+    :class:`Client` at start, which never migrates the schema; or it serves ``client``,
+    open already and left open (``dbos-agent serve``'s, which opens it before listening)."""
+    if client is not None and database_url is not None:
+        raise TypeError("create_app() takes database_url or client, not both")
     slots = StreamSlots(max_streams, stream_page_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.client = Client(database_url)
+        app.state.client = Client(database_url) if client is None else client
         try:
             yield
         finally:
-            client = app.state.client
+            opened = app.state.client
             del app.state.client
-            client.close()
+            if client is None:
+                opened.close()
 
     app = FastAPI(
         title="dbos_agent",

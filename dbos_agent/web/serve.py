@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from ..engine.client import Client
 from ..errors import DbosAgentError
-from ..postgres.embedded import DEFAULT_DIRECTORY, resolve_url
-from ..storage.database import SystemDatabase
-from ..storage.dsn import URL_ENV, configured_url, redact_url, scrub
+from ..postgres.embedded import DEFAULT_DIRECTORY
+from ..storage.dsn import URL_ENV, scrub
 from .guard import DEFAULT_MAX_BODY_BYTES, host_name, is_loopback, is_wildcard
 from .limits import (
     DEFAULT_IDLE_TIMEOUT,
@@ -221,21 +221,6 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _check_database(url: str) -> str | None:
-    """Why the database cannot serve, or None (the API would only fail on each call)."""
-    db = SystemDatabase(url, pool_size=1, warn_on_outage=False)
-    try:
-        db.open()
-        db.schema_version()
-    except DbosAgentError as exc:
-        return scrub(str(exc), url)
-    except Exception as exc:
-        return scrub(f"database error: {exc}", url)
-    finally:
-        db.close()
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C (0); 1 when it cannot listen or reach its database,
     2 for a refused configuration."""
@@ -251,67 +236,63 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         _error(f"{exc.name} is not installed: pip install 'dbos-agent[web]'")
         return 2
-    folder = Path(DEFAULT_DIRECTORY).expanduser().resolve()
-    given = getattr(args, "database_url", None)
-    try:
-        explicit = configured_url(given)
-        url = resolve_url(explicit)
-    except DbosAgentError as exc:  # a URL refused as it is (its message shows none of it)
-        _error(scrub(str(exc), given or os.environ.get(URL_ENV)))
+    given = getattr(args, "database_url", None) or os.environ.get(URL_ENV)
+    try:  # opened once, before serving: never created nor migrated here
+        client = Client(getattr(args, "database_url", None))
+    except DbosAgentError as exc:  # no database, no schema, a URL refused, unreachable
+        _error(scrub(str(exc), given))
         return 1
-    except Exception as exc:  # the embedded server cannot start
-        _error(f"cannot start the embedded Postgres in {folder}/: {scrub(str(exc))}")
+    except Exception as exc:
+        _error(scrub(f"database error: {exc}", given))
         return 1
-    problem = _check_database(url)
-    if problem is not None:
-        _error(problem)
-        return 1
-    try:
-        sock = _listen(args.host, args.port)
-    except OSError as exc:
-        _error(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
-        return 1
-    app = create_app(
-        url,
-        token=token,
-        host=args.host,
-        allow_hosts=args.allow_hosts,
-        max_body_bytes=args.max_body_bytes,
-        max_streams=args.max_streams,
-        stream_page_bytes=args.stream_page_bytes,
-    )
-    limits = ConnectionLimits(
-        max_connections=args.max_connections,
-        request_timeout=args.request_timeout,
-        idle_timeout=args.idle_timeout,
-        send_timeout=args.send_timeout,
-    )
-    _enough_open_files(limits.max_connections)
-    port = sock.getsockname()[1]
-    shown_host = "127.0.0.1" if is_wildcard(args.host) else args.host
-    shown_host = f"[{shown_host}]" if ":" in shown_host else shown_host
-    where = f"http://{shown_host}:{port}/"
-    which = redact_url(url) if explicit else f"the embedded Postgres in {folder}/"
-    print(f"dbos_agent: serving {which}", flush=True)
-    if token is None:
-        print(f"dbos_agent: dashboard at {where} (API under /api; no token)", flush=True)
-    elif generated:
-        print(f"dbos_agent: dashboard at {where}?token={token} (API under /api)", flush=True)
-    else:
-        print(f"dbos_agent: dashboard at {where} (API under /api; your token)", flush=True)
+    with client:
+        try:
+            sock = _listen(args.host, args.port)
+        except OSError as exc:
+            _error(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+            return 1
+        app = create_app(
+            client=client,
+            token=token,
+            host=args.host,
+            allow_hosts=args.allow_hosts,
+            max_body_bytes=args.max_body_bytes,
+            max_streams=args.max_streams,
+            stream_page_bytes=args.stream_page_bytes,
+        )
+        limits = ConnectionLimits(
+            max_connections=args.max_connections,
+            request_timeout=args.request_timeout,
+            idle_timeout=args.idle_timeout,
+            send_timeout=args.send_timeout,
+        )
+        _enough_open_files(limits.max_connections)
+        port = sock.getsockname()[1]
+        shown_host = "127.0.0.1" if is_wildcard(args.host) else args.host
+        shown_host = f"[{shown_host}]" if ":" in shown_host else shown_host
+        where = f"http://{shown_host}:{port}/"
+        folder = Path(DEFAULT_DIRECTORY).expanduser().resolve()
+        which = client.db.redacted_url if given else f"the embedded Postgres in {folder}/"
+        print(f"dbos_agent: serving {which}", flush=True)
+        if token is None:
+            print(f"dbos_agent: dashboard at {where} (API under /api; no token)", flush=True)
+        elif generated:
+            print(f"dbos_agent: dashboard at {where}?token={token} (API under /api)", flush=True)
+        else:
+            print(f"dbos_agent: dashboard at {where} (API under /api; your token)", flush=True)
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        """uvicorn shuts down on the signal, then raises it again: once it has, the
-        process ends here with status 0 instead of dying of it."""
+        def stop(signum: int, frame: FrameType | None) -> None:
+            """uvicorn shuts down on the signal, then raises it again: once it has, the
+            process ends here with status 0 instead of dying of it."""
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
-    server = uvicorn.Server(server_config(app, limits, lifespan="on"))
-    try:
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
-    if not server.started:
-        _error("the server did not start (see above)")
-        return 1
-    return 0
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, stop)
+        server = uvicorn.Server(server_config(app, limits, lifespan="on"))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+        if not server.started:
+            _error("the server did not start (see above)")
+            return 1
+        return 0

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from .. import documents
+from ..durations import parse_moment
 from ..engine.operations import CANCELLABLE, RESUMABLE
-from ..engine.retention import parse_moment
 from ..limits import check_identifier
 from ..records import WorkflowStatus, describe_step
 from ..storage.rows import ForkResult, ResumeResult

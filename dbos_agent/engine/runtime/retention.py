@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ...durations import format_duration
 from ...records import WorkflowStatus
 from ...storage.database import SystemDatabase
 from ...storage.outages import describe
@@ -21,9 +22,6 @@ from .collaborators import BackgroundPass
 from .core import Engine
 
 log = logging.getLogger(__name__)
-
-#: Seconds in each unit a duration is written in (``engine/retention.py`` reads them).
-UNIT_S = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 
 #: What retention deletes unless told otherwise: every status that never runs again.
 DEFAULT_STATUSES: tuple[WorkflowStatus, ...] = (
@@ -36,15 +34,6 @@ DEFAULT_BATCH_SIZE = 1000
 #: The background runner runs at least this often (and every older_than / 10 if shorter).
 MAX_INTERVAL_S = 3600.0
 _JITTER = 0.1
-
-
-def format_duration(duration: timedelta) -> str:
-    """The shortest exact spelling :func:`parse_duration` reads back: 30d, 90m, 2.5s."""
-    seconds = duration.total_seconds()
-    for unit, size in UNIT_S.items():
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True, slots=True)

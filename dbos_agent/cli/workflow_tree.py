@@ -1,0 +1,213 @@
+"""The workflow commands of ``dbos-agent``: ``workflows``, ``steps``, ``retry``, ``send``,
+``approvals`` (with ``approve``, ``reject``) and ``stream``, with their options and help."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..records import WorkflowStatus
+from . import arguments as types
+from . import commands
+from .building import Group, add_actions, add_command
+
+
+def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
+    group = "list, inspect, cancel, resume and fork workflows"
+    wf = add_actions(add_command(tree, common, "workflows", group, None))
+    listing = add_command(
+        wf, common, "list", "list workflows, newest first", commands.list_workflows
+    )
+    listing.add_argument("--status", type=types.status, help=f"one of {', '.join(WorkflowStatus)}")
+    listing.add_argument("--name", help="workflow (function) name")
+    listing.add_argument("--executor", metavar="ID", help="executor id")
+    listing.add_argument(
+        "--since",
+        type=types.when,
+        metavar="WHEN",
+        help="created at or after: ISO time or 30m, 2h, 7d",
+    )
+    listing.add_argument("--until", type=types.when, metavar="WHEN", help="created before WHEN")
+    listing.add_argument(
+        "--limit", type=types.positive, default=50, metavar="N", help="at most N (default 50)"
+    )
+
+    show = add_command(
+        wf,
+        common,
+        "show",
+        "one workflow: inputs, status, outcome, timings, steps, tokens",
+        commands.show,
+    )
+    show.add_argument("workflow_id", metavar="ID", help="workflow id")
+    steps = add_command(wf, common, "steps", "the recorded steps of a workflow", commands.steps)
+    steps.add_argument("workflow_id", metavar="ID", help="workflow id")
+
+    cancel = add_command(
+        wf,
+        common,
+        "cancel",
+        "cancel a workflow (a running one stops at its next step boundary)",
+        commands.cancel,
+        "Cancel a PENDING, SUSPENDED, ENQUEUED, DIVERGED, IN_DOUBT or dead-lettered workflow:\n"
+        "it becomes CANCELLED. A run in progress stops at its next step boundary. Cancelling\n"
+        "a CANCELLED workflow does nothing; a finished one (SUCCESS, ERROR) is an error.\n"
+        "`resume` undoes a cancel.",
+    )
+    cancel.add_argument("workflow_id", metavar="ID", help="workflow id")
+
+    resume = add_command(
+        wf,
+        common,
+        "resume",
+        "continue a cancelled or dead-lettered workflow from its log",
+        commands.resume,
+        "Make a CANCELLED, MAX_RECOVERY_ATTEMPTS_EXCEEDED or DIVERGED workflow (or an IN_DOUBT\n"
+        "one whose steps are all resolved) PENDING again; a dead letter gets its recovery\n"
+        "attempts back, a diverged one forgets which code versions diverged on it (every\n"
+        "process may try it again; it is held again if the code still does not fit). It\n"
+        "continues from its log, without re-running recorded steps, in the first live process\n"
+        "that has its function (every launched process takes such workflows over at once).\n"
+        "An in-doubt step is resolved with `dbos-agent steps resolve` instead.",
+    )
+    resume.add_argument("workflow_id", metavar="ID", help="workflow id")
+    resume.add_argument(
+        "--executor", metavar="ID", help="hand it to this executor id (default: its own)"
+    )
+
+    fork = add_command(
+        wf,
+        common,
+        "fork",
+        "start a new workflow that reuses the steps before N and runs live from N",
+        commands.fork,
+        "Start a new workflow with the same function and inputs whose log is a copy of the\n"
+        "original's recorded steps 0..N-1: it replays those and runs live from step N (rerun\n"
+        "an agent from turn N with a fixed tool). The original is not changed. A DIVERGED\n"
+        "workflow can be forked from the step where it diverged or an earlier one: the fork\n"
+        "runs on with the code now deployed.",
+    )
+    fork.add_argument("workflow_id", metavar="ID", help="the workflow to fork")
+    fork.add_argument(
+        "--from-step", type=types.natural, required=True, metavar="N", help="first step to run live"
+    )
+    fork.add_argument("--id", dest="new_id", type=types.nonempty, help="id of the new workflow")
+    fork.add_argument(
+        "--executor", metavar="ID", help="executor id of the new workflow (default: the original's)"
+    )
+
+
+def add_steps(tree: Group[Any], common: argparse.ArgumentParser) -> None:
+    st = add_actions(add_command(tree, common, "steps", "resolve in-doubt steps", None))
+    resolve = add_command(
+        st,
+        common,
+        "resolve",
+        "resolve an in-doubt step of an IN_DOUBT workflow, which then continues",
+        commands.resolve,
+        "A non-idempotent step started before a crash and recorded no result: it may or may\n"
+        "not have taken effect. Check the outside world, then either record the result it had\n"
+        "(--result JSON: it happened) or let it run again (--rerun: it did not). The workflow\n"
+        "becomes PENDING and continues in the first process with its function that claims it.",
+    )
+    resolve.add_argument("workflow_id", metavar="ID", help="workflow id")
+    resolve.add_argument("seq", type=types.natural, metavar="SEQ", help="position of the step")
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument(
+        "--result", type=types.json_value, metavar="JSON", help="the result it had (JSON)"
+    )
+    outcome.add_argument("--rerun", action="store_true", help="it did not happen: run it again")
+
+
+def add_retry(tree: Group[Any], common: argparse.ArgumentParser) -> None:
+    retry = add_command(
+        tree,
+        common,
+        "retry",
+        "try now the steps of a workflow that wait out a failing dependency",
+        commands.retry,
+        "A step whose dependency fails (the model API overloaded, an MCP server down) waits\n"
+        "for its next attempt without recording an error (RETRYING; `workflows show` says\n"
+        "what it waits for, since when and its next attempt). This makes that attempt due\n"
+        "now: a SUSPENDED workflow wakes in the first live process that can run it, one that\n"
+        "waits in a process tries at once. An unknown or finished workflow, or one with no\n"
+        "step waiting for a retry, is an error.",
+    )
+    retry.add_argument("workflow_id", metavar="ID", help="workflow id")
+
+
+def add_send(tree: Group[Any], common: argparse.ArgumentParser) -> None:
+    send = add_command(
+        tree,
+        common,
+        "send",
+        "send a message to a workflow (it receives it with recv)",
+        commands.send,
+        "Send MESSAGE to the workflow ID, durably: it waits in the database until the\n"
+        "workflow receives it with da.recv(topic). MESSAGE is a JSON value; text that is not\n"
+        "JSON is sent as a string (--text always sends a string). Sending to a workflow that\n"
+        "already finished (SUCCESS, ERROR) stores the message with a warning: nothing will\n"
+        "receive it.",
+    )
+    send.add_argument("workflow_id", metavar="ID", help="destination workflow id")
+    send.add_argument("message", metavar="MESSAGE", help="a JSON value, or text")
+    send.add_argument("--topic", help="topic (default: the default topic)")
+    send.add_argument(
+        "--idempotency-key", metavar="KEY", help="send at most once with this key (for retries)"
+    )
+    send.add_argument("--text", action="store_true", help="send MESSAGE as a string, as is")
+
+
+def add_approvals(tree: Group[Any], common: argparse.ArgumentParser) -> None:
+    listing = add_command(
+        tree,
+        common,
+        "approvals",
+        "list approval requests: a workflow's, or every pending one",
+        commands.approvals,
+        "List what workflows ask humans to approve (da.request_approval, tools with\n"
+        "requires_approval): the step, the tool, its arguments and the digest a decision\n"
+        "must give. Without ID: every PENDING request.",
+    )
+    listing.add_argument("workflow_id", metavar="ID", nargs="?", help="one workflow's requests")
+    for name, verb in (("approve", "approve"), ("reject", "reject")):
+        decision = add_command(
+            tree,
+            common,
+            name,
+            f"{verb} the tool call a workflow asks about (bound to its digest)",
+            commands.approve if name == "approve" else commands.reject,
+            f"{verb.capitalize()} the request at step SEQ of workflow ID. --digest must be the\n"
+            "request's (see `approvals ID`): a decision for other arguments, a second one, or\n"
+            "one for a workflow that no longer waits is refused.",
+        )
+        decision.add_argument("workflow_id", metavar="ID", help="workflow id")
+        decision.add_argument("seq", type=types.natural, metavar="SEQ", help="its step")
+        decision.add_argument("--digest", required=True, help="the request's digest")
+        decision.add_argument("--reason", help="why (the workflow gets it)")
+
+
+def add_stream(tree: Group[Any], common: argparse.ArgumentParser) -> None:
+    stream = add_command(
+        tree,
+        common,
+        "stream",
+        "print a workflow's durable stream (da.write_stream)",
+        commands.stream,
+        "Print the items of stream KEY of workflow ID from --from (default 0): text as it\n"
+        "comes, other values as JSON lines, and a marked line where a step's earlier output\n"
+        "was voided (a retried or re-run step). Without --follow it prints what is there and\n"
+        "exits; with --follow it waits for more until the stream is closed or the workflow\n"
+        "has finished. --json prints one JSON object per item (JSON Lines).",
+    )
+    stream.add_argument("workflow_id", metavar="ID", help="workflow id")
+    stream.add_argument("key", metavar="KEY", help="stream key")
+    stream.add_argument("--follow", "-f", action="store_true", help="wait for more items")
+    stream.add_argument(
+        "--from",
+        dest="offset",
+        type=types.natural,
+        default=0,
+        metavar="OFFSET",
+        help="first offset to print (default 0)",
+    )
