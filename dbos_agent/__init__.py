@@ -45,14 +45,14 @@ from .engine.operations import cancel, fork, resolve_in_doubt, resume
 from .engine.patches import deprecate_patch, patched, patched_async
 from .engine.queues import Queue
 from .engine.retention import GcReport, garbage_collect
-from .engine.schedule_operations import (
+from .engine.schedules import (
     BackfillReport,
     backfill_schedule,
     list_schedules,
     pause_schedule,
     resume_schedule,
+    scheduled,
 )
-from .engine.schedules import scheduled
 from .engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
 from .engine.streams import (
     StreamItem,

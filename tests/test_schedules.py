@@ -21,11 +21,11 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.cron import CronTimes
+from dbos_agent.engine.schedules.cron import CronTimes
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import recover_pending
-from dbos_agent.engine.schedule_operations import get_schedule_db
+from dbos_agent.engine.schedules.operations import get_schedule_db
 from dbos_agent.engine.scheduler import FiredSlot, fire_due
 from dbos_agent.engine.schedules import (
     forget_schedules,

@@ -28,7 +28,7 @@ from ..engine.retention import (
     check_statuses,
     format_duration,
 )
-from ..engine.schedule_operations import backfill_db, list_schedules_db, set_paused_db
+from ..engine.schedules import backfill_db, list_schedules_db, set_paused_db
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase

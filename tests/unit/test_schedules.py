@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.cron import CronTimes
+from dbos_agent.engine.schedules.cron import CronTimes
 from dbos_agent.engine.scheduler import ON_TIME, plan_slots
-from dbos_agent.engine.schedules import (
+from dbos_agent.engine.schedules.definitions import (
     MAX_SLOTS,
     Schedule,
     define_schedule,
