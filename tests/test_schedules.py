@@ -21,17 +21,17 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.schedules.cron import CronTimes
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import recover_pending
-from dbos_agent.engine.schedules.operations import get_schedule_db
 from dbos_agent.engine.scheduler import FiredSlot, fire_due
 from dbos_agent.engine.schedules import (
     forget_schedules,
     registered_schedules,
     slot_workflow_id,
 )
+from dbos_agent.engine.schedules.cron import CronTimes
+from dbos_agent.engine.schedules.operations import get_schedule_db
 from dbos_agent.records import SlotOutcome
 from dbos_agent.testing import Inspector, RestartablePostgres, advance_clock
 from tests.helpers import cli, new_id, ok, refused, wait_until

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.schedules.cron import CronTimes
 from dbos_agent.engine.scheduler import ON_TIME, plan_slots
+from dbos_agent.engine.schedules.cron import CronTimes
 from dbos_agent.engine.schedules.definitions import (
     MAX_SLOTS,
     Schedule,

@@ -25,9 +25,9 @@ from typing import Any, Literal, TypeVar, get_args
 from ...errors import DbosAgentError, InvalidIdentifierError, ScheduleError
 from ...limits import MAX_IDENTIFIER_BYTES, check_identifier
 from ...serialization import codec_for
-from .cron import CronTimes
 from ..runtime.registry import WorkflowDefinition
 from ..workflow import definition_of
+from .cron import CronTimes
 
 F = TypeVar("F", bound=Callable[..., Any])
 CatchUp = Literal["latest", "all", "none"]

@@ -28,10 +28,10 @@ from ...errors import ScheduleError, ScheduleNotFoundError
 from ...records import ScheduleInfo
 from ...storage.database import SystemDatabase
 from ...storage.schedules import ScheduleRow
-from .cron import CronTimes
 from ..runtime.engine import current_engine
 from ..runtime.registry import find_workflow
 from ..runtime.runs import Claim
+from .cron import CronTimes
 from .definitions import MAX_SLOTS, slot_inputs, slot_workflow_id
 
 
