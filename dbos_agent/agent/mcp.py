@@ -48,11 +48,10 @@ from mcp.shared.exceptions import MCPError
 
 from ..engine.extending import RetryPolicy, WorkflowContext, current_context
 from ..engine.step import step as engine_step
+from ..errors import AsyncOnlyToolError, McpConnectionError, ToolErrorResult, ToolInputError
 from .mcp_connections import (
-    AsyncOnlyToolError,
     Connection,
     GivenSession,
-    McpConnectionError,
     OwnedConnection,
     answer_too_large,
     connection_closed,
@@ -65,7 +64,7 @@ from .mcp_sources import (
     transport_for,
 )
 from .replay import note_step
-from .tools import Tool, ToolErrorResult, ToolInputError, ToolOptions, _checked_name
+from .tools import Tool, ToolOptions, _checked_name
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",

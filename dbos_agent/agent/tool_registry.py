@@ -28,9 +28,15 @@ from anthropic.types import ToolParam, ToolResultBlockParam
 from ..engine.approvals import Approval, request_approval, request_approval_async
 from ..engine.extending import at_position, reserve_positions
 from ..engine.step import step as engine_step
-from ..errors import CheckpointTooLargeError, DbosAgentError
+from ..errors import (
+    CheckpointTooLargeError,
+    DbosAgentError,
+    ToolCallRejected,
+    ToolErrorResult,
+    ToolInputError,
+)
 from .replay import note_step
-from .tools import Tool, ToolCallRejected, ToolErrorResult, ToolInputError, ToolOptions
+from .tools import Tool, ToolOptions
 
 if TYPE_CHECKING:
     from .mcp import McpServer, McpSource

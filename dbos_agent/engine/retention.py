@@ -16,7 +16,6 @@ repeats it in the background (``launch(retention=...)``, ``dbos-agent worker
 
 from __future__ import annotations
 
-import argparse
 import logging
 import random
 import re
@@ -25,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from ..errors import InvalidDurationError
 from ..records import WorkflowStatus
 from ..storage.database import SystemDatabase
 from ..storage.outages import describe
@@ -48,11 +48,6 @@ _JITTER = 0.1
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
 _UNIT_S = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-class InvalidDurationError(argparse.ArgumentTypeError, ValueError):
-    """A duration that cannot be read. A ValueError to callers; argparse reports its
-    message as a usage error (exit 2), so the CLI and the worker share one parser."""
 
 
 def parse_duration(text: str, *, unit_required: bool = False) -> timedelta:
