@@ -4,7 +4,8 @@ database URL.
 A web handler or a script can enqueue work for the workers without importing
 the workflow functions; arguments are stored unbound and bound to the
 signature by the worker that runs them. The operator's actions (cancel, resume,
-fork, list, retrieve, garbage-collect) are here too, so that the CLI, the HTTP API
+fork, list, retrieve, approve, garbage-collect, and pause, resume or backfill a
+schedule) are here too, so that the CLI, the HTTP API
 and a web handler of the user's own reach the database one way: each action is
 one guarded statement (``operations.py``) and leaves the run to a process that
 has the workflow's function.
@@ -21,7 +22,7 @@ from typing import Any
 from ..errors import WorkflowNotFoundError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
 from ..postgres.embedded import resolve_url
-from ..records import StepInfo, WorkflowInfo, WorkflowStatus
+from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
@@ -39,6 +40,13 @@ from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, garbage_c
 from .runtime.context import current_workflow_timeout, take_workflow_id
 from .runtime.plans import run_plan, run_plan_async
 from .runtime.waiting import finished_outcome
+from .schedules import (
+    BackfillReport,
+    backfill_db,
+    get_schedule_db,
+    list_schedules_db,
+    set_paused_db,
+)
 from .streams import StreamItem, follow, follow_async
 from .waits import check_seconds
 
@@ -352,6 +360,30 @@ class Client:
             dry_run=dry_run,
             progress=progress,
         )
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        """Every recorded schedule, by name, with its next and latest slots."""
+        return list_schedules_db(self.db)
+
+    def get_schedule(self, name: str) -> ScheduleInfo:
+        """One recorded schedule; ScheduleNotFoundError if there is none of that name."""
+        return get_schedule_db(self.db, name)
+
+    def pause_schedule(self, name: str) -> bool:
+        """Pause a schedule in every process (its slots pass without runs); whether it was
+        running (False: already paused). See ``dbos_agent.operations.pause_schedule``."""
+        return set_paused_db(self.db, name, True)
+
+    def resume_schedule(self, name: str) -> bool:
+        """Resume a paused schedule from its next slot (the paused ones are not caught
+        up); whether it was paused."""
+        return set_paused_db(self.db, name, False)
+
+    def backfill_schedule(self, name: str, start: datetime, end: datetime) -> BackfillReport:
+        """Record the workflow of every slot of ``name`` in ``[start, end]`` (up to now)
+        that has none, once each: PENDING and owned by no process, the first live process
+        with the workflow's code runs them. ScheduleError past 10,000 slots."""
+        return backfill_db(self.db, name, start, end)
 
     def close(self) -> None:
         """Close the database pool, if this client opened it."""
