@@ -275,7 +275,7 @@ class StepInDoubtError(DbosAgentError):
     """A non-idempotent step recorded its intent but no result, and has no guard.
 
     The effect may or may not have happened; the workflow stops in IN_DOUBT
-    until an operator resolves the step (:func:`dbos_agent.resolve_in_doubt`).
+    until an operator resolves the step (:func:`dbos_agent.operations.resolve_in_doubt`).
     """
 
     def __init__(self, workflow_id: str, seq: int, name: str) -> None:
@@ -284,7 +284,7 @@ class StepInDoubtError(DbosAgentError):
             f"it was started before a crash and no result was recorded, so it may or may not "
             f"have taken effect. Check the outside world, then resolve it with "
             f"`dbos-agent steps resolve {workflow_id} {seq} --result JSON` (it happened) or "
-            f"`--rerun` (it did not), or dbos_agent.resolve_in_doubt(...)."
+            f"`--rerun` (it did not), or dbos_agent.operations.resolve_in_doubt(...)."
         )
         self.workflow_id = workflow_id
         self.seq = seq

@@ -219,7 +219,7 @@ class Client:
         self, workflow_id: str, seq: int, *, result: Any = _UNSET, rerun: bool = False
     ) -> ClientHandle:
         """Resolve the in-doubt step ``seq`` of an IN_DOUBT workflow (see
-        ``da.resolve_in_doubt``): ``result=`` when the effect happened (the step returns
+        ``da.operations.resolve_in_doubt``): ``result=`` when the effect happened (the step returns
         it), ``rerun=True`` when it did not. The workflow becomes PENDING for a process
         with its function; WorkflowStatusError when there is no such step in doubt."""
         if rerun == (result is not _UNSET):
@@ -243,7 +243,7 @@ class Client:
         return follow_async(self.db, None, workflow_id, key, offset, timeout)
 
     def approvals(self, workflow_id: str | None = None) -> list[ApprovalRequest]:
-        """A workflow's approval requests, or every PENDING one (see da.list_approvals)."""
+        """A workflow's approval requests, or every PENDING one (``operations.list_approvals``)."""
         return self.db.approvals.list(workflow_id)
 
     def approve(self, workflow_id: str, seq: int, digest: str, reason: str | None = None) -> None:
@@ -301,7 +301,7 @@ class Client:
     def cancel(self, workflow_id: str) -> WorkflowStatus:
         """Cancel a workflow, and the unfinished workflows it started; return the status it
         had (cancelling a CANCELLED one changes nothing). A run of it stops at its next
-        step boundary; a finished one raises WorkflowStatusError (see ``da.cancel``)."""
+        step boundary; a finished one raises WorkflowStatusError (see ``da.operations.cancel``)."""
         return cancel_workflow(self.db, workflow_id)
 
     def retry(self, workflow_id: str) -> int:
@@ -316,7 +316,7 @@ class Client:
         """Make a cancelled, dead-lettered or diverged workflow PENDING (or ENQUEUED,
         back in its queue) without an owner: a live process with its function continues
         it from its log at once. ``executor_id`` moves it to another executor. Its
-        handle's ``report`` says what it was (see ``da.resume``)."""
+        handle's ``report`` says what it was (see ``da.operations.resume``)."""
         result = resume_workflow(self.db, workflow_id, executor_id=executor_id)
         return ClientHandle(self.db, workflow_id, result)
 
@@ -331,7 +331,7 @@ class Client:
         """Start a new workflow (same function and inputs) that reuses ``workflow_id``'s
         recorded steps below ``from_step`` and runs live from there, in whichever process
         with the function takes it; the new workflow's handle (``report`` says how many
-        steps it reused). See ``da.fork``."""
+        steps it reused). See ``da.operations.fork``."""
         new_id, result = fork_workflow(
             self.db,
             workflow_id,
@@ -351,7 +351,7 @@ class Client:
         progress: Callable[[GcReport], None] | None = None,
     ) -> GcReport:
         """Delete workflows that finished more than ``older_than`` ago, with their steps,
-        messages and events, in batches (see ``da.garbage_collect``)."""
+        messages and events, in batches (see ``da.operations.garbage_collect``)."""
         return garbage_collect_db(
             self.db,
             older_than,

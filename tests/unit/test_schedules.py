@@ -155,7 +155,7 @@ def test_catch_up_none_runs_only_a_slot_that_is_on_time() -> None:
 
 
 def _refused(decorate: Callable[[], object], *fragments: str) -> None:
-    with pytest.raises(da.ScheduleError) as caught:
+    with pytest.raises(da.errors.ScheduleError) as caught:
         decorate()
     assert isinstance(caught.value, ValueError)
     for fragment in fragments:

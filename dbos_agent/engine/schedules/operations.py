@@ -3,8 +3,9 @@
 As with the actions on workflows (``engine/operations.py``), each comes in two layers. The
 functions taking a ``SystemDatabase`` work from the database alone: the CLI uses them,
 without the application's code, which is why a schedule's row holds its cron text, time
-zone and workflow. The public functions (``da.list_schedules``, ``da.pause_schedule``,
-``da.resume_schedule``, ``da.backfill_schedule``) go through the launched runtime.
+zone and workflow (``Client`` has them as methods). The public functions of
+``dbos_agent.operations`` (``list_schedules``, ``pause_schedule``, ``resume_schedule``,
+``backfill_schedule``) go through the launched runtime.
 
 **Pause and resume.** A paused schedule fires nothing; its slots pass. Resuming moves its
 cursor to now, so the slots of the pause are not caught up (a backfill runs them).
