@@ -301,6 +301,28 @@ def test_backfill_refusals(engine: Engine, inspector: Inspector) -> None:
     assert inspector.workflow(slot_workflow_id(name, now - timedelta(hours=2))) is None
 
 
+def test_a_client_lists_pauses_resumes_and_backfills(engine: Engine) -> None:
+    """The same actions as Client methods, from the database alone: the backfilled slots
+    are PENDING without an owner, and this process (which has the workflow) takes them."""
+    name = define()
+    record(engine)
+    client = da.Client.over(engine.db)
+    assert name in [s.name for s in client.list_schedules()]
+    assert client.pause_schedule(name) is True and client.pause_schedule(name) is False
+    assert client.get_schedule(name).paused
+    assert client.resume_schedule(name) is True and client.resume_schedule(name) is False
+    first = client.get_schedule(name).next_slot
+    assert first is not None
+    to_next_slot(engine, name, later=MINUTE)  # two slots passed, none fired
+    report = client.backfill_schedule(name, first, first + MINUTE)
+    assert (report.slots, report.already_fired) == (2, 0)
+    assert [result_of(name, s) for s in (first, first + MINUTE)] == [
+        f"{s:%H:%M:%S}" for s in (first, first + MINUTE)
+    ]
+    with pytest.raises(da.errors.ScheduleNotFoundError):
+        client.get_schedule("no-such")
+
+
 # -- the scheduler thread, the CLI, faults -------------------------------------------------
 
 
