@@ -48,14 +48,8 @@ from anthropic.types import MessageParam
 from psycopg import sql
 
 import dbos_agent as da
-from dbos_agent.agent import (
-    Model,
-    ToolRegistry,
-    last_replay_report,
-    replay_report,
-    tool,
-    track_replay,
-)
+from dbos_agent.agent import Model, ToolRegistry, replay_report, tool, track_replay
+from dbos_agent.agent.replay import last_replay_report
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
 from dbos_agent.storage.dsn import with_dbname
 

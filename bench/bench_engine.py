@@ -319,7 +319,7 @@ def role_replay_resume(a):
             "launch_ms": (t_launch - t0) * 1e3,
             "launch_to_live_step_ms": (LIVE_STEP_AT[0] - t0) * 1e3,
         }
-    steps = da.list_steps(a.wid)
+    steps = da.operations.list_steps(a.wid)
     assert len(steps) == a.replay_n + 1, len(steps)
     assert da.retrieve(a.wid).status() == da.WorkflowStatus.SUCCESS
     load = current_engine().db.steps.load  # internal: the read that replay starts with
@@ -875,7 +875,7 @@ def main():
     else:
         out = fn(a)
     print(json.dumps(out), flush=True)
-    with contextlib.suppress(da.NotLaunchedError):
+    with contextlib.suppress(da.errors.NotLaunchedError):
         da.current_runtime().shutdown(grace=2)  # close the pool's connections cleanly
     os._exit(0)  # don't wait on worker threads; shutdown is not what is measured
 

@@ -13,7 +13,7 @@ VACUUM ANALYZE (what autovacuum would have done by the time anything is 30 days 
 Scenarios (one JSON line each, after a ``meta`` line):
 
   fill          how long the fill took (rows/s), for the record.
-  gc_alone      ``da.garbage_collect(timedelta(days=1))`` with the default batch size
+  gc_alone      ``da.operations.garbage_collect(timedelta(days=1))`` with the default batch size
                 deletes the whole backlog, nothing else running: seconds, batches,
                 workflows/s and rows/s (workflows + steps + messages + events).
   gc_under_load the backlog is filled again; ``--threads`` (4) threads run durable
@@ -146,7 +146,7 @@ def gc_figures(report):
 
 
 def collect(expected):
-    report = da.garbage_collect(AGE)
+    report = da.operations.garbage_collect(AGE)
     if report.workflows != expected:
         sys.exit(f"garbage_collect deleted {report.workflows} workflows, expected {expected}")
     return report

@@ -66,14 +66,8 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.usage import UsageLimits
 
 import dbos_agent as da
-from dbos_agent.agent import (
-    Model,
-    ToolRegistry,
-    last_replay_report,
-    replay_report,
-    tool,
-    track_replay,
-)
+from dbos_agent.agent import Model, ToolRegistry, replay_report, tool, track_replay
+from dbos_agent.agent.replay import last_replay_report
 from dbos_agent.agent.scripted_server import ScriptedServer, ScriptItem
 from dbos_agent.integrations.pydantic_ai import Durability
 

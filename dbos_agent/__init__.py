@@ -5,135 +5,72 @@ side-effecting calls with :func:`step`; call :func:`launch` once. Every step's
 outcome is committed to Postgres before the workflow moves on, and after a
 crash the next :func:`launch` replays the recorded steps and continues live.
 
-The names are flat (``da.step``, ``da.send``...); ``__all__`` below lists them by role:
-what a workflow's own code calls, what starts and inspects workflows, what operators
-do to them, and the errors. A call listed for workflows only raises
-:class:`NotInWorkflowError` elsewhere.
+The top level is what a workflow body and a program's start-up write (``__all__`` below,
+by role, capped by a test); the rest has a module of its own:
+
+* :mod:`dbos_agent.aio`: the async forms of the workflow calls, same names (``aio.sleep``).
+* :mod:`dbos_agent.operations`: the operator's actions from a launched process (cancel,
+  resume, fork, approve, schedules, garbage collection); :class:`Client` has them too.
+* :mod:`dbos_agent.errors`: every error (the few caught most are here as well).
+* :mod:`dbos_agent.records`: what is recorded about workflows, steps, waits and schedules.
+
+A call listed for workflows only raises ``NotInWorkflowError`` elsewhere. The names that
+lived here before keep working for one release, with a ``DeprecationWarning`` naming
+their new path.
 """
 
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from . import aio as aio
+from . import errors as errors
+from . import operations as operations
+from . import records as records
 from .engine.approvals import (
     Approval,
-    ApprovalRequest,
     ApprovalTicket,
-    approval_digest,
-    approve,
     ask_approval,
-    ask_approval_async,
-    list_approvals,
-    reject,
     request_approval,
-    request_approval_async,
     wait_for_approval,
-    wait_for_approval_async,
 )
 from .engine.client import Client, ClientHandle
-from .engine.first import wait_first, wait_first_async
+from .engine.first import wait_first
 from .engine.handle import WorkflowHandle, retrieve
 from .engine.launch import Runtime, current_runtime, launch
 from .engine.launch_options import LaunchOptions
-from .engine.messaging import (
-    get_event,
-    get_event_async,
-    recv,
-    recv_async,
-    send,
-    send_async,
-    set_event,
-    set_event_async,
-)
-from .engine.operations import cancel, fork, resolve_in_doubt, resume
-from .engine.patches import deprecate_patch, patched, patched_async
+from .engine.messaging import get_event, recv, send, set_event
+from .engine.patches import deprecate_patch, patched
 from .engine.queues import Queue
-from .engine.retention import GcReport, garbage_collect
-from .engine.schedule_operations import (
-    BackfillReport,
-    backfill_schedule,
-    list_schedules,
-    pause_schedule,
-    resume_schedule,
-)
 from .engine.schedules import scheduled
 from .engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
 from .engine.step_options import StepOptions
-from .engine.streams import (
-    StreamItem,
-    close_stream,
-    close_stream_async,
-    read_stream,
-    read_stream_async,
-    write_stream,
-    write_stream_async,
-)
-from .engine.timers import sleep, sleep_async
+from .engine.streams import StreamItem, close_stream, read_stream, write_stream
+from .engine.timers import sleep
 from .engine.workflow import (
     current_workflow_id,
     durable_workflow,
-    list_steps,
-    list_workflows,
     start,
     workflow_id,
     workflow_timeout,
 )
 from .errors import (
-    ApprovalError,
-    BudgetExceededError,
-    CheckpointError,
-    CheckpointTooLargeError,
-    ConfigurationError,
-    DatabaseClosedError,
     DatabaseUnavailableError,
     DbosAgentError,
     DependencyUnavailableError,
-    DeployCheckError,
-    DuplicateEnqueueError,
-    InvalidDatabaseUrlError,
-    InvalidDurationError,
-    InvalidHistoryError,
-    InvalidIdentifierError,
-    InvalidOptionError,
-    MaxRecoveryAttemptsExceededError,
-    NoDatabaseError,
-    NotInStepError,
-    NotInWorkflowError,
-    NotLaunchedError,
-    PatchError,
-    QueueConflictError,
-    RecordedError,
-    ScheduleError,
-    ScheduleNotFoundError,
-    SchemaNotMigratedError,
-    SchemaVersionError,
-    SerializationError,
-    StepInDoubtError,
-    StreamClosedError,
-    UnsupportedDatabaseError,
     WorkflowCancelledError,
-    WorkflowDivergedError,
-    WorkflowIdConflictError,
-    WorkflowInputsError,
-    WorkflowInterruptedError,
     WorkflowNotFoundError,
-    WorkflowStatusError,
     WorkflowTimeoutError,
-    WriteRefusedError,
 )
-from .records import (
-    Divergence,
-    RecoveryReport,
-    ScheduleInfo,
-    SlotOutcome,
-    StepInfo,
-    StepStatus,
-    WaitInfo,
-    WorkflowInfo,
-    WorkflowStatus,
-)
+from .records import WorkflowInfo, WorkflowStatus
 
 __version__ = "0.1.0"
 
-# Writing a workflow: the decorators, and what its code calls (only inside a
-# workflow, or a step where it says so). Each call is recorded: a replay returns the
-# recorded outcome. Pairs ``x``/``x_async`` are the same recorded step.
+# Writing a workflow: the decorators, and what its code calls (only inside a workflow,
+# or a step where it says so). Each call is recorded: a replay returns the recorded
+# outcome. The async forms are in dbos_agent.aio under the same names.
 __all__ = [
     "Approval",
     "ApprovalTicket",
@@ -142,141 +79,157 @@ __all__ = [
     "RunningStep",
     "StepOptions",
     "ask_approval",
-    "ask_approval_async",
     "close_stream",
-    "close_stream_async",
     "current_workflow_id",
     "deprecate_patch",
     "durable_workflow",
     "patched",
-    "patched_async",
     "recv",
-    "recv_async",
     "request_approval",
-    "request_approval_async",
+    "retrieve",
     "scheduled",
     "set_event",
-    "set_event_async",
     "sleep",
-    "sleep_async",
+    "start",
     "step",
     "step_info",
     "step_key",
     "wait_first",
-    "wait_first_async",
     "wait_for_approval",
-    "wait_for_approval_async",
+    "workflow_id",
+    "workflow_timeout",
     "write_stream",
-    "write_stream_async",
 ]
 
-# Inside a workflow or outside one: messages, events and streams (recorded as
-# steps inside a workflow, plain calls outside).
+# Inside a workflow or outside one: messages, events and streams (recorded as steps
+# inside a workflow, plain calls outside).
 __all__ += [
     "StreamItem",
     "get_event",
-    "get_event_async",
     "read_stream",
-    "read_stream_async",
     "send",
-    "send_async",
 ]
 
-# Starting and inspecting: the runtime, starting workflows (called, started,
-# enqueued), their handles, and what is recorded about them.
+# Starting: the runtime, queues, a client by URL, the handles they return, and the
+# workflow's status and record.
 __all__ += [
-    "ApprovalRequest",
     "Client",
     "ClientHandle",
-    "Divergence",
     "LaunchOptions",
     "Queue",
-    "RecoveryReport",
     "Runtime",
-    "ScheduleInfo",
-    "SlotOutcome",
-    "StepInfo",
-    "StepStatus",
-    "WaitInfo",
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
-    "approval_digest",
     "current_runtime",
     "launch",
-    "list_approvals",
-    "list_schedules",
-    "list_steps",
-    "list_workflows",
-    "retrieve",
-    "start",
-    "workflow_id",
-    "workflow_timeout",
 ]
 
-# Operating: acting on workflows from outside (also through Client, the CLI and
-# the HTTP API).
+# The errors caught most (every one, these included, is in dbos_agent.errors).
 __all__ += [
-    "BackfillReport",
-    "GcReport",
-    "approve",
-    "backfill_schedule",
-    "cancel",
-    "fork",
-    "garbage_collect",
-    "pause_schedule",
-    "reject",
-    "resolve_in_doubt",
-    "resume",
-    "resume_schedule",
-]
-
-# Errors: every one is a DbosAgentError.
-__all__ += [
-    "ApprovalError",
-    "BudgetExceededError",
-    "CheckpointError",
-    "CheckpointTooLargeError",
-    "ConfigurationError",
-    "DatabaseClosedError",
     "DatabaseUnavailableError",
     "DbosAgentError",
     "DependencyUnavailableError",
-    "DeployCheckError",
-    "DuplicateEnqueueError",
-    "InvalidDatabaseUrlError",
-    "InvalidDurationError",
-    "InvalidHistoryError",
-    "InvalidIdentifierError",
-    "InvalidOptionError",
-    "MaxRecoveryAttemptsExceededError",
-    "NoDatabaseError",
-    "NotInStepError",
-    "NotInWorkflowError",
-    "NotLaunchedError",
-    "PatchError",
-    "QueueConflictError",
-    "RecordedError",
-    "ScheduleError",
-    "ScheduleNotFoundError",
-    "SchemaNotMigratedError",
-    "SchemaVersionError",
-    "SerializationError",
-    "StepInDoubtError",
-    "StreamClosedError",
-    "UnsupportedDatabaseError",
     "WorkflowCancelledError",
-    "WorkflowDivergedError",
-    "WorkflowIdConflictError",
-    "WorkflowInputsError",
-    "WorkflowInterruptedError",
     "WorkflowNotFoundError",
-    "WorkflowStatusError",
     "WorkflowTimeoutError",
-    "WriteRefusedError",
 ]
 
 # The version of this package.
 __all__ += [
     "__version__",
 ]
+
+#: The public modules, listed by ``dir()`` beside ``__all__``.
+_MODULES = ("aio", "errors", "operations", "records")
+
+#: Names that left the top level, by their new module (the name is the same there, but
+#: for the async forms, which drop their ``_async`` in dbos_agent.aio).
+_MOVED_TO = {
+    "aio": (
+        "ask_approval_async",
+        "close_stream_async",
+        "get_event_async",
+        "patched_async",
+        "read_stream_async",
+        "recv_async",
+        "request_approval_async",
+        "send_async",
+        "set_event_async",
+        "sleep_async",
+        "wait_first_async",
+        "wait_for_approval_async",
+        "write_stream_async",
+    ),
+    "operations": operations.__all__,
+    "records": (
+        "Divergence",
+        "RecoveryReport",
+        "ScheduleInfo",
+        "SlotOutcome",
+        "StepInfo",
+        "StepStatus",
+        "WaitInfo",
+    ),
+    "errors": (
+        "ApprovalError",
+        "BudgetExceededError",
+        "CheckpointError",
+        "CheckpointTooLargeError",
+        "ConfigurationError",
+        "DatabaseClosedError",
+        "DeployCheckError",
+        "DuplicateEnqueueError",
+        "InvalidDatabaseUrlError",
+        "InvalidHistoryError",
+        "InvalidIdentifierError",
+        "InvalidOptionError",
+        "MaxRecoveryAttemptsExceededError",
+        "NotInStepError",
+        "NotInWorkflowError",
+        "NotLaunchedError",
+        "PatchError",
+        "QueueConflictError",
+        "RecordedError",
+        "ScheduleError",
+        "ScheduleNotFoundError",
+        "SchemaVersionError",
+        "SerializationError",
+        "StepInDoubtError",
+        "StreamClosedError",
+        "UnsupportedDatabaseError",
+        "WorkflowDivergedError",
+        "WorkflowIdConflictError",
+        "WorkflowInputsError",
+        "WorkflowInterruptedError",
+        "WorkflowStatusError",
+        "WriteRefusedError",
+    ),
+}
+_MOVED = {
+    old: (module, old.removesuffix("_async") if module == "aio" else old)
+    for module, names in _MOVED_TO.items()
+    for old in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names that moved, for one release: the same object, with a DeprecationWarning
+    that names where it lives now."""
+    moved = _MOVED.get(name)
+    if moved is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, new_name = moved
+    on_client = module == "operations" and hasattr(Client, name)
+    hint = f" (or Client.{name} from any process)" if on_client else ""
+    warnings.warn(
+        f"dbos_agent.{name} moved: use dbos_agent.{module}.{new_name}{hint}; "
+        f"the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(f"{__name__}.{module}"), new_name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_MODULES])

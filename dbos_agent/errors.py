@@ -1,6 +1,16 @@
-"""The typed errors dbos_agent raises. All derive from :class:`DbosAgentError`."""
+"""Every error dbos_agent raises, in one public module (the top level re-exports the few
+caught most). The engine's derive from :class:`DbosAgentError`; the agent layer's, its
+integrations' and the provisioning's are here too, at the end, with the bases they always
+had (a tool's refusal or failure result is a plain ``Exception`` the model sees; calling an
+async-only MCP tool from sync code is a ``TypeError``).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 
 class DbosAgentError(Exception):
@@ -282,7 +292,7 @@ class StepInDoubtError(DbosAgentError):
     """A non-idempotent step recorded its intent but no result, and has no guard.
 
     The effect may or may not have happened; the workflow stops in IN_DOUBT
-    until an operator resolves the step (:func:`dbos_agent.resolve_in_doubt`).
+    until an operator resolves the step (:func:`dbos_agent.operations.resolve_in_doubt`).
     """
 
     def __init__(self, workflow_id: str, seq: int, name: str) -> None:
@@ -291,7 +301,7 @@ class StepInDoubtError(DbosAgentError):
             f"it was started before a crash and no result was recorded, so it may or may not "
             f"have taken effect. Check the outside world, then resolve it with "
             f"`dbos-agent steps resolve {workflow_id} {seq} --result JSON` (it happened) or "
-            f"`--rerun` (it did not), or dbos_agent.resolve_in_doubt(...)."
+            f"`--rerun` (it did not), or dbos_agent.operations.resolve_in_doubt(...)."
         )
         self.workflow_id = workflow_id
         self.seq = seq
@@ -328,3 +338,75 @@ class WorkflowStatusError(DbosAgentError):
         super().__init__(message)
         self.workflow_id = workflow_id
         self.status = status
+
+
+class PostgresNotFoundError(RuntimeError):
+    """No usable PostgreSQL server binaries (initdb, pg_ctl, postgres) were found; the
+    message says how to install them."""
+
+
+# -- the agent layer (dbos_agent.agent) --------------------------------------------------
+
+
+class ToolInputError(Exception):
+    """A tool call the registry refused: unknown tool name or input that fails validation."""
+
+
+class ToolCallRejected(Exception):
+    """A human rejected the tool call (its tool requires approval)."""
+
+
+class ToolErrorResult(Exception):
+    """A tool's own failure result (an MCP ``isError`` result): recorded as the step's
+    value, and handed to the model as an ``is_error`` tool result with this text."""
+
+
+class AsyncOnlyToolError(TypeError):
+    """An MCP tool called from sync code where it cannot run: its ``ClientSession``
+    belongs to an event loop that this thread would block (or that is not running)."""
+
+
+class McpConnectionError(DependencyUnavailableError):
+    """The connection to an MCP server failed: the server died, closed its pipes, never
+    came up or cannot be reached. A step that fails with it waits for the server (see
+    ``dbos_agent.agent.mcp``); a non-idempotent call that may have reached the server gets
+    an ``isError`` result instead. Its message names the server without its secrets.
+
+    ``sent``: the request may have reached the server; ``session``: the one that broke.
+    """
+
+    def __init__(self, message: str, *, sent: bool, session: ClientSession | None) -> None:
+        super().__init__(message)
+        self.sent = sent
+        self.session = session
+
+    @classmethod
+    def of(cls, exc: BaseException, session: ClientSession, *, sent: bool) -> McpConnectionError:
+        return cls(str(exc) or type(exc).__name__, sent=sent, session=session)
+
+
+# -- the Pydantic AI integration (dbos_agent.integrations.pydantic_ai) ------------------
+
+
+class UnsupportedPydanticAIVersionError(ConfigurationError):
+    """The installed Pydantic AI is not one this integration supports."""
+
+
+class RecordedModelError(DbosAgentError):
+    """A model error as the step log keeps it: Pydantic AI's encoding of the
+    ``ModelAPIError`` (its class and fields), so that replay raises the same error again,
+    status code and body included, where the plain record would keep only the message.
+    The integration turns it back into the original error (``encoded``) when it raises."""
+
+    def __init__(self, message: str, encoded: dict[str, Any]) -> None:
+        super().__init__(message, encoded)
+        self.encoded = encoded
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class UnavailableModelError(RecordedModelError, DependencyUnavailableError):
+    """A model error that may pass by itself (the provider overloaded, rate-limiting,
+    failing or unreachable): the request's step waits it out instead of recording it, up
+    to its horizon; recorded past that, it replays as the original."""

@@ -274,7 +274,7 @@ class SlotOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ScheduleInfo:
-    """One schedule as recorded in the database (``da.list_schedules()``, ``dbos-agent
+    """One schedule as recorded in the database (``da.operations.list_schedules()``, ``dbos-agent
     schedules``). Slots and times are UTC, on the database clock."""
 
     name: str

@@ -47,20 +47,18 @@ import anthropic
 from anthropic.types import Message, MessageParam, ToolResultBlockParam
 
 import dbos_agent as da
+from dbos_agent import NotDone
 from dbos_agent.agent import (
     DEFAULT_MODEL,
     Model,
-    NotDone,
     ReplayReport,
     ToolRegistry,
     configure,
-    next_step_replays,
-    note_step,
     replay_report,
-    replaying,
     tool,
     track_replay,
 )
+from dbos_agent.agent.replay import next_step_replays, note_step, replaying
 from dbos_agent.agent.scripted_server import (
     CrashPlan,
     ScriptedServer,

@@ -41,7 +41,7 @@ def summarize_book(chapters: int) -> list[str]:
 
 def main() -> None:
     with da.launch(recover=False):
-        recorded = len(da.list_steps(WORKFLOW_ID))
+        recorded = len(da.operations.list_steps(WORKFLOW_ID))
         if recorded:
             print(f"workflow {WORKFLOW_ID}: {recorded} steps already recorded, replaying them")
         else:

@@ -54,13 +54,9 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.tools import ToolDefinition
 
 import dbos_agent as da
-from dbos_agent.agent import (
-    NotDone,
-    ReplayReport,
-    replay_report,
-    replaying,
-    track_replay,
-)
+from dbos_agent import NotDone
+from dbos_agent.agent import ReplayReport, replay_report, track_replay
+from dbos_agent.agent.replay import replaying
 from dbos_agent.agent.scripted_server import (
     CrashPlan,
     ScriptedServer,

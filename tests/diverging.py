@@ -46,7 +46,7 @@ def hold_diverged(workflow_id: str) -> da.WorkflowInfo:
             "UPDATE dbos_agent.steps SET name = 'prepare' WHERE workflow_id = %s AND seq = 0",
             (workflow_id,),
         )
-    with pytest.raises(da.WorkflowDivergedError), da.workflow_id(workflow_id):
+    with pytest.raises(da.errors.WorkflowDivergedError), da.workflow_id(workflow_id):
         diverging_order(workflow_id)
     info = da.retrieve(workflow_id).get_info()
     assert info.status == da.WorkflowStatus.DIVERGED, info

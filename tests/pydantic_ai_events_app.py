@@ -26,7 +26,7 @@ narrator = Agent(model(), name="narrator", toolsets=[math], capabilities=[Durabi
 async def narrate(task: str) -> str:
     """Run the agent, its events in the stream ``pydantic_ai.events``; then close it."""
     output = (await narrator.run(task)).output
-    await da.close_stream_async(DEFAULT_EVENTS_KEY)
+    await da.aio.close_stream(DEFAULT_EVENTS_KEY)
     return output
 
 

@@ -15,13 +15,12 @@ from dbos_agent.agent import (
     Price,
     ReplayReport,
     ToolRegistry,
-    last_replay_report,
     replay_report,
-    replaying,
     tool,
     track_replay,
     usage_totals,
 )
+from dbos_agent.agent.replay import last_replay_report, replaying
 from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, text, tool_use
 from tests.helpers import SimulatedCrash, new_id
 

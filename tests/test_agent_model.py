@@ -16,13 +16,9 @@ import pytest
 from anthropic.types import Message, MessageParam
 
 import dbos_agent as da
-from dbos_agent.agent import (
-    MODEL_STEP_NAME,
-    Model,
-    ModelRetryPolicy,
-    is_retryable,
-    retry_after_seconds,
-)
+from dbos_agent.agent import Model, ModelRetryPolicy
+from dbos_agent.agent.model import MODEL_STEP_NAME
+from dbos_agent.agent.retrying import is_retryable, retry_after_seconds
 from dbos_agent.agent.scripted_server import (
     Delay,
     Fail,
@@ -105,7 +101,7 @@ def test_model_step_records_the_message_and_replays_it_typed_without_paying(
         streamed = "".join(CURRENT.pop("deltas"))
         assert streamed == "second, streamed answer"
 
-        steps = da.list_steps(wid)
+        steps = da.operations.list_steps(wid)
         assert [s.name for s in steps] == [MODEL_STEP_NAME, MODEL_STEP_NAME]
         assert steps[0].output["usage"]["input_tokens"] == 10
         assert steps[1].output["content"][0]["text"] == "second, streamed answer"
@@ -126,7 +122,7 @@ def test_529_storm_then_success_is_retried_with_attempts_counted(runtime: da.Run
         wid = new_id()
         with da.workflow_id(wid):
             assert conversation(1) == ["finally"]
-        (step,) = da.list_steps(wid)
+        (step,) = da.operations.list_steps(wid)
         assert step.status == "SUCCESS" and step.attempts == 4
         assert [r.status for r in server.requests] == [529, 529, 529, 200]
         # one retry loop: the client itself never retried (no retry-count header above 0)
@@ -140,7 +136,7 @@ def test_5xx_and_a_dropped_connection_are_retried(runtime: da.Runtime) -> None:
         wid = new_id()
         with da.workflow_id(wid):
             assert conversation(1) == ["ok"]
-        assert da.list_steps(wid)[0].attempts == 3
+        assert da.operations.list_steps(wid)[0].attempts == 3
 
     # nothing listens on this port any more: connection refused, then give up (with no
     # horizon, as give_up_after=None asks, only `retries` decides)
@@ -148,7 +144,7 @@ def test_5xx_and_a_dropped_connection_are_retried(runtime: da.Runtime) -> None:
     wid = new_id()
     with pytest.raises(anthropic.APIConnectionError), da.workflow_id(wid):
         conversation(1)
-    (step,) = da.list_steps(wid)
+    (step,) = da.operations.list_steps(wid)
     assert step.status == "ERROR" and step.attempts == 3
 
 
@@ -160,7 +156,7 @@ def test_429_honours_retry_after(runtime: da.Runtime) -> None:
             assert conversation(1) == ["after the wait"]
         first, second = server.requests
         assert second.timestamp - first.timestamp >= 0.55
-        assert da.list_steps(wid)[0].attempts == 2
+        assert da.operations.list_steps(wid)[0].attempts == 2
 
 
 def test_400_is_recorded_and_not_retried(runtime: da.Runtime) -> None:
@@ -169,7 +165,7 @@ def test_400_is_recorded_and_not_retried(runtime: da.Runtime) -> None:
         wid = new_id()
         with pytest.raises(anthropic.BadRequestError), da.workflow_id(wid):
             conversation(1)
-        (step,) = da.list_steps(wid)
+        (step,) = da.operations.list_steps(wid)
         assert step.status == "ERROR" and step.attempts == 1
         assert step.error is not None and step.error["type"] == "anthropic.BadRequestError"
         assert len(server.requests) == 1
@@ -196,7 +192,7 @@ def test_a_timeout_is_retried(runtime: da.Runtime) -> None:
         with da.workflow_id(wid):
             assert conversation(1) == ["ok"]
         assert time.monotonic() - started < 1.4
-        assert da.list_steps(wid)[0].attempts == 2
+        assert da.operations.list_steps(wid)[0].attempts == 2
 
 
 def test_streamed_reply_with_tool_use_is_a_complete_message(runtime: da.Runtime) -> None:
@@ -208,7 +204,7 @@ def test_streamed_reply_with_tool_use_is_a_complete_message(runtime: da.Runtime)
         with pytest.raises(SimulatedCrash), da.workflow_id(wid):
             conversation(1, "all")
         assert "".join(CURRENT.pop("deltas")) == "Reading it."
-        (step,) = da.list_steps(wid)
+        (step,) = da.operations.list_steps(wid)
         assert step.output["stop_reason"] == "tool_use"
         assert step.output["content"][1]["input"] == {"path": "a.py"}
         usage = step.output["usage"]
@@ -235,7 +231,7 @@ def test_no_api_key_ever_lands_in_the_database(
         with da.workflow_id(ok):
             conversation(2)
         # a refused key is configuration: not recorded, the workflow stays PENDING
-        with pytest.raises(da.ConfigurationError), da.workflow_id(failed):
+        with pytest.raises(da.errors.ConfigurationError), da.workflow_id(failed):
             conversation(1)
     with psycopg.connect(dbos_agent_database_url) as conn:
         dumped = [
@@ -316,12 +312,12 @@ def test_missing_credentials_leave_the_workflow_pending_not_failed(
                 max_tokens=64,
             )
             with (
-                pytest.raises(da.ConfigurationError, match="ANTHROPIC_API_KEY"),
+                pytest.raises(da.errors.ConfigurationError, match="ANTHROPIC_API_KEY"),
                 da.workflow_id(wid),
             ):
                 conversation(1)
             assert da.retrieve(wid).status() == da.WorkflowStatus.PENDING
-            assert da.list_steps(wid) == []
+            assert da.operations.list_steps(wid) == []
         finally:
             rt.shutdown()
         CURRENT["model"] = fast_model(server)  # the next process has a client

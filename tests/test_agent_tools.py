@@ -15,7 +15,8 @@ from anthropic.types import ToolResultBlockParam, ToolUseBlock
 from pydantic import BaseModel, Field
 
 import dbos_agent as da
-from dbos_agent.agent import NotDone, Tool, ToolRegistry, tool
+from dbos_agent import NotDone
+from dbos_agent.agent import Tool, ToolRegistry, tool
 from tests.helpers import SimulatedCrash, new_id
 
 RUNS: Counter[str] = Counter()
@@ -202,7 +203,7 @@ def test_registry_dispatch_turns_every_failure_into_an_is_error_result(
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         dispatch(blocks, False)
 
-    steps = da.list_steps(wid)
+    steps = da.operations.list_steps(wid)
     assert [s.name for s in steps] == [
         "tool:add",
         "tool_call_rejected",
@@ -236,7 +237,7 @@ def test_parallel_tool_calls_take_positions_in_reply_order(runtime: da.Runtime) 
         results = dispatch(blocks, True)
     assert time.monotonic() - started < 0.8  # they did overlap (sequential: 1 s)
     assert [r["content"] for r in results] == ["0", "1", "2", "3"]
-    steps = da.list_steps(wid)
+    steps = da.operations.list_steps(wid)
     assert [(s.seq, s.output) for s in steps] == [(0, 0), (1, 1), (2, 2), (3, 3)]
     finish_order = sorted((s.finished_at, s.seq) for s in steps if s.finished_at is not None)
     assert [seq for _, seq in finish_order] == [3, 2, 1, 0]
@@ -250,12 +251,12 @@ def test_crash_during_parallel_calls_replays_the_finished_ones_at_their_position
     CRASH_IN.add("slow1")  # dies before its checkpoint; 0, 2 and 3 are recorded
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         dispatch(blocks, True)
-    assert [s.seq for s in da.list_steps(wid)] == [0, 2, 3]
+    assert [s.seq for s in da.operations.list_steps(wid)] == [0, 2, 3]
     with da.workflow_id(wid):
         results = dispatch(blocks, True)
     assert [r["content"] for r in results] == ["0", "1", "2", "3"]
     assert RUNS == Counter(slow0=1, slow1=2, slow2=1, slow3=1)
-    assert [s.name for s in da.list_steps(wid)] == ["tool:slow"] * 4
+    assert [s.name for s in da.operations.list_steps(wid)] == ["tool:slow"] * 4
 
 
 # --------------------------------------------------------------------------- side effects
@@ -330,7 +331,7 @@ def test_unguarded_non_idempotent_tool_in_doubt_stops_the_workflow(runtime: da.R
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         side_effects(blocks)
     # not an is_error result for the model: the engine's in-doubt signal propagates
-    with pytest.raises(da.StepInDoubtError), da.workflow_id(wid):
+    with pytest.raises(da.errors.StepInDoubtError), da.workflow_id(wid):
         side_effects(blocks)
     assert RUNS["send_email"] == 1
     assert da.retrieve(wid).status() == "IN_DOUBT"

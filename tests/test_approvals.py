@@ -47,9 +47,9 @@ def guarded_deploy(env: str) -> str:
     return result
 
 
-def waiting_request(workflow_id: str) -> da.ApprovalRequest:
-    def pending() -> list[da.ApprovalRequest]:
-        return [a for a in da.list_approvals(workflow_id) if a.status == "PENDING"]
+def waiting_request(workflow_id: str) -> da.operations.ApprovalRequest:
+    def pending() -> list[da.operations.ApprovalRequest]:
+        return [a for a in da.operations.list_approvals(workflow_id) if a.status == "PENDING"]
 
     wait_until(lambda: pending(), 15, "the approval request")
     return pending()[0]
@@ -61,33 +61,33 @@ def test_a_decision_is_bound_to_the_call_and_taken_once(
     handle = da.start(guarded_deploy, "prod")
     request = waiting_request(handle.workflow_id)
     assert (request.tool, request.arguments) == ("deploy", {"env": "prod"})
-    assert request.digest == da.approval_digest("deploy", {"env": "prod"})
+    assert request.digest == da.operations.approval_digest("deploy", {"env": "prod"})
     assert request.seq == 0
     wait_until(lambda: inspector.status(handle.workflow_id) == "SUSPENDED", 15, "suspended")
 
-    forged = da.approval_digest("deploy", {"env": "staging"})
-    with pytest.raises(da.ApprovalError, match="other arguments"):
-        da.approve(handle.workflow_id, request.seq, forged)
-    with pytest.raises(da.ApprovalError, match="no approval request there"):
-        da.approve(handle.workflow_id, 5, request.digest)
+    forged = da.operations.approval_digest("deploy", {"env": "staging"})
+    with pytest.raises(da.errors.ApprovalError, match="other arguments"):
+        da.operations.approve(handle.workflow_id, request.seq, forged)
+    with pytest.raises(da.errors.ApprovalError, match="no approval request there"):
+        da.operations.approve(handle.workflow_id, 5, request.digest)
     with pytest.raises(da.WorkflowNotFoundError):
-        da.approve("no-such-workflow", 0, request.digest)
+        da.operations.approve("no-such-workflow", 0, request.digest)
 
-    da.approve(handle.workflow_id, request.seq, request.digest, reason="looks fine")
+    da.operations.approve(handle.workflow_id, request.seq, request.digest, reason="looks fine")
     assert handle.result(timeout=30) == "deployed to prod"
-    with pytest.raises(da.ApprovalError, match="already approved"):
-        da.approve(handle.workflow_id, request.seq, request.digest)
-    with pytest.raises(da.ApprovalError, match="already approved"):
-        da.reject(handle.workflow_id, request.seq, request.digest)
+    with pytest.raises(da.errors.ApprovalError, match="already approved"):
+        da.operations.approve(handle.workflow_id, request.seq, request.digest)
+    with pytest.raises(da.errors.ApprovalError, match="already approved"):
+        da.operations.reject(handle.workflow_id, request.seq, request.digest)
     assert RUNS["deploy:prod"] == 1
-    (decided,) = da.list_approvals(handle.workflow_id)
+    (decided,) = da.operations.list_approvals(handle.workflow_id)
     assert (decided.status, decided.reason) == ("APPROVED", "looks fine")
 
 
 def test_a_rejection_reaches_the_workflow_with_its_reason(runtime: da.Runtime) -> None:
     handle = da.start(guarded_deploy, "prod")
     request = waiting_request(handle.workflow_id)
-    da.reject(handle.workflow_id, request.seq, request.digest, reason="freeze week")
+    da.operations.reject(handle.workflow_id, request.seq, request.digest, reason="freeze week")
     assert handle.result(timeout=30) == "not deployed: freeze week"
     assert RUNS["deploy:prod"] == 0
 
@@ -95,9 +95,9 @@ def test_a_rejection_reaches_the_workflow_with_its_reason(runtime: da.Runtime) -
 def test_a_workflow_that_no_longer_waits_takes_no_decision(runtime: da.Runtime) -> None:
     handle = da.start(guarded_deploy, "prod")
     request = waiting_request(handle.workflow_id)
-    da.cancel(handle.workflow_id)
-    with pytest.raises(da.ApprovalError, match="CANCELLED, no longer waiting"):
-        da.approve(handle.workflow_id, request.seq, request.digest)
+    da.operations.cancel(handle.workflow_id)
+    with pytest.raises(da.errors.ApprovalError, match="CANCELLED, no longer waiting"):
+        da.operations.approve(handle.workflow_id, request.seq, request.digest)
 
 
 def test_a_replayed_approval_is_neither_asked_for_nor_acted_on_twice(
@@ -107,19 +107,19 @@ def test_a_replayed_approval_is_neither_asked_for_nor_acted_on_twice(
     CRASH.add("after-deploy")
     handle = da.start(guarded_deploy, "prod", workflow_id=wid)
     request = waiting_request(wid)
-    da.approve(wid, request.seq, request.digest)
+    da.operations.approve(wid, request.seq, request.digest)
     wait_until(lambda: RUNS["deploy:prod"] == 1, 15, "deployed once")
     with da.workflow_id(wid):  # the crashed run is continued from its log
         assert guarded_deploy("prod") == "deployed to prod"
     assert RUNS["deploy:prod"] == 1  # the recorded approval and deploy were replayed
-    assert len(da.list_approvals(wid)) == 1  # and nothing was asked again
+    assert len(da.operations.list_approvals(wid)) == 1  # and nothing was asked again
     assert handle.workflow_id == wid
 
 
 @da.durable_workflow(name="approvals_async_deploy")
 async def async_guarded_deploy(env: str) -> str:
-    ticket = await da.ask_approval_async("deploy", {"env": env})
-    decision = await da.wait_for_approval_async(ticket)
+    ticket = await da.aio.ask_approval("deploy", {"env": env})
+    decision = await da.aio.wait_for_approval(ticket)
     return f"{env}: {decision.approved} ({decision.reason}) at step {ticket.seq}"
 
 
@@ -128,9 +128,9 @@ def test_async_workflows_ask_and_wait_for_approval(
 ) -> None:
     handle = da.start(async_guarded_deploy, "prod")
     request = waiting_request(handle.workflow_id)
-    assert request.digest == da.approval_digest("deploy", {"env": "prod"})
+    assert request.digest == da.operations.approval_digest("deploy", {"env": "prod"})
     wait_until(lambda: inspector.status(handle.workflow_id) == "SUSPENDED", 15, "suspended")
-    da.approve(handle.workflow_id, request.seq, request.digest, reason="fine")
+    da.operations.approve(handle.workflow_id, request.seq, request.digest, reason="fine")
     assert handle.result(timeout=30) == "prod: True (fine) at step 0"
     # the same steps as the sync forms record: a run may switch between them
     assert [s.name for s in handle.steps()] == ["dbos_agent.request_approval", "dbos_agent.recv"]
@@ -159,17 +159,19 @@ def test_a_tool_that_requires_approval_runs_only_once_approved(runtime: da.Runti
     handle = da.start(agent_turn, ["old", "main"])
     first = waiting_request(handle.workflow_id)
     assert first.arguments == {"name": "old"}
-    da.approve(handle.workflow_id, first.seq, first.digest)
+    da.operations.approve(handle.workflow_id, first.seq, first.digest)
     wait_until(
         lambda: any(
             a.arguments == {"name": "main"} and a.status == "PENDING"
-            for a in da.list_approvals(handle.workflow_id)
+            for a in da.operations.list_approvals(handle.workflow_id)
         ),
         15,
         "the second request",
     )
-    second = next(a for a in da.list_approvals(handle.workflow_id) if a.status == "PENDING")
-    da.reject(handle.workflow_id, second.seq, second.digest, reason="never main")
+    second = next(
+        a for a in da.operations.list_approvals(handle.workflow_id) if a.status == "PENDING"
+    )
+    da.operations.reject(handle.workflow_id, second.seq, second.digest, reason="never main")
     results = handle.result(timeout=30)
     assert results[0]["content"] == "deleted old"
     assert results[1].get("is_error") and "never main" in str(results[1]["content"])

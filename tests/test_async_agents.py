@@ -242,7 +242,7 @@ def test_a_sync_step_on_the_shared_loop_works_and_is_warned_about_once(
 
 @da.durable_workflow(name="async_agents_child")
 async def child(x: int) -> int:
-    await da.sleep_async(0.05)
+    await da.aio.sleep(0.05)
     return x + 1
 
 

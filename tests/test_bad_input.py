@@ -79,7 +79,7 @@ def test_a_replay_returns_the_nul_characters_the_live_run_saw(runtime: da.Runtim
     wid = new_id()
     with da.workflow_id(wid):
         nul_everywhere(NUL_TEXT)
-    forked = da.fork(wid, 3)  # steps 0-2 replay (result, error, event); the rest is live
+    forked = da.operations.fork(wid, 3)  # steps 0-2 replay (result, error, event); the rest is live
     assert forked.result(timeout=20) == NUL_TEXT + "!"
     assert CALLS == Counter({"nul_result": 1, "nul_error": 1})
 
@@ -115,10 +115,13 @@ def test_nan_and_infinity_in_a_step_result_are_refused_by_name(
     runtime: da.Runtime, kind: str
 ) -> None:
     wid = new_id()
-    with pytest.raises(da.SerializationError, match="NaN or infinity") as err, da.workflow_id(wid):
+    with (
+        pytest.raises(da.errors.SerializationError, match="NaN or infinity") as err,
+        da.workflow_id(wid),
+    ):
         nan_step(kind)
     assert wid in str(err.value) and "returns_nan" in str(err.value)
-    assert da.list_steps(wid) == []  # nothing stored as null
+    assert da.operations.list_steps(wid) == []  # nothing stored as null
     assert da.retrieve(wid).status() == da.WorkflowStatus.ERROR
 
 
@@ -134,17 +137,20 @@ def nan_input(x: Any) -> None:
 
 def test_nan_in_a_workflow_result_input_message_or_event_is_refused(runtime: da.Runtime) -> None:
     wid = new_id()
-    with pytest.raises(da.SerializationError, match="NaN"), da.workflow_id(wid):
+    with pytest.raises(da.errors.SerializationError, match="NaN"), da.workflow_id(wid):
         nan_result()
     info = da.retrieve(wid).get_info()
     assert info.status == da.WorkflowStatus.ERROR and info.output is None
     assert "NaN" in (info.error or {}).get("message", "")
     other = new_id()
-    with pytest.raises(da.SerializationError, match=r"argument 'x'.*NaN"), da.workflow_id(other):
+    with (
+        pytest.raises(da.errors.SerializationError, match=r"argument 'x'.*NaN"),
+        da.workflow_id(other),
+    ):
         nan_input({"a": [math.inf]})
     with pytest.raises(da.WorkflowNotFoundError):
         da.retrieve(other)
-    with pytest.raises(da.SerializationError, match="NaN"):
+    with pytest.raises(da.errors.SerializationError, match="NaN"):
         da.send(wid, {"x": math.nan})
 
 
@@ -167,23 +173,23 @@ def client(dbos_agent_database_url: str) -> Iterator[da.Client]:
 
 
 def test_empty_workflow_ids_are_refused_everywhere(runtime: da.Runtime, client: da.Client) -> None:
-    before = len(da.list_workflows(limit=10_000))
-    with pytest.raises(da.InvalidIdentifierError, match="must not be empty"):
+    before = len(da.operations.list_workflows(limit=10_000))
+    with pytest.raises(da.errors.InvalidIdentifierError, match="must not be empty"):
         da.start(tiny_job, workflow_id="")
-    with pytest.raises(da.InvalidIdentifierError, match="must not be empty"):
+    with pytest.raises(da.errors.InvalidIdentifierError, match="must not be empty"):
         client.enqueue("q", "tiny_job", workflow_id="")
     with pytest.raises(ValueError, match="must not be empty"), da.workflow_id(""):
         pass
     for call in (
         lambda: da.retrieve(""),
         lambda: da.send("", 1),
-        lambda: da.cancel(""),
+        lambda: da.operations.cancel(""),
         lambda: da.get_event("", "k", timeout=0),
-        lambda: da.fork(new_id(), 0, new_workflow_id=""),
+        lambda: da.operations.fork(new_id(), 0, new_workflow_id=""),
     ):
-        with pytest.raises(da.InvalidIdentifierError):
+        with pytest.raises(da.errors.InvalidIdentifierError):
             call()
-    assert len(da.list_workflows(limit=10_000)) == before  # nothing was written
+    assert len(da.operations.list_workflows(limit=10_000)) == before  # nothing was written
 
 
 def test_over_long_ids_get_a_named_error_with_the_limit(
@@ -191,13 +197,13 @@ def test_over_long_ids_get_a_named_error_with_the_limit(
 ) -> None:
     long_id = _random_text(10_000)
     pattern = f"at most {MAX_IDENTIFIER_BYTES} bytes"
-    with pytest.raises(da.InvalidIdentifierError, match=pattern):
+    with pytest.raises(da.errors.InvalidIdentifierError, match=pattern):
         da.start(tiny_job, workflow_id=long_id)
-    with pytest.raises(da.InvalidIdentifierError, match=pattern):
+    with pytest.raises(da.errors.InvalidIdentifierError, match=pattern):
         client.enqueue("q", "tiny_job", workflow_id=long_id)
-    with pytest.raises(da.InvalidIdentifierError, match="message topic"):
+    with pytest.raises(da.errors.InvalidIdentifierError, match="message topic"):
         da.send(new_id(), 1, topic=long_id)
-    with pytest.raises(da.InvalidIdentifierError, match="NUL"):
+    with pytest.raises(da.errors.InvalidIdentifierError, match="NUL"):
         da.start(tiny_job, workflow_id="a\x00b")
     at_limit = _random_text(MAX_IDENTIFIER_BYTES)  # the longest id still works
     assert da.start(tiny_job, workflow_id=at_limit).result(timeout=20) == 1
@@ -213,7 +219,9 @@ def test_a_child_of_a_workflow_with_the_longest_id_gets_a_stable_id(runtime: da.
     wid = _random_text(MAX_IDENTIFIER_BYTES)
     with da.workflow_id(wid):
         assert parent_of_long_id() == 1
-    children = [w for w in da.list_workflows(name="tiny_job", limit=50) if w.workflow_id != wid]
+    children = [
+        w for w in da.operations.list_workflows(name="tiny_job", limit=50) if w.workflow_id != wid
+    ]
     assert any(w.workflow_id.startswith("sha256:") for w in children)
 
 
@@ -260,20 +268,20 @@ def test_a_step_output_over_the_limit_is_recorded_as_its_error_by_name(
     """The value is not written; its error is the step's outcome, recorded once: a
     replay raises the same error without making the value again."""
     wid = new_id()
-    with pytest.raises(da.CheckpointTooLargeError) as err, da.workflow_id(wid):
+    with pytest.raises(da.errors.CheckpointTooLargeError) as err, da.workflow_id(wid):
         makes_big_output(LIMIT + 1)
     message = str(err.value)
     assert wid in message and "step 0" in message and "big_output" in message
     assert f"{LIMIT + 3:,}" in message and f"{LIMIT:,}" in message  # size (JSON quotes) and limit
     assert err.value.size == LIMIT + 3 and err.value.limit == LIMIT
-    [step] = da.list_steps(wid)
+    [step] = da.operations.list_steps(wid)
     assert step.status == "ERROR" and step.output is None
     assert (step.error or {})["type"].endswith("CheckpointTooLargeError")
     info = da.retrieve(wid).get_info()
     assert info.status == da.WorkflowStatus.ERROR
     assert (info.error or {})["type"].endswith("CheckpointTooLargeError")
-    replayed = da.fork(wid, from_step=1)  # the step replays its recorded error
-    with pytest.raises(da.CheckpointTooLargeError) as again:
+    replayed = da.operations.fork(wid, from_step=1)  # the step replays its recorded error
+    with pytest.raises(da.errors.CheckpointTooLargeError) as again:
         replayed.result(timeout=20)
     assert (again.value.size, again.value.limit) == (LIMIT + 3, LIMIT)
     ok = new_id()
@@ -285,18 +293,18 @@ def test_inputs_outputs_messages_and_events_over_the_limit_are_refused(
     small_limit: da.Runtime,
 ) -> None:
     big_input = new_id()
-    with pytest.raises(da.CheckpointTooLargeError, match="inputs of workflow"):
+    with pytest.raises(da.errors.CheckpointTooLargeError, match="inputs of workflow"):
         da.start(tiny_with_input, "i" * (LIMIT + 1), workflow_id=big_input)
     with pytest.raises(da.WorkflowNotFoundError):
         da.retrieve(big_input)
     big_result = new_id()
-    with pytest.raises(da.CheckpointTooLargeError, match="output of workflow"):
+    with pytest.raises(da.errors.CheckpointTooLargeError, match="output of workflow"):
         da.start(returns_big, LIMIT + 1, workflow_id=big_result).result(timeout=20)
     assert da.retrieve(big_result).status() == da.WorkflowStatus.ERROR
-    with pytest.raises(da.CheckpointTooLargeError, match="message to workflow"):
+    with pytest.raises(da.errors.CheckpointTooLargeError, match="message to workflow"):
         da.send(big_result, "m" * (LIMIT + 1))
     big_event = new_id()
-    with pytest.raises(da.CheckpointTooLargeError, match="event 'big'"):
+    with pytest.raises(da.errors.CheckpointTooLargeError, match="event 'big'"):
         da.start(publishes_big, LIMIT + 1, workflow_id=big_event).result(timeout=20)
     assert da.retrieve(big_event).status() == da.WorkflowStatus.ERROR
     assert da.get_event(big_event, "big", timeout=0) is None
@@ -325,10 +333,13 @@ def test_a_value_postgres_refuses_ends_the_workflow_in_error_not_pending(
     runtime: da.Runtime,
 ) -> None:
     wid = new_id()
-    with pytest.raises(da.SerializationError, match="Postgres refused") as err, da.workflow_id(wid):
+    with (
+        pytest.raises(da.errors.SerializationError, match="Postgres refused") as err,
+        da.workflow_id(wid),
+    ):
         refused_by_postgres()
     assert "huge_number" in str(err.value) and "NumericValueOutOfRange" in str(err.value)
     info = da.retrieve(wid).get_info()
     assert info.status == da.WorkflowStatus.ERROR  # a user error, not a stranded workflow
-    assert da.list_steps(wid) == []
+    assert da.operations.list_steps(wid) == []
     assert CALLS["huge_number"] == 1

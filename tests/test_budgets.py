@@ -16,7 +16,8 @@ import anthropic
 import pytest
 
 import dbos_agent as da
-from dbos_agent.agent import Budget, Model, raise_budget
+from dbos_agent.agent import Budget, Model
+from dbos_agent.agent.budget import raise_budget
 from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, ScriptItem, text
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, cli, new_id, wait_until
@@ -67,13 +68,13 @@ def test_a_call_past_the_budget_is_refused_and_recorded(
 ) -> None:
     wid = new_id("budget")
     refused_at = "spent 900 of its 1,000-token budget"
-    with pytest.raises(da.BudgetExceededError, match=refused_at), da.workflow_id(wid):
+    with pytest.raises(da.errors.BudgetExceededError, match=refused_at), da.workflow_id(wid):
         calls(5)
     assert len(server.requests) == 3  # 0, 300, 600 spent: each fits; 900 + 200 does not
     assert inspector.status(wid) == "ERROR"
     refused = inspector.steps(wid)[-1]
     assert refused.status == "ERROR" and "BudgetExceededError" in str(refused.error)
-    with pytest.raises(da.BudgetExceededError), da.workflow_id(wid):
+    with pytest.raises(da.errors.BudgetExceededError), da.workflow_id(wid):
         calls(5)  # the recorded outcome: nothing is called again
     assert len(server.requests) == 3
 
@@ -85,12 +86,12 @@ def test_neither_a_recovery_nor_a_fork_resets_the_budget(
     CRASH["after"] = 2
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         calls(5)
-    with pytest.raises(da.BudgetExceededError), da.workflow_id(wid):
+    with pytest.raises(da.errors.BudgetExceededError), da.workflow_id(wid):
         calls(5)  # continued from its log: the two recorded calls count
     assert len(server.requests) == 3
-    steps = [s.name for s in da.list_steps(wid)]
-    forked = da.fork(wid, from_step=steps.index("anthropic.messages", 3) + 1)
-    with pytest.raises(da.BudgetExceededError):
+    steps = [s.name for s in da.operations.list_steps(wid)]
+    forked = da.operations.fork(wid, from_step=steps.index("anthropic.messages", 3) + 1)
+    with pytest.raises(da.errors.BudgetExceededError):
         forked.result(timeout=30)  # the fork copied the three calls, and their spend
     assert len(server.requests) == 3
 
@@ -99,10 +100,10 @@ def test_a_child_workflow_counts_against_its_parents_budget(
     runtime: da.Runtime, server: ScriptedServer
 ) -> None:
     wid = new_id("budget-parent")
-    with pytest.raises(da.BudgetExceededError), da.workflow_id(wid):
+    with pytest.raises(da.errors.BudgetExceededError), da.workflow_id(wid):
         parent(5)
     assert len(server.requests) == 3  # two by the parent, one by the child, then refused
-    with pytest.raises(da.BudgetExceededError):
+    with pytest.raises(da.errors.BudgetExceededError):
         da.retrieve(f"{wid}-child").result(timeout=30)
 
 

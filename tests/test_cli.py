@@ -218,7 +218,7 @@ def test_fork_and_resolve_from_the_cli(runtime: da.Runtime, dbos_agent_database_
     with pytest.raises(SimulatedCrash), da.workflow_id(billed):
         billing(billed)
     CRASH.clear()
-    with pytest.raises(da.StepInDoubtError) as in_doubt, da.workflow_id(billed):
+    with pytest.raises(da.errors.StepInDoubtError) as in_doubt, da.workflow_id(billed):
         billing(billed)
     command = f"dbos-agent steps resolve {billed} 0 --result JSON"
     assert command in str(in_doubt.value), "the error names the command that resolves it"

@@ -84,9 +84,9 @@ def test_cancel_then_resume_continue_the_workflow(client: da.Client) -> None:
     client.send(handle.workflow_id, "it", topic="go")
     assert resumed.result(60) == "got it"  # this process has the function: it continued
 
-    with pytest.raises(da.WorkflowStatusError):
+    with pytest.raises(da.errors.WorkflowStatusError):
         client.cancel(handle.workflow_id)  # finished: its outcome stays
-    with pytest.raises(da.WorkflowStatusError):
+    with pytest.raises(da.errors.WorkflowStatusError):
         client.resume(handle.workflow_id)
 
 

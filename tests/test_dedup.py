@@ -40,7 +40,7 @@ def test_a_second_enqueue_with_the_id_is_refused_until_the_first_finishes(
     key = new_id("gate")
     GATE[key] = threading.Event()
     first = q.enqueue(dedup_gated, key, dedup_id="order-1")
-    with pytest.raises(da.DuplicateEnqueueError) as refused:
+    with pytest.raises(da.errors.DuplicateEnqueueError) as refused:
         q.enqueue(dedup_gated, key, dedup_id="order-1")
     assert refused.value.queue_name == q.name and refused.value.dedup_id == "order-1"
     assert "order-1" in str(refused.value) and q.name in str(refused.value)
@@ -73,7 +73,7 @@ def test_concurrent_enqueues_with_one_id_let_exactly_one_in(dbos_agent_database_
     queue = new_id("unserved")  # no process serves it: every winner stays ENQUEUED
     threads, barrier = 12, threading.Barrier(12)
     won: list[str] = []
-    refused: list[da.DuplicateEnqueueError] = []
+    refused: list[da.errors.DuplicateEnqueueError] = []
     lock = threading.Lock()
     with da.Client(dbos_agent_database_url, pool_size=threads) as client:
 
@@ -81,7 +81,7 @@ def test_concurrent_enqueues_with_one_id_let_exactly_one_in(dbos_agent_database_
             barrier.wait()
             try:
                 handle = client.enqueue(queue, "some_workflow", 1, dedup_id="once")
-            except da.DuplicateEnqueueError as exc:
+            except da.errors.DuplicateEnqueueError as exc:
                 with lock:
                     refused.append(exc)
             else:
@@ -105,7 +105,7 @@ def test_concurrent_enqueues_with_one_id_let_exactly_one_in(dbos_agent_database_
 def test_an_empty_dedup_id_is_refused(dbos_agent_database_url: str) -> None:
     with (
         da.Client(dbos_agent_database_url) as client,
-        pytest.raises(da.InvalidIdentifierError, match="dedup id"),
+        pytest.raises(da.errors.InvalidIdentifierError, match="dedup id"),
     ):
         client.enqueue(new_id("q"), "some_workflow", dedup_id="")
 
@@ -116,7 +116,7 @@ def test_a_resume_that_would_hold_the_id_twice_is_refused(dbos_agent_database_ur
         first = client.enqueue(queue, "some_workflow", dedup_id="again")
         client.cancel(first.workflow_id)
         second = client.enqueue(queue, "some_workflow", dedup_id="again")
-        with pytest.raises(da.DuplicateEnqueueError) as refused:
+        with pytest.raises(da.errors.DuplicateEnqueueError) as refused:
             client.resume(first.workflow_id)
         assert (refused.value.queue_name, refused.value.dedup_id) == (queue, "again")
         assert first.status() == da.WorkflowStatus.CANCELLED

@@ -90,7 +90,7 @@ def test_a_delayed_enqueue_is_not_dequeued_before_its_time(clocked: Engine) -> N
 
 def test_a_delayed_start_can_be_cancelled_before_it_starts(clocked: Engine) -> None:
     handle = da.start(later, "never", delay=3600)
-    da.cancel(handle.workflow_id)
+    da.operations.cancel(handle.workflow_id)
     advance_clock(3601)
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(30)

@@ -179,7 +179,7 @@ async def mcp_later(blocks: list[ToolUseBlock]) -> list[ToolResultBlockParam]:
     """Lists the tools, waits for a go, then calls them (the server may go down between)."""
     tools: ToolRegistry = TOOLS["tools"]
     await tools.list_tools_async()
-    await da.recv_async("go")
+    await da.aio.recv("go")
     return await tools.call_all_async(blocks)
 
 
@@ -323,4 +323,4 @@ def test_retry_on_the_command_line(
     other = da.start(mcp_later, [])
     wait_until(lambda: other.get_info().status is WorkflowStatus.SUSPENDED, 60, "a recv wait")
     refused(cli(dbos_agent_database_url, "retry", other.workflow_id), 1, "not waiting for a retry")
-    da.cancel(other.workflow_id)
+    da.operations.cancel(other.workflow_id)

@@ -148,7 +148,7 @@ def test_what_would_fail_besides_a_divergence_is_reported(
     assert "raises KeyError before its log ends" in (problems[early] or "")
     assert "did not end within 1s" in (problems[stuck] or "")
     assert not report.fits
-    da.cancel(early), da.cancel(stuck), da.cancel(unfit)
+    da.operations.cancel(early), da.operations.cancel(stuck), da.operations.cancel(unfit)
 
 
 def test_the_cli_says_what_went_wrong_in_one_line(
@@ -223,7 +223,7 @@ def test_export_import_and_a_check_of_the_file(
 
     report = check_replay(None, path, database_url=url)
     assert [v.workflow_id for v in report.verdicts] == [key] and report.fits
-    da.cancel(key)
+    da.operations.cancel(key)
 
 
 @da.durable_workflow
@@ -257,4 +257,4 @@ def test_adopt_is_refused_for_a_log_that_moved_since_the_check(
     adopt(current_engine().db, report, "2")
     assert (report.adopted, report.moved) == (0, 1)
     assert da.retrieve(key).get_info().app_version == "1"
-    da.cancel(key)
+    da.operations.cancel(key)

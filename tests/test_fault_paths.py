@@ -258,7 +258,7 @@ def _calls_until_refused() -> int:
     while True:
         try:
             MODELS["model"].create(HI)  # type: ignore[arg-type]
-        except da.BudgetExceededError:
+        except da.errors.BudgetExceededError:
             return made
         made += 1
         time.sleep(0.05)

@@ -223,9 +223,9 @@ async def async_chain_with_stream(wid: str, steps: int) -> int:
     total = 0
     for i in range(steps):
         value = await async_work(wid, i)
-        await da.write_stream_async("squares", value)
+        await da.aio.write_stream("squares", value)
         total += value
-    await da.close_stream_async("squares")
+    await da.aio.close_stream("squares")
     return total
 
 

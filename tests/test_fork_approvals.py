@@ -42,11 +42,11 @@ def asked_then_waited(key: str) -> str:
     return deploy(key) if decision.approved else "not deployed"  # step 3
 
 
-def pending(workflow_id: str) -> da.ApprovalRequest:
+def pending(workflow_id: str) -> da.operations.ApprovalRequest:
     """The PENDING request of a workflow, once there is one."""
 
-    def found() -> list[da.ApprovalRequest]:
-        return [a for a in da.list_approvals(workflow_id) if a.status == "PENDING"]
+    def found() -> list[da.operations.ApprovalRequest]:
+        return [a for a in da.operations.list_approvals(workflow_id) if a.status == "PENDING"]
 
     wait_until(found, 15, f"an approval request of {workflow_id}")
     return found()[0]
@@ -60,15 +60,15 @@ def test_a_fork_between_the_request_and_the_decision_asks_again_and_can_be_appro
     request = pending(key)
     wait_until(lambda: inspector.status(key) == "SUSPENDED", 15, "the original suspended")
 
-    fork = da.fork(key, 1)  # after the request, before the decision
+    fork = da.operations.fork(key, 1)  # after the request, before the decision
     assert fork.from_step == 0  # moved back to the request: asked again
     again = pending(fork.workflow_id)
     assert (again.seq, again.digest) == (request.seq, request.digest)
-    da.approve(fork.workflow_id, again.seq, again.digest)
+    da.operations.approve(fork.workflow_id, again.seq, again.digest)
     assert fork.result(timeout=30) == f"deployed {key}"
     assert DEPLOYS[key] == 1
 
-    da.approve(key, request.seq, request.digest)  # the original still waits for its own
+    da.operations.approve(key, request.seq, request.digest)  # the original still waits for its own
     assert original.result(timeout=30) == f"deployed {key}"
     assert DEPLOYS[key] == 2  # two approvals granted, two deploys
 
@@ -77,24 +77,24 @@ def test_a_fork_at_or_just_after_the_decision_asks_again(runtime: da.Runtime) ->
     key = new_id("after")
     original = da.start(guarded, key, workflow_id=key)
     request = pending(key)
-    da.approve(key, request.seq, request.digest)
+    da.operations.approve(key, request.seq, request.digest)
     assert original.result(timeout=30) == f"deployed {key}"
     assert DEPLOYS[key] == 1
 
     for approvals, from_step in enumerate((1, 2), start=1):  # at the decision; the tool
-        fork = da.fork(key, from_step)
+        fork = da.operations.fork(key, from_step)
         assert fork.from_step == 0
         again = pending(fork.workflow_id)
         assert DEPLOYS[key] == approvals  # not run on the original's decision
-        da.approve(fork.workflow_id, again.seq, again.digest)
+        da.operations.approve(fork.workflow_id, again.seq, again.digest)
         assert fork.result(timeout=30) == f"deployed {key}"
     assert DEPLOYS[key] == 3  # three approvals, three deploys
 
-    replayed = da.fork(key, 3)  # past the tool: everything replays, nothing is asked
+    replayed = da.operations.fork(key, 3)  # past the tool: everything replays, nothing is asked
     assert replayed.from_step == 3
     assert replayed.result(timeout=30) == f"deployed {key}"
     assert DEPLOYS[key] == 3
-    (copied,) = da.list_approvals(replayed.workflow_id)
+    (copied,) = da.operations.list_approvals(replayed.workflow_id)
     assert copied.status == "APPROVED"  # its decision, as recorded
 
 
@@ -106,7 +106,7 @@ def test_a_request_with_other_steps_before_its_decision_is_asked_again_in_place(
     key = new_id("apart")
     original = da.start(asked_then_waited, key, workflow_id=key)
     request = pending(key)
-    da.approve(key, request.seq, request.digest)
+    da.operations.approve(key, request.seq, request.digest)
     assert original.result(timeout=30) == f"deployed {key}"
 
     forked = ok(
@@ -117,6 +117,6 @@ def test_a_request_with_other_steps_before_its_decision_is_asked_again_in_place(
     fid = document["workflow_id"]
     again = pending(fid)
     assert again.seq == 0
-    da.approve(fid, again.seq, again.digest)
+    da.operations.approve(fid, again.seq, again.digest)
     assert da.retrieve(fid).result(timeout=30) == f"deployed {key}"
     assert DEPLOYS[key] == 2

@@ -53,7 +53,7 @@ def test_a_fork_after_the_last_step_has_the_stream_and_the_event(
 ) -> None:
     wid = new_id("pub")
     run_original(wid)
-    fork = da.fork(wid, 7)
+    fork = da.operations.fork(wid, 7)
     assert fork.from_step == 7
     assert fork.result(timeout=30) == "done"
     assert [i.value for i in da.read_stream(fork.workflow_id, "s")] == [0, 1]  # ends: closed
@@ -67,7 +67,7 @@ def test_a_fork_in_the_middle_has_what_was_published_before_and_publishes_the_re
 ) -> None:
     wid = new_id("pub")
     run_original(wid)
-    fork = da.fork(wid, 3)  # waits at its recv: what it has now is what it was given
+    fork = da.operations.fork(wid, 3)  # waits at its recv: what it has now is what it was given
     fid = fork.workflow_id
     assert stream(engine, fid, "s") == [(0, "value", "0")]
     assert stream(engine, fid, "t") == [(0, "value", '"a"'), (1, "value", '"b"')]
@@ -77,11 +77,11 @@ def test_a_fork_in_the_middle_has_what_was_published_before_and_publishes_the_re
     assert stream(engine, fid, "s") == [(0, "value", "0"), (1, "value", "1"), (2, "close", None)]
     assert da.get_event(fid, "e", timeout=0) == "v"
     # forked again from its own log (offsets renumbered, the outputs name them)
-    again = da.fork(fid, 7)
+    again = da.operations.fork(fid, 7)
     assert again.result(timeout=30) == "done"
     assert stream(engine, again.workflow_id, "s") == stream(engine, fid, "s")
 
-    early = da.fork(wid, 1)  # before the speaking step: it speaks again, once
+    early = da.operations.fork(wid, 1)  # before the speaking step: it speaks again, once
     eid = early.workflow_id
     da.send(eid, "now", topic="go")
     assert early.result(timeout=30) == "done"
@@ -115,11 +115,11 @@ def test_a_log_of_the_older_shape_still_replays_and_forks(
             (wid,),
         ).fetchall()
     assert [o for (o,) in outputs] == ["0", "1", "2"]
-    fork = da.fork(wid, 7)  # replays every step of the old log
+    fork = da.operations.fork(wid, 7)  # replays every step of the old log
     assert fork.result(timeout=30) == "done"
     assert [i.value for i in da.read_stream(fork.workflow_id, "s")] == [0, 1]
     assert da.get_event(fork.workflow_id, "e", timeout=0) == "v"
-    middle = da.fork(wid, 3)
+    middle = da.operations.fork(wid, 3)
     assert stream(engine, middle.workflow_id, "s") == [(0, "value", "0")]
     da.send(middle.workflow_id, "now", topic="go")
     assert middle.result(timeout=30) == "done"

@@ -53,8 +53,8 @@ def test_the_intent_is_recorded_before_the_step_runs(runtime: da.Runtime) -> Non
     CRASH.add("a@x")
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         notify("a@x", False)
-    (intent,) = da.list_steps(wid)
-    assert intent.status == da.StepStatus.PENDING and intent.inputs == {"to": "a@x"}
+    (intent,) = da.operations.list_steps(wid)
+    assert intent.status == da.records.StepStatus.PENDING and intent.inputs == {"to": "a@x"}
     assert intent.finished_at is None
 
 
@@ -64,19 +64,19 @@ def test_without_a_guard_the_workflow_stops_in_doubt_until_settled(runtime: da.R
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         notify("b@x", False)
     CRASH.clear()
-    with pytest.raises(da.StepInDoubtError, match="step 0"), da.workflow_id(wid):
+    with pytest.raises(da.errors.StepInDoubtError, match="step 0"), da.workflow_id(wid):
         notify("b@x", False)
     assert SENT["b@x"] == 1, "an in-doubt effect is never repeated by itself"
     handle = da.retrieve(wid)
     assert handle.status() == da.WorkflowStatus.IN_DOUBT
-    with pytest.raises(da.StepInDoubtError):
+    with pytest.raises(da.errors.StepInDoubtError):
         handle.result()
     with pytest.raises(ValueError):
-        da.resolve_in_doubt(wid, 0)
+        da.operations.resolve_in_doubt(wid, 0)
     with pytest.raises(da.DbosAgentError, match="no in-doubt step 3"):
-        da.resolve_in_doubt(wid, 3, rerun=True)
+        da.operations.resolve_in_doubt(wid, 3, rerun=True)
     # the operator checked: the mail did go out
-    resolved = da.resolve_in_doubt(wid, 0, result="sent to b@x (confirmed)")
+    resolved = da.operations.resolve_in_doubt(wid, 0, result="sent to b@x (confirmed)")
     assert resolved.result(timeout=10) == "sent to b@x (confirmed)"
     assert SENT["b@x"] == 1
     assert handle.status() == da.WorkflowStatus.SUCCESS
@@ -88,11 +88,11 @@ def test_an_operator_can_allow_a_rerun(runtime: da.Runtime) -> None:
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         notify("c@x", False)
     CRASH.clear()
-    with pytest.raises(da.StepInDoubtError), da.workflow_id(wid):
+    with pytest.raises(da.errors.StepInDoubtError), da.workflow_id(wid):
         notify("c@x", False)
-    assert da.resolve_in_doubt(wid, 0, rerun=True).result(timeout=10) == "sent to c@x"
+    assert da.operations.resolve_in_doubt(wid, 0, rerun=True).result(timeout=10) == "sent to c@x"
     assert SENT["c@x"] == 2
-    assert [s.status for s in da.list_steps(wid)] == [da.StepStatus.SUCCESS]
+    assert [s.status for s in da.operations.list_steps(wid)] == [da.records.StepStatus.SUCCESS]
 
 
 @pytest.mark.parametrize("happened", [True, False])
@@ -107,7 +107,7 @@ def test_the_guard_decides(runtime: da.Runtime, happened: bool) -> None:
     with da.workflow_id(wid):
         assert notify("d@x", True) == "sent to d@x"
     assert SENT["d@x"] == (1 if happened else 2)
-    assert [s.status for s in da.list_steps(wid)] == [da.StepStatus.SUCCESS]
+    assert [s.status for s in da.operations.list_steps(wid)] == [da.records.StepStatus.SUCCESS]
 
 
 def test_guard_requires_non_idempotent() -> None:

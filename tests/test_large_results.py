@@ -142,7 +142,7 @@ def test_an_mcp_answer_over_what_the_client_reads_is_an_error_result_sent_once(
 
 def test_a_bad_max_message_bytes_is_refused_by_name() -> None:
     for bad in (0, -1, 1.5, "1MB", True):
-        with pytest.raises(da.InvalidOptionError, match="max_message_bytes"):
+        with pytest.raises(da.errors.InvalidOptionError, match="max_message_bytes"):
             McpHttpServer("http://127.0.0.1:1/mcp", max_message_bytes=bad)  # type: ignore[arg-type]
 
 

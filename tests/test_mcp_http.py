@@ -115,7 +115,7 @@ def test_calls_over_http_are_steps_and_a_replay_does_not_call_the_server(
     assert len(effects(log, "add")) == 1 and len(effects(log, "append")) == 1
 
     registries(f"http://127.0.0.1:{port}/mcp")  # a URL does as well: the same name
-    fork = da.fork(handle.workflow_id, from_step=3)  # every step replayed
+    fork = da.operations.fork(handle.workflow_id, from_step=3)  # every step replayed
     assert fork.result(timeout=60) == [added, appended]
     assert len(effects(log, "add")) == 1 and len(effects(log, "append")) == 1
     assert "hdr-sekrit" not in repr(server) and "Authorization" in repr(server)
@@ -173,4 +173,4 @@ def test_no_secret_of_the_url_or_headers_reaches_an_error_the_log_or_a_repr(
         info.retrying.describe(),
     ]
     assert recorded and not any(secret in text for text in recorded for secret in SECRETS)
-    da.cancel(wid)
+    da.operations.cancel(wid)

@@ -218,16 +218,18 @@ def test_mcp_tools_that_require_approval_wait_for_a_human(
         [use(0, "append", text="yes"), use(1, "append", text="no"), use(2, "add", a=2, b=2)],
     )
 
-    def pending() -> list[da.ApprovalRequest]:
-        return [a for a in da.list_approvals(handle.workflow_id) if a.status == "PENDING"]
+    def pending() -> list[da.operations.ApprovalRequest]:
+        return [
+            a for a in da.operations.list_approvals(handle.workflow_id) if a.status == "PENDING"
+        ]
 
     wait_until(pending, 30, "the first approval request")
     first = pending()[0]
     assert (first.tool, first.arguments) == ("append", {"text": "yes"})
-    da.approve(handle.workflow_id, first.seq, first.digest)
+    da.operations.approve(handle.workflow_id, first.seq, first.digest)
     wait_until(lambda: pending() and pending()[0].seq != first.seq, 30, "the second request")
     second = pending()[0]
-    da.reject(handle.workflow_id, second.seq, second.digest, reason="not this one")
+    da.operations.reject(handle.workflow_id, second.seq, second.digest, reason="not this one")
     approved, rejected, added = handle.result(timeout=60)
     assert approved["content"] == "appended yes"
     assert rejected.get("is_error") and "not this one" in str(rejected["content"])

@@ -41,7 +41,9 @@ def _mailbox(url: str, wid: str) -> list[tuple[str, Any, int | None]]:
 def _wait_for_step(wid: str, name: str, timeout: float = 10.0) -> None:
     """Until ``wid`` has a step row named ``name`` (a waiting recv writes its deadline)."""
     wait_until(
-        lambda: any(s.name == name for s in da.list_steps(wid)), timeout, f"{wid} reaches {name}"
+        lambda: any(s.name == name for s in da.operations.list_steps(wid)),
+        timeout,
+        f"{wid} reaches {name}",
     )
 
 
@@ -118,7 +120,7 @@ def test_recv_timeout_returns_none_and_replays_none(runtime: da.Runtime, engine:
     CRASH.add(wid)
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         recv_then_step()
-    [step] = da.list_steps(wid)
+    [step] = da.operations.list_steps(wid)
     assert (step.name, step.status, step.output) == ("dbos_agent.recv", "SUCCESS", None)
     da.send(wid, "late")  # arrives after the timeout was recorded
     with da.workflow_id(wid):
@@ -164,7 +166,7 @@ def test_send_from_a_workflow_is_a_step_and_is_not_repeated_on_replay(
         sender(target)
     with da.workflow_id(wid):
         assert sender(target) == "sent"
-    steps = da.list_steps(wid)
+    steps = da.operations.list_steps(wid)
     assert [(s.name, s.status) for s in steps] == [
         ("dbos_agent.send", "SUCCESS"),
         ("dbos_agent.send", "ERROR"),  # errors are results: replay raises it again
@@ -189,7 +191,7 @@ def test_a_recv_that_loses_its_position_consumes_nothing(
         name="dbos_agent.recv",
         topic="",
         inputs="{}",
-        started_at=da.list_steps(wid)[0].started_at,
+        started_at=da.operations.list_steps(wid)[0].started_at,
         owner_key=engine.session_key,
     )
     assert not write.written and message is None
@@ -277,10 +279,10 @@ def test_subscribe_delivers_notifications_of_other_channels(
 
 @da.durable_workflow
 async def async_conversation(peer: str) -> list[Any]:
-    await da.set_event_async("ready", True)
-    question = await da.recv_async("q", timeout=10)
-    await da.send_async(peer, f"answer to {question}", topic="a")
-    seen = await da.get_event_async(da.current_workflow_id() or "", "ready", timeout=10)
+    await da.aio.set_event("ready", True)
+    question = await da.aio.recv("q", timeout=10)
+    await da.aio.send(peer, f"answer to {question}", topic="a")
+    seen = await da.aio.get_event(da.current_workflow_id() or "", "ready", timeout=10)
     return [question, seen]
 
 
@@ -291,8 +293,8 @@ def test_async_workflows_send_recv_and_events(runtime: da.Runtime) -> None:
     handle = da.start(async_conversation, peer, workflow_id=wid)
 
     async def outside() -> None:
-        assert await da.get_event_async(wid, "ready", timeout=10) is True
-        await da.send_async(wid, "why?", topic="q")
+        assert await da.aio.get_event(wid, "ready", timeout=10) is True
+        await da.aio.send(wid, "why?", topic="q")
 
     asyncio.run(outside())
     assert handle.result(timeout=15) == ["why?", True]
@@ -383,4 +385,4 @@ def test_a_message_is_received_once_across_a_crash(
     # each message was received once (from the log after the crash) and handled once
     assert (tmp_path / "effects.log").read_text().split() == ["first", "second"]
     assert _mailbox(url, wid) == [("inbox", "first", 0), ("inbox", "second", 2)]
-    assert [s.name for s in da.list_steps(wid)] == ["dbos_agent.recv", "handle"] * 2
+    assert [s.name for s in da.operations.list_steps(wid)] == ["dbos_agent.recv", "handle"] * 2

@@ -72,7 +72,7 @@ def test_cancel_stops_a_running_workflow_before_its_next_step(runtime: da.Runtim
     gate = _reach(wid, 1, in_step=False)
     handle = da.start(agent, wid, 3, workflow_id=wid)
     _wait(REACHED[f"{wid}:1"])
-    assert da.cancel(wid) == da.WorkflowStatus.PENDING
+    assert da.operations.cancel(wid) == da.WorkflowStatus.PENDING
     gate.set()
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)
@@ -81,7 +81,7 @@ def test_cancel_stops_a_running_workflow_before_its_next_step(runtime: da.Runtim
     assert [s.seq for s in handle.steps()] == [0]
     with pytest.raises(da.WorkflowCancelledError):
         da.retrieve(wid).result(timeout=5)
-    assert da.cancel(wid) == da.WorkflowStatus.CANCELLED, "cancelling again is a no-op"
+    assert da.operations.cancel(wid) == da.WorkflowStatus.CANCELLED, "cancelling again is a no-op"
 
 
 def test_cancel_mid_step_then_resume_continues_from_the_log(runtime: da.Runtime) -> None:
@@ -89,14 +89,14 @@ def test_cancel_mid_step_then_resume_continues_from_the_log(runtime: da.Runtime)
     gate = _reach(wid, 1, in_step=True)
     handle = da.start(agent, wid, 3, workflow_id=wid)
     _wait(REACHED[f"{wid}:1"])
-    da.cancel(wid)
+    da.operations.cancel(wid)
     gate.set()  # the step finishes, but its checkpoint is refused
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)
     assert [s.seq for s in handle.steps()] == [0]
     assert RUNS[f"{wid}:2"] == 0
 
-    resumed = da.resume(wid)
+    resumed = da.operations.resume(wid)
     assert resumed.result(timeout=10) == ["turn 0", "turn 1", "turn 2"]
     assert resumed.status() == da.WorkflowStatus.SUCCESS
     # step 0 was recorded and replayed; step 1 was cut off by the cancel and ran again
@@ -111,8 +111,8 @@ def test_resume_while_the_cancelled_run_is_still_in_its_step(runtime: da.Runtime
     gate = _reach(wid, 1, in_step=True)
     first = da.start(agent, wid, 3, workflow_id=wid)
     _wait(REACHED[f"{wid}:1"])
-    da.cancel(wid)
-    resumed = da.resume(wid)
+    da.operations.cancel(wid)
+    resumed = da.operations.resume(wid)
     gate.set()
     assert resumed.result(timeout=10) == ["turn 0", "turn 1", "turn 2"]
     assert first.result(timeout=10) == ["turn 0", "turn 1", "turn 2"]
@@ -142,7 +142,7 @@ def test_resume_a_dead_lettered_workflow(dbos_agent_database_url: str, executor_
         rt.wait_for_recovery(20)
         handle = da.retrieve(wid)
         assert handle.status() == da.WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED
-        resumed = da.resume(wid)
+        resumed = da.operations.resume(wid)
         assert resumed.result(timeout=10) == ["turn 0", "turn 1"]
         assert RUNS == Counter({f"{wid}:0": 1, f"{wid}:1": 1})
         assert handle.get_info().recovery_attempts == 0
@@ -158,11 +158,11 @@ def test_fork_reuses_the_steps_before_n_and_runs_the_rest_live(
         assert agent(wid, 4) == ["turn 0", "turn 1", "turn 2", "turn 3"]
     FIXED.add(wid)  # "fix the tool", then rerun from turn 2
 
-    fork = da.fork(wid, from_step=2)
+    fork = da.operations.fork(wid, from_step=2)
     assert fork.workflow_id != wid
     assert fork.result(timeout=10) == ["turn 0", "turn 1", "fixed 2", "fixed 3"]
     assert RUNS == Counter({f"{wid}:0": 1, f"{wid}:1": 1, f"{wid}:2": 2, f"{wid}:3": 2})
-    original_steps = da.list_steps(wid)
+    original_steps = da.operations.list_steps(wid)
     fork_steps = fork.steps()
     assert [s.seq for s in fork_steps] == [0, 1, 2, 3]
     assert [s.started_at for s in fork_steps[:2]] == [s.started_at for s in original_steps[:2]]
@@ -171,19 +171,19 @@ def test_fork_reuses_the_steps_before_n_and_runs_the_rest_live(
     assert engine.db.operations.fork_origin(fork.workflow_id) == (wid, 2)
     assert engine.db.operations.fork_origin(wid) is None
 
-    named = da.fork(wid, 0, new_workflow_id=f"{wid}-again")
+    named = da.operations.fork(wid, 0, new_workflow_id=f"{wid}-again")
     assert named.workflow_id == f"{wid}-again"
     assert named.result(timeout=10) == ["fixed 0", "fixed 1", "fixed 2", "fixed 3"]
-    assert da.fork(wid, 4).result(timeout=10) == ["turn 0", "turn 1", "turn 2", "turn 3"]
+    assert da.operations.fork(wid, 4).result(timeout=10) == ["turn 0", "turn 1", "turn 2", "turn 3"]
 
 
 def test_unknown_ids_and_wrong_states_are_refused(runtime: da.Runtime) -> None:
     missing = new_id("missing")
     for action in (
-        lambda: da.cancel(missing),
-        lambda: da.resume(missing),
-        lambda: da.fork(missing, 0),
-        lambda: da.resolve_in_doubt(missing, 0, rerun=True),
+        lambda: da.operations.cancel(missing),
+        lambda: da.operations.resume(missing),
+        lambda: da.operations.fork(missing, 0),
+        lambda: da.operations.resolve_in_doubt(missing, 0, rerun=True),
     ):
         with pytest.raises(da.WorkflowNotFoundError, match=missing):
             action()
@@ -191,24 +191,24 @@ def test_unknown_ids_and_wrong_states_are_refused(runtime: da.Runtime) -> None:
     wid = new_id()
     with da.workflow_id(wid):
         agent(wid, 2)
-    with pytest.raises(da.WorkflowStatusError, match="already finished with status SUCCESS"):
-        da.cancel(wid)
-    with pytest.raises(da.WorkflowStatusError, match=r"it is SUCCESS.*fork it"):
-        da.resume(wid)
+    with pytest.raises(da.errors.WorkflowStatusError, match="already finished with status SUCCESS"):
+        da.operations.cancel(wid)
+    with pytest.raises(da.errors.WorkflowStatusError, match=r"it is SUCCESS.*fork it"):
+        da.operations.resume(wid)
     with pytest.raises(da.DbosAgentError, match="its log ends at step 2"):
-        da.fork(wid, 3)
+        da.operations.fork(wid, 3)
     with pytest.raises(ValueError, match=">= 0"):
-        da.fork(wid, -1)
-    with pytest.raises(da.WorkflowIdConflictError, match="already taken"):
-        da.fork(wid, 1, new_workflow_id=wid)
+        da.operations.fork(wid, -1)
+    with pytest.raises(da.errors.WorkflowIdConflictError, match="already taken"):
+        da.operations.fork(wid, 1, new_workflow_id=wid)
     assert da.retrieve(wid).status() == da.WorkflowStatus.SUCCESS
 
     pending = new_id()
     gate = _reach(pending, 0, in_step=False)
     handle = da.start(agent, pending, 1, workflow_id=pending)
     _wait(REACHED[f"{pending}:0"])
-    with pytest.raises(da.WorkflowStatusError, match="it is PENDING; it has not stopped"):
-        da.resume(pending)
+    with pytest.raises(da.errors.WorkflowStatusError, match="it is PENDING; it has not stopped"):
+        da.operations.resume(pending)
     gate.set()
     assert handle.result(timeout=10) == ["turn 0"]
 
@@ -251,19 +251,23 @@ def test_doubt_is_never_lost_by_cancel_resume_or_fork(runtime: da.Runtime) -> No
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         checkout(wid)
     CRASH.clear()
-    with pytest.raises(da.StepInDoubtError), da.workflow_id(wid):
+    with pytest.raises(da.errors.StepInDoubtError), da.workflow_id(wid):
         checkout(wid)
-    with pytest.raises(da.WorkflowStatusError, match=r"step 1 is still in doubt.*steps resolve"):
-        da.resume(wid)
+    with pytest.raises(
+        da.errors.WorkflowStatusError, match=r"step 1 is still in doubt.*steps resolve"
+    ):
+        da.operations.resume(wid)
     with pytest.raises(da.DbosAgentError, match="its step 1 is in doubt"):
-        da.fork(wid, 2)
+        da.operations.fork(wid, 2)
 
-    assert da.cancel(wid) == da.WorkflowStatus.IN_DOUBT
-    with pytest.raises(da.StepInDoubtError):  # resumed, it stops at the same intent again
-        da.resume(wid).result(timeout=10)
+    assert da.operations.cancel(wid) == da.WorkflowStatus.IN_DOUBT
+    with pytest.raises(da.errors.StepInDoubtError):  # resumed, it stops at the same intent again
+        da.operations.resume(wid).result(timeout=10)
     assert da.retrieve(wid).status() == da.WorkflowStatus.IN_DOUBT
     assert RUNS[f"pay:{wid}"] == 1
 
-    redo = da.fork(wid, 1)  # from the doubtful step on purpose: it runs again, in the fork
+    redo = da.operations.fork(
+        wid, 1
+    )  # from the doubtful step on purpose: it runs again, in the fork
     assert redo.result(timeout=10) == f"turn 0, paid {wid}"
     assert RUNS[f"pay:{wid}"] == 2 and RUNS[f"{wid}:0"] == 1

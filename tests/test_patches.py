@@ -58,7 +58,7 @@ def run(key: str, code: str) -> list[str]:
 
 
 def names(key: str) -> list[str]:
-    return [s.name for s in da.list_steps(key)]
+    return [s.name for s in da.operations.list_steps(key)]
 
 
 @pytest.fixture(autouse=True)
@@ -149,13 +149,16 @@ def patch_in_step() -> bool:
 
 
 def test_bad_patches_get_named_errors(runtime: da.Runtime) -> None:
-    with pytest.raises(da.NotInWorkflowError, match="inside a durable workflow"):
+    with pytest.raises(da.errors.NotInWorkflowError, match="inside a durable workflow"):
         da.patched("outside")
-    with pytest.raises(da.NotInWorkflowError, match="inside a durable workflow"):
+    with pytest.raises(da.errors.NotInWorkflowError, match="inside a durable workflow"):
         da.deprecate_patch("outside")
-    with pytest.raises(da.PatchError, match="two places"), da.workflow_id(new_id()):
+    with pytest.raises(da.errors.PatchError, match="two places"), da.workflow_id(new_id()):
         two_places()
-    with pytest.raises(da.NotInWorkflowError, match="inside a step"), da.workflow_id(new_id()):
+    with (
+        pytest.raises(da.errors.NotInWorkflowError, match="inside a step"),
+        da.workflow_id(new_id()),
+    ):
         patched_in_a_step_is_refused()
 
     @da.durable_workflow(name="patch_named")
@@ -163,12 +166,15 @@ def test_bad_patches_get_named_errors(runtime: da.Runtime) -> None:
         return da.patched(name)
 
     for bad in ("", "a\x00b"):
-        with pytest.raises(da.InvalidIdentifierError, match="patch name"), da.workflow_id(new_id()):
+        with (
+            pytest.raises(da.errors.InvalidIdentifierError, match="patch name"),
+            da.workflow_id(new_id()),
+        ):
             named(bad)
     limit = MAX_IDENTIFIER_BYTES - len("dbos_agent.patch:")
     for too_long in ("x" * (limit + 1), "x" * MAX_IDENTIFIER_BYTES, "x" * 5000):
         with (
-            pytest.raises(da.InvalidIdentifierError, match=f"at most {limit} bytes"),
+            pytest.raises(da.errors.InvalidIdentifierError, match=f"at most {limit} bytes"),
             da.workflow_id(new_id()),
         ):
             named(too_long)  # one limit, stated the same way whatever the length
@@ -179,7 +185,7 @@ def test_bad_patches_get_named_errors(runtime: da.Runtime) -> None:
 @da.durable_workflow
 async def async_order(key: str) -> list[str]:
     done = []
-    if CODE[key] == "patched" and await da.patched_async("check-stock"):
+    if CODE[key] == "patched" and await da.aio.patched("check-stock"):
         done.append(await asyncio.to_thread(check_stock))
     done.append(await asyncio.to_thread(reserve))
     return done

@@ -59,10 +59,10 @@ def test_a_made_up_child_id_is_recorded_so_that_every_wake_finds_the_same_child(
     da.send(child_id, "done", topic="go")
     assert parent.result(timeout=30) == "done"  # woken: the replay found the same child
     assert _children(inspector, tag) == [child_id]
-    steps = da.list_steps(tag)
+    steps = da.operations.list_steps(tag)
     assert steps[0].name == START_CHILD_STEP
     # A fork past the start replays it: the same child, not a new one.
-    assert da.fork(tag, len(steps)).result(timeout=30) == "done"
+    assert da.operations.fork(tag, len(steps)).result(timeout=30) == "done"
     assert _children(inspector, tag) == [child_id]
 
 
@@ -88,7 +88,7 @@ def test_an_assigned_id_inside_a_workflow_is_the_childs_id(runtime: da.Runtime) 
     # Replayed (the same id again), the same children answer.
     with da.workflow_id(tag):
         assert parent_with_assigned_ids(tag) == got
-    assert [s.name for s in da.list_steps(tag)].count(START_CHILD_STEP) == 2
+    assert [s.name for s in da.operations.list_steps(tag)].count(START_CHILD_STEP) == 2
 
 
 QUEUE = da.Queue(f"peer-{uuid.uuid4().hex[:8]}")
@@ -105,9 +105,9 @@ def test_an_enqueue_inside_a_workflow_is_recorded_and_replays_to_the_same_child(
     tag = new_id("enq")
     with da.workflow_id(tag):
         first = enqueues_a_child(tag)
-    steps = da.list_steps(tag)
+    steps = da.operations.list_steps(tag)
     assert steps[0].name == START_CHILD_STEP
-    assert da.fork(tag, len(steps)).result(timeout=30) == first
+    assert da.operations.fork(tag, len(steps)).result(timeout=30) == first
     children = [w for w in inspector.workflows() if w.name.endswith("named_child")]
     assert [w.workflow_id for w in children if w.workflow_id in first] == [first.split(":")[1]]
 
@@ -118,9 +118,9 @@ def test_result_after_shutdown_raises_a_named_error_at_once(
     rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=2)
     handle = da.start(waiting_child, new_id("after-shutdown"))
     rt.shutdown(grace=1)
-    with pytest.raises(da.DatabaseClosedError, match="shut down"):
+    with pytest.raises(da.errors.DatabaseClosedError, match="shut down"):
         handle.result(timeout=30)
-    with pytest.raises(da.DatabaseClosedError):
+    with pytest.raises(da.errors.DatabaseClosedError):
         handle.get_info()
 
 
@@ -135,7 +135,7 @@ def returns_a_generator(n: int) -> list[int]:
 
 
 def test_a_step_returning_a_generator_is_refused(runtime: da.Runtime) -> None:
-    with pytest.raises(da.SerializationError, match="generator"):
+    with pytest.raises(da.errors.SerializationError, match="generator"):
         returns_a_generator(3)
 
 
@@ -159,8 +159,8 @@ def test_an_async_step_that_swallows_its_timeout_still_times_out(runtime: da.Run
     tag = new_id("swallow")
     with da.workflow_id(tag), pytest.raises(TimeoutError, match="did not finish within"):
         asyncio.run(times_out(tag))
-    (step,) = da.list_steps(tag)
-    assert step.status is da.StepStatus.ERROR and "TimeoutError" in str(step.error)
+    (step,) = da.operations.list_steps(tag)
+    assert step.status is da.records.StepStatus.ERROR and "TimeoutError" in str(step.error)
 
 
 def _define(name: str, concurrency: int) -> da.Queue:
@@ -171,9 +171,9 @@ def test_a_queue_name_is_one_queue() -> None:
     name = f"one-{uuid.uuid4().hex[:8]}"
     first = _define(name, 2)
     assert _define(name, 2).concurrency == 2  # the same definition again (a re-import)
-    with pytest.raises(da.QueueConflictError, match=name):
+    with pytest.raises(da.errors.QueueConflictError, match=name):
         _define(name, 5)  # the same place, other settings
-    with pytest.raises(da.QueueConflictError, match="defined twice"):
+    with pytest.raises(da.errors.QueueConflictError, match="defined twice"):
         da.Queue(name, concurrency=2)  # another definition of the name
     assert _define(name, 2).concurrency == first.concurrency
 
@@ -192,7 +192,7 @@ def test_a_priority_out_of_range_is_refused(runtime: da.Runtime, priority: Any) 
 def test_an_empty_topic_is_refused(runtime: da.Runtime) -> None:
     wid = new_id("topic")
     da.start(waiting_child, wid, workflow_id=wid)
-    with pytest.raises(da.InvalidIdentifierError, match="empty"):
+    with pytest.raises(da.errors.InvalidIdentifierError, match="empty"):
         da.send(wid, "x", topic="")
     da.send(wid, "done", topic="go")
 
@@ -245,9 +245,9 @@ def test_a_log_written_before_child_starts_were_recorded_still_replays(
     with da.workflow_id(tag):
         calls_then_steps(tag, explicit)
     _as_old_code_wrote_it(runtime.database_url, tag, kept_position=not explicit)
-    old_log = da.list_steps(tag)
-    fork = da.fork(tag, len(old_log) + (0 if explicit else 1))
+    old_log = da.operations.list_steps(tag)
+    fork = da.operations.fork(tag, len(old_log) + (0 if explicit else 1))
     child, after = fork.result(timeout=30)
     assert after == "after" and STEP_RUNS[tag] == 1  # the step replayed where it was
     assert child == (f"{tag}-explicit" if explicit else f"{fork.workflow_id}-0")
-    assert START_CHILD_STEP not in [s.name for s in da.list_steps(fork.workflow_id)]
+    assert START_CHILD_STEP not in [s.name for s in da.operations.list_steps(fork.workflow_id)]

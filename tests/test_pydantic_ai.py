@@ -123,7 +123,7 @@ def test_each_model_request_and_tool_call_is_a_step_and_replays_typed(
     assert (totals.model_calls, totals.tool_calls) == (3, 2)
     assert totals.input_tokens == sum(s.output["usage"]["input_tokens"] for s in steps[::2])
     assert totals.cost_usd is not None and totals.cost_usd > 0
-    digest = describe_step(da.list_steps(wid)[0])
+    digest = describe_step(da.operations.list_steps(wid)[0])
     assert digest is not None and digest.summary == '[tool_call] add({"a": 1, "b": 2})'
     assert digest.input_tokens == reply["usage"]["input_tokens"]
 
@@ -131,7 +131,7 @@ def test_each_model_request_and_tool_call_is_a_step_and_replays_typed(
     # gets ModelResponses back (and runs on from their tool calls), calls nothing again,
     # and makes only the last request live.
     CURRENT.clear()
-    fork = da.fork(wid, from_step=4)
+    fork = da.operations.fork(wid, from_step=4)
     assert fork.result(timeout=30) == "the answer is still 10"
     assert [s.name for s in inspector.steps(fork.workflow_id)] == [MODEL, ADD, MODEL, ADD, MODEL]
     assert len(server.requests) == 4
@@ -224,7 +224,7 @@ async def model_error(task: str) -> str:
         outcome = (await app.calc.run(task)).output
     except ModelHTTPError as error:
         outcome = f"{type(error).__name__} {error.status_code} {error.model_name}"
-    await da.sleep_async(0)
+    await da.aio.sleep(0)
     return outcome
 
 
@@ -240,7 +240,7 @@ def test_a_model_error_is_recorded_whole_and_raised_again_on_replay(
     assert handle.result(timeout=30) == expected
     failed = inspector.steps(handle.workflow_id)[0]
     assert (failed.name, failed.status) == (MODEL, "ERROR")
-    fork = da.fork(handle.workflow_id, from_step=1)  # replays the failed request
+    fork = da.operations.fork(handle.workflow_id, from_step=1)  # replays the failed request
     assert fork.result(timeout=30) == expected
     assert len(server.requests) == 1
 
@@ -538,7 +538,7 @@ def test_a_delegate_is_refused_what_the_family_cannot_afford(
         [Reply((tool_use("ask_helper", {"question": "q"}),), usage=(2500, 100))],
     )
     handle = da.start(app.delegate, "ask")
-    with pytest.raises(da.BudgetExceededError, match="2,600 of its 3,000-token"):
+    with pytest.raises(da.errors.BudgetExceededError, match="2,600 of its 3,000-token"):
         handle.result(timeout=30)
     assert len(server.requests) == 1
     refused = [s for s in inspector.steps(handle.workflow_id) if s.name == "helper__model.request"]
@@ -570,4 +570,4 @@ def test_a_delegate_inside_a_tool_step_under_a_budget_is_refused_loudly(
     assert handle.status() == da.WorkflowStatus.PENDING
     names = [s.name for s in inspector.steps(handle.workflow_id)]
     assert names[-1] == "stepboss__model.request"  # the tool's step recorded nothing
-    da.cancel(handle.workflow_id)  # no later test's runtime takes it over
+    da.operations.cancel(handle.workflow_id)  # no later test's runtime takes it over

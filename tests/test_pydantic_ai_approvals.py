@@ -65,9 +65,9 @@ SCRIPTS: dict[str, list[ScriptItem]] = {
         ),
         Reply((text("both decided"),)),
     ],
-    # in a sync workflow (run_sync), decided with da.reject
+    # in a sync workflow (run_sync), decided with da.operations.reject
     "sync": [Reply((tool_use("delete", {"path": "sync.txt"}),)), Reply((text("not deleted"),))],
-    # with the run's events in a stream, approved with da.approve
+    # with the run's events in a stream, approved with da.operations.approve
     "events": [Reply((tool_use("transfer", {"amount": 700}),)), Reply((text("moved 700"),))],
     # approvals=False: Pydantic AI's own flow, in a workflow
     "own": [Reply((tool_use("delete", {"path": "own.txt"}),)), Reply((text("deleted own"),))],
@@ -217,7 +217,7 @@ def test_an_approval_pending_across_kill_9_approved_by_the_cli_runs_the_tool_onc
         {"path": "notes.txt"},
         "PENDING",
     )
-    assert request["digest"] == da.approval_digest("delete", {"path": "notes.txt"})
+    assert request["digest"] == da.operations.approval_digest("delete", {"path": "notes.txt"})
     assert campaign.results[wid] == "deleted"
     # the body ran in both processes; the tool only in the one that got the decision, once
     assert pids_of(campaign.side_log, "approve body start") == [campaign.killed, campaign.resumed]
@@ -347,12 +347,12 @@ def test_every_call_is_asked_before_the_first_wait_decided_over_http_and_replaye
     assert "delete draft.txt" not in effects and effects.count("transfer 900 done") == 1
 
     last = inspector.steps(wid)[-1].seq
-    fork = da.fork(wid, from_step=last)
+    fork = da.operations.fork(wid, from_step=last)
     assert fork.result(timeout=30) == "both decided"
     assert lines(side_log) == effects  # no tool ran again, none asked again
-    statuses = {(a.seq, a.status) for a in da.list_approvals(wid)}
+    statuses = {(a.seq, a.status) for a in da.operations.list_approvals(wid)}
     assert statuses == {(transfer["seq"], "APPROVED"), (delete["seq"], "REJECTED")}
-    assert {(a.seq, a.status) for a in da.list_approvals(fork.workflow_id)} == statuses
+    assert {(a.seq, a.status) for a in da.operations.list_approvals(fork.workflow_id)} == statuses
     assert [s.name for s in inspector.steps(fork.workflow_id)] == [
         s.name for s in inspector.steps(wid)
     ]
@@ -370,9 +370,9 @@ def test_run_sync_in_a_sync_workflow_waits_the_same_way(
     side_log: Path,
 ) -> None:
     handle = da.start(guarded_sync, "sync")
-    wait_until(lambda: da.list_approvals(handle.workflow_id), 30, "the call asked about")
-    (request,) = da.list_approvals(handle.workflow_id)
-    da.reject(handle.workflow_id, request.seq, request.digest)
+    wait_until(lambda: da.operations.list_approvals(handle.workflow_id), 30, "the call asked about")
+    (request,) = da.operations.list_approvals(handle.workflow_id)
+    da.operations.reject(handle.workflow_id, request.seq, request.digest)
     assert handle.result(timeout=30) == "not deleted"
     (result,) = tool_results(model_server.requests, "sync")
     assert result["content"][0]["text"] == "A human rejected this call."
@@ -383,7 +383,7 @@ def test_run_sync_in_a_sync_workflow_waits_the_same_way(
 @da.durable_workflow(name="pai_test_guarded_events")
 async def guarded_events(task: str) -> str:
     output = (await guarded_app.narrated_guard.run(task)).output
-    await da.close_stream_async(DEFAULT_EVENTS_KEY)
+    await da.aio.close_stream(DEFAULT_EVENTS_KEY)
     return output
 
 
@@ -399,8 +399,8 @@ def test_with_the_runs_events_in_a_stream_the_wait_replays_the_same(
     handle = da.start(guarded_events, "events")
     wid = handle.workflow_id
     wait_until(lambda: inspector.status(wid) == da.WorkflowStatus.SUSPENDED, 30, "suspended")
-    (request,) = da.list_approvals(wid)
-    da.approve(wid, request.seq, request.digest)
+    (request,) = da.operations.list_approvals(wid)
+    da.operations.approve(wid, request.seq, request.digest)
     assert handle.result(timeout=30) == "moved 700"
 
     def kinds(workflow_id: str) -> list[str]:
@@ -412,7 +412,7 @@ def test_with_the_runs_events_in_a_stream_the_wait_replays_the_same(
     assert workflow_side.count("function_tool_result") == 1
     assert lines(side_log) == ["transfer 700 asked", "transfer 700 done"]
     requests = [s for s in inspector.steps(wid) if s.name == "narrated_guard__model.request_stream"]
-    fork = da.fork(wid, from_step=requests[-1].seq)
+    fork = da.operations.fork(wid, from_step=requests[-1].seq)
     assert fork.result(timeout=30) == "moved 700"
     assert kinds(fork.workflow_id) == workflow_side
     assert lines(side_log) == ["transfer 700 asked", "transfer 700 done"]
@@ -458,7 +458,7 @@ def test_with_approvals_off_the_run_ends_with_its_deferred_requests_in_a_workflo
     handle = da.start(own_approvals, "own")
     wid = handle.workflow_id
     assert handle.result(timeout=30) == "deleted own"
-    assert da.list_approvals(wid) == []
+    assert da.operations.list_approvals(wid) == []
     own_model, own_delete = (
         "own_guard__model.request",
         "own_guard__function_toolset__ops.call_tool:delete",
@@ -466,6 +466,6 @@ def test_with_approvals_off_the_run_ends_with_its_deferred_requests_in_a_workflo
     steps = inspector.steps(wid)
     assert [s.name for s in steps] == [own_model, own_delete, own_model]
     assert lines(side_log) == ["delete own.txt"]
-    fork = da.fork(wid, from_step=steps[-1].seq)
+    fork = da.operations.fork(wid, from_step=steps[-1].seq)
     assert fork.result(timeout=30) == "deleted own"
     assert lines(side_log) == ["delete own.txt"]

@@ -255,7 +255,7 @@ def test_replaying_a_finished_run_writes_no_event_again(
             (i.offset, i.value) for i in original
         ]
 
-        fork = da.fork(wid, from_step=steps[4].seq)
+        fork = da.operations.fork(wid, from_step=steps[4].seq)
         assert fork.result(timeout=30) == STORY
         forked = stream_items(fork.workflow_id)
         assert [i.offset for i in forked] == list(range(len(forked)))
@@ -289,7 +289,7 @@ def test_a_log_recorded_before_the_run_end_item_replays_without_it(
             MODEL,
             "dbos_agent.close_stream",
         ]
-        fork = da.fork(old.workflow_id, from_step=len(steps))
+        fork = da.operations.fork(old.workflow_id, from_step=len(steps))
         assert fork.result(timeout=30) == STORY
         assert inspector.status(fork.workflow_id) == da.WorkflowStatus.SUCCESS
         assert [s.name for s in inspector.steps(fork.workflow_id)] == [s.name for s in steps]
@@ -349,7 +349,7 @@ def test_tool_results_take_the_positions_their_calls_reserved_whichever_finishes
         first_result, second_result = steps[3].output, steps[6].output
         assert first_result > second_result
 
-        fork = da.fork(handle.workflow_id, from_step=steps[7].seq)
+        fork = da.operations.fork(handle.workflow_id, from_step=steps[7].seq)
         assert fork.result(timeout=30) == "done"
         forked = stream_items(fork.workflow_id)
         assert [essence(i.value) for i in forked] == [essence(i.value) for i in items]

@@ -160,7 +160,7 @@ def replay_of(inspector: Inspector) -> Iterator[Callable[[str], Replayed]]:
         Counted.prepared = 0
         TRIES.clear()
         steps = inspector.steps(wid)
-        fork = da.fork(wid, from_step=len(steps))
+        fork = da.operations.fork(wid, from_step=len(steps))
         assert fork.result(timeout=60) == output
         return Replayed(
             live=live,
@@ -264,7 +264,7 @@ def test_a_tool_result_of_megabytes_is_a_step_and_replays(inspector: Inspector) 
             "bigpayload__model.request",
         ]
         assert len(steps[1].output["result"]) == kib * 1024
-        fork = da.fork(wid, from_step=2)  # the second request live again, the tool not
+        fork = da.operations.fork(wid, from_step=2)  # the second request live again, the tool not
         assert fork.result(timeout=60) == kib * 1024
         assert len(server.requests) == 3 and TRIES["blob"] == 1
         assert len(json.dumps(server.requests[-1].body)) > kib * 1024  # sent whole

@@ -165,7 +165,7 @@ def test_enqueued_inputs_that_do_not_fit_fail_clearly(
     q = da.Queue(new_id("q"))
     with da.Client(dbos_agent_database_url) as client:
         handle = client.enqueue(q.name, "queued", "a", "b", "c")
-        with pytest.raises(da.WorkflowInputsError, match="do not fit"):
+        with pytest.raises(da.errors.WorkflowInputsError, match="do not fit"):
             handle.result(30)
 
 
@@ -174,9 +174,9 @@ def test_a_cancelled_queued_workflow_resumes_into_its_queue(queue_runtime: da.Ru
     blocker = q.enqueue(queued, "blocker", 0.5)
     wait_until(lambda: "blocker" in ORDER, 10, "the blocker holds the only slot")
     waiting = q.enqueue(queued, "waiting")
-    da.cancel(waiting.workflow_id)
+    da.operations.cancel(waiting.workflow_id)
     assert waiting.status() == da.WorkflowStatus.CANCELLED
-    resumed = da.resume(waiting.workflow_id)
+    resumed = da.operations.resume(waiting.workflow_id)
     assert resumed.status() == da.WorkflowStatus.ENQUEUED  # its queue's limit still holds
     assert blocker.result(30) == "blocker"
     assert resumed.result(30) == "waiting"

@@ -94,7 +94,7 @@ def put(rt: da.Runtime, wid: str, status: da.WorkflowStatus) -> None:
         )
 
 
-def counts(report: da.GcReport) -> tuple[int, int, int, int]:
+def counts(report: da.operations.GcReport) -> tuple[int, int, int, int]:
     return report.workflows, report.steps, report.messages, report.events
 
 
@@ -118,21 +118,21 @@ def test_old_finished_workflows_go_with_their_rows_and_nothing_else(runtime: da.
     assert da.retrieve(old["error"]).status() == da.WorkflowStatus.ERROR
     assert all(rows(runtime, wid) == FULL for wid in [*old.values(), *kept.values()])
 
-    report = da.garbage_collect(DAY)
+    report = da.operations.garbage_collect(DAY)
 
     assert counts(report) == (4, 12, 4, 4)
     assert (report.batches, report.dry_run) == (1, False)
     assert report.seconds > 0
     assert {name: rows(runtime, wid) for name, wid in old.items()} == dict.fromkeys(old, GONE)
     assert {name: rows(runtime, wid) for name, wid in kept.items()} == dict.fromkeys(kept, FULL)
-    assert counts(da.garbage_collect(DAY)) == GONE, "a second pass finds nothing"
+    assert counts(da.operations.garbage_collect(DAY)) == GONE, "a second pass finds nothing"
 
 
 def test_statuses_choose_what_goes(runtime: da.Runtime) -> None:
     success, error = finished(), finished(fail=True)
     age(runtime, success, 2)
     age(runtime, error, 2)
-    assert counts(da.garbage_collect(DAY, statuses="ERROR")) == FULL
+    assert counts(da.operations.garbage_collect(DAY, statuses="ERROR")) == FULL
     assert (rows(runtime, success), rows(runtime, error)) == (FULL, GONE)
 
 
@@ -144,11 +144,11 @@ def test_a_dry_run_deletes_nothing_and_counts_what_a_real_run_deletes(
     for wid in old:
         age(runtime, wid, 30)
 
-    dry = da.garbage_collect(DAY, dry_run=True, batch_size=2)
+    dry = da.operations.garbage_collect(DAY, dry_run=True, batch_size=2)
 
     assert (counts(dry), dry.batches, dry.dry_run) == ((3, 9, 3, 3), 2, True)
     assert all(rows(runtime, wid) == FULL for wid in [*old, young])
-    real = da.garbage_collect(DAY, batch_size=2)
+    real = da.operations.garbage_collect(DAY, batch_size=2)
     assert (counts(real), real.batches, real.dry_run) == (counts(dry), dry.batches, False)
     assert [rows(runtime, wid) for wid in [*old, young]] == [GONE, GONE, GONE, FULL]
 
@@ -159,11 +159,11 @@ def test_batches_take_the_oldest_first_until_one_comes_back_short(runtime: da.Ru
         age(runtime, wid, 10 - days)  # wids[0] is the oldest
     seen: list[tuple[int, int, list[str]]] = []
 
-    def progress(so_far: da.GcReport) -> None:
+    def progress(so_far: da.operations.GcReport) -> None:
         left = [wid for wid in wids if rows(runtime, wid) == FULL]
         seen.append((so_far.batches, so_far.workflows, left))
 
-    report = da.garbage_collect(DAY, batch_size=2, progress=progress)
+    report = da.operations.garbage_collect(DAY, batch_size=2, progress=progress)
 
     assert (report.batches, counts(report)) == (3, (5, 15, 5, 5))
     assert seen == [(1, 2, wids[2:]), (2, 4, wids[4:]), (3, 5, [])]
@@ -176,16 +176,16 @@ def test_bad_arguments_are_refused_before_anything_is_deleted(
     age(runtime, wid, 2)
     for status in ("PENDING", "ENQUEUED", "IN_DOUBT", "DONE"):
         with pytest.raises(ValueError, match=status):
-            da.garbage_collect(DAY, statuses=["SUCCESS", status])
+            da.operations.garbage_collect(DAY, statuses=["SUCCESS", status])
     with pytest.raises(ValueError, match="at least one"):
-        da.garbage_collect(DAY, statuses=[])
+        da.operations.garbage_collect(DAY, statuses=[])
     for bad_age in (timedelta(0), timedelta(seconds=-5)):
         with pytest.raises(ValueError, match="positive"):
-            da.garbage_collect(bad_age)
+            da.operations.garbage_collect(bad_age)
         with pytest.raises(ValueError, match="positive"):  # before "already launched"
             da.launch(dbos_agent_database_url, retention=bad_age)
     with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
-        da.garbage_collect(DAY, batch_size=0)
+        da.operations.garbage_collect(DAY, batch_size=0)
     assert rows(runtime, wid) == FULL
 
 

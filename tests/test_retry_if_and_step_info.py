@@ -66,12 +66,12 @@ def test_retry_if_retries_only_what_the_predicate_accepts(runtime: da.Runtime) -
     transient, permanent = new_id(), new_id()
     with da.workflow_id(transient):
         assert calling(transient, [503, 502]) == "ok after 3"
-    assert da.list_steps(transient)[0].attempts == 3
+    assert da.operations.list_steps(transient)[0].attempts == 3
 
     with pytest.raises(HttpError, match="HTTP 400"), da.workflow_id(permanent):
         calling(permanent, [503, 400, 503])
     assert ATTEMPTS[permanent] == 2  # the 503 was retried, the 400 was not
-    assert da.list_steps(permanent)[0].attempts == 2
+    assert da.operations.list_steps(permanent)[0].attempts == 2
 
 
 def test_retry_if_does_not_widen_retry_on(runtime: da.Runtime) -> None:
@@ -127,7 +127,7 @@ def test_step_info_names_position_and_attempt(runtime: da.Runtime) -> None:
     assert {info.position for info in infos} == {1}
     assert {info.max_attempts for info in infos} == {3}
     assert infos[0].name.endswith("introspecting")
-    assert [step.name for step in da.list_steps(wid)] == [name, infos[0].name]
+    assert [step.name for step in da.operations.list_steps(wid)] == [name, infos[0].name]
 
 
 @da.durable_workflow
@@ -136,9 +136,9 @@ def asks_outside_a_step() -> None:
 
 
 def test_step_info_outside_a_step_raises_a_named_error(runtime: da.Runtime) -> None:
-    with pytest.raises(da.NotInStepError, match=r"only available inside a @da\.step"):
+    with pytest.raises(da.errors.NotInStepError, match=r"only available inside a @da\.step"):
         da.step_info()
-    with pytest.raises(da.NotInStepError), da.workflow_id(new_id()):
+    with pytest.raises(da.errors.NotInStepError), da.workflow_id(new_id()):
         asks_outside_a_step()
-    with pytest.raises(da.NotInStepError):
+    with pytest.raises(da.errors.NotInStepError):
         plain("outside a workflow")  # a plain call: no position to tell

@@ -21,8 +21,8 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.schedule_operations import get_schedule_db
 from dbos_agent.engine.schedules import forget_schedules, registered_schedules
+from dbos_agent.engine.schedules.operations import get_schedule_db
 from dbos_agent.records import ScheduleInfo
 from dbos_agent.testing import RestartablePostgres, advance_clock
 from tests.helpers import new_id, wait_until

@@ -21,17 +21,17 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.cron import CronTimes
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import recover_pending
-from dbos_agent.engine.schedule_operations import get_schedule_db
 from dbos_agent.engine.scheduler import FiredSlot, fire_due
 from dbos_agent.engine.schedules import (
     forget_schedules,
     registered_schedules,
     slot_workflow_id,
 )
+from dbos_agent.engine.schedules.cron import CronTimes
+from dbos_agent.engine.schedules.operations import get_schedule_db
 from dbos_agent.records import SlotOutcome
 from dbos_agent.testing import Inspector, RestartablePostgres, advance_clock
 from tests.helpers import cli, new_id, ok, refused, wait_until
@@ -249,19 +249,21 @@ def test_catch_up_all_runs_a_slot_due_during_a_run_after_it_within_the_window(
 def test_pause_and_resume(engine: Engine) -> None:
     name = define()
     record(engine)
-    assert da.pause_schedule(name) is True
-    assert da.pause_schedule(name) is False  # already paused: nothing changes
+    assert da.operations.pause_schedule(name) is True
+    assert da.operations.pause_schedule(name) is False  # already paused: nothing changes
     paused_at = get_schedule_db(engine.db, name)
     assert paused_at.paused and paused_at.next_slot is None
     advance_clock(180)  # three slots come due while it is paused
     assert fire_due(engine) == []
     assert get_schedule_db(engine.db, name).handled_through == paused_at.handled_through
-    assert da.resume_schedule(name) is True and da.resume_schedule(name) is False
+    assert (
+        da.operations.resume_schedule(name) is True and da.operations.resume_schedule(name) is False
+    )
     assert fire_due(engine) == []  # the slots of the pause are not caught up
     slot = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(slot, FIRED, True)]
-    with pytest.raises(da.ScheduleNotFoundError, match="no schedule named 'no-such'"):
-        da.pause_schedule("no-such")
+    with pytest.raises(da.errors.ScheduleNotFoundError, match="no schedule named 'no-such'"):
+        da.operations.pause_schedule("no-such")
 
 
 def test_backfill_runs_each_missed_slot_once(engine: Engine) -> None:
@@ -270,13 +272,13 @@ def test_backfill_runs_each_missed_slot_once(engine: Engine) -> None:
     first = get_schedule_db(engine.db, name).next_slot
     assert first is not None
     last = to_next_slot(engine, name, later=5 * MINUTE)  # six slots passed, none fired
-    report = da.backfill_schedule(name, first, first + 3 * MINUTE)
+    report = da.operations.backfill_schedule(name, first, first + 3 * MINUTE)
     slots = [first + m * MINUTE for m in range(4)]
     assert report.fired == [slot_workflow_id(name, s) for s in slots]
     assert (report.slots, report.already_fired) == (4, 0)
     assert [result_of(name, s) for s in slots] == [f"{s:%H:%M:%S}" for s in slots]
     # again, and wider up to now: only the slots that never ran
-    again = da.backfill_schedule(name, first, last + timedelta(days=1))
+    again = da.operations.backfill_schedule(name, first, last + timedelta(days=1))
     assert (again.slots, again.already_fired, len(again.fired)) == (6, 4, 2)
     assert result_of(name, last)
     # the schedule reaching a backfilled slot does not run it again
@@ -288,15 +290,37 @@ def test_backfill_refusals(engine: Engine, inspector: Inspector) -> None:
     name = define("* * * * * *")
     fire_due(engine)  # recorded (a slot may come due meanwhile: one a second)
     now = database_now(engine)
-    with pytest.raises(da.ScheduleError, match="more than 10,000 slots"):
-        da.backfill_schedule(name, now - timedelta(hours=3), now)
-    with pytest.raises(da.ScheduleError, match=r"starts .* after it ends"):
-        da.backfill_schedule(name, now, now - MINUTE)
-    with pytest.raises(da.ScheduleError, match="timezone-aware"):
-        da.backfill_schedule(name, datetime(2026, 1, 1), datetime(2026, 1, 2))
-    with pytest.raises(da.ScheduleNotFoundError):
-        da.backfill_schedule("no-such", now - MINUTE, now)
+    with pytest.raises(da.errors.ScheduleError, match="more than 10,000 slots"):
+        da.operations.backfill_schedule(name, now - timedelta(hours=3), now)
+    with pytest.raises(da.errors.ScheduleError, match=r"starts .* after it ends"):
+        da.operations.backfill_schedule(name, now, now - MINUTE)
+    with pytest.raises(da.errors.ScheduleError, match="timezone-aware"):
+        da.operations.backfill_schedule(name, datetime(2026, 1, 1), datetime(2026, 1, 2))
+    with pytest.raises(da.errors.ScheduleNotFoundError):
+        da.operations.backfill_schedule("no-such", now - MINUTE, now)
     assert inspector.workflow(slot_workflow_id(name, now - timedelta(hours=2))) is None
+
+
+def test_a_client_lists_pauses_resumes_and_backfills(engine: Engine) -> None:
+    """The same actions as Client methods, from the database alone: the backfilled slots
+    are PENDING without an owner, and this process (which has the workflow) takes them."""
+    name = define()
+    record(engine)
+    client = da.Client.over(engine.db)
+    assert name in [s.name for s in client.list_schedules()]
+    assert client.pause_schedule(name) is True and client.pause_schedule(name) is False
+    assert client.get_schedule(name).paused
+    assert client.resume_schedule(name) is True and client.resume_schedule(name) is False
+    first = client.get_schedule(name).next_slot
+    assert first is not None
+    to_next_slot(engine, name, later=MINUTE)  # two slots passed, none fired
+    report = client.backfill_schedule(name, first, first + MINUTE)
+    assert (report.slots, report.already_fired) == (2, 0)
+    assert [result_of(name, s) for s in (first, first + MINUTE)] == [
+        f"{s:%H:%M:%S}" for s in (first, first + MINUTE)
+    ]
+    with pytest.raises(da.errors.ScheduleNotFoundError):
+        client.get_schedule("no-such")
 
 
 # -- the scheduler thread, the CLI, faults -------------------------------------------------
@@ -311,7 +335,9 @@ def test_the_scheduler_thread_fires_when_the_clock_moves(
         engine = current_engine()
         assert "dbos-agent-scheduler" in {t.name for t in threading.enumerate()}
         wait_until(
-            lambda: any(s.name == name for s in da.list_schedules()), 30, "it to be recorded"
+            lambda: any(s.name == name for s in da.operations.list_schedules()),
+            30,
+            "it to be recorded",
         )
         slot = to_next_slot(engine, name)  # the clock moved: the thread looks at once
         wid = slot_workflow_id(name, slot)
@@ -409,8 +435,8 @@ def test_firing_rides_out_killed_connections_and_a_restart(
         second = to_next_slot(engine, name)
         assert outcomes(fire_until_decided()) == [(second, FIRED, True)]
         server.terminate(url, "dbos_agent")
-        assert da.pause_schedule(name) and da.resume_schedule(name)
-        assert da.backfill_schedule(name, first, second).already_fired == 2
+        assert da.operations.pause_schedule(name) and da.operations.resume_schedule(name)
+        assert da.operations.backfill_schedule(name, first, second).already_fired == 2
         assert result_of(name, second) and RUNS[name] == [first, second]
     finally:
         runtime.shutdown()

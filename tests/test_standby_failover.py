@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dbos_agent.postgres.binaries import PostgresNotFoundError
+from dbos_agent.errors import PostgresNotFoundError
 from dbos_agent.postgres.throwaway import LocalCluster
 from tests.failover_workload import LEASE_S, FailoverWorkload, write_timeline
 from tests.helpers import dead_sessions_after_start, dead_sessions_at, migrate, migrated_database

@@ -111,7 +111,7 @@ def test_replay_returns_the_annotated_types(runtime: da.Runtime) -> None:
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         typed_workflow("https://a")
     assert da.retrieve(wid).status() == da.WorkflowStatus.PENDING
-    assert [s.seq for s in da.list_steps(wid)] == [0, 1, 2, 3]
+    assert [s.seq for s in da.operations.list_steps(wid)] == [0, 1, 2, 3]
     CRASH_AFTER.clear()
     with da.workflow_id(wid):
         assert typed_workflow("https://a") == ["https://a", "3", "hello"]
@@ -149,7 +149,7 @@ def test_each_step_is_committed_before_the_next_runs(
         assert observing(dbos_agent_database_url, 5) == 10
     # step i sees exactly i committed steps, from another connection
     assert SEEN_IN_DB == [0, 1, 2, 3, 4]
-    steps = da.list_steps(wid)
+    steps = da.operations.list_steps(wid)
     assert [s.seq for s in steps] == [0, 1, 2, 3, 4]
     assert all(s.name == "observe" and s.status == "SUCCESS" for s in steps)
 
@@ -204,7 +204,7 @@ def test_step_errors_are_recorded_and_replayed_without_running(runtime: da.Runti
     CRASH_AFTER[wid] = 1
     with pytest.raises(SimulatedCrash), da.workflow_id(wid):
         catches_step_error()
-    (step,) = da.list_steps(wid)
+    (step,) = da.operations.list_steps(wid)
     assert step.status == "ERROR" and step.error is not None
     assert step.error["type"] == "builtins.KeyError"
     CRASH_AFTER.clear()
@@ -269,11 +269,11 @@ def test_retries_count_attempts_and_raise_the_original_error(runtime: da.Runtime
     ok_id, bad_id, other_id = new_id(), new_id(), new_id()
     with da.workflow_id(ok_id):
         assert retrying(ok_id, 2) == "ok after 3"
-    assert da.list_steps(ok_id)[0].attempts == 3
+    assert da.operations.list_steps(ok_id)[0].attempts == 3
 
     with pytest.raises(ConnectionError, match="attempt 4 failed"), da.workflow_id(bad_id):
         retrying(bad_id, 10)
-    (step,) = da.list_steps(bad_id)
+    (step,) = da.operations.list_steps(bad_id)
     assert ATTEMPTS[bad_id] == 4 and step.attempts == 4
     assert step.error is not None and step.error["type"] == "builtins.ConnectionError"
 
@@ -307,12 +307,12 @@ def test_unserializable_step_output_names_the_step_and_writes_nothing(
     runtime: da.Runtime,
 ) -> None:
     wid = new_id()
-    with pytest.raises(da.SerializationError) as info, da.workflow_id(wid):
+    with pytest.raises(da.errors.SerializationError) as info, da.workflow_id(wid):
         bad_output()
     text = str(info.value)
     assert wid in text and "step 0" in text and "returns_object" in text
     assert "Unserializable" in text
-    assert da.list_steps(wid) == []
+    assert da.operations.list_steps(wid) == []
     assert da.retrieve(wid).status() == da.WorkflowStatus.ERROR
 
 
@@ -323,7 +323,7 @@ def takes_anything(x: object) -> None:
 
 def test_unserializable_workflow_input_writes_no_row(runtime: da.Runtime) -> None:
     wid = new_id()
-    with pytest.raises(da.SerializationError, match="argument 'x'"), da.workflow_id(wid):
+    with pytest.raises(da.errors.SerializationError, match="argument 'x'"), da.workflow_id(wid):
         takes_anything(Unserializable())
     with pytest.raises(da.WorkflowNotFoundError):
         da.retrieve(wid)
@@ -362,7 +362,7 @@ def test_steps_outside_a_workflow_and_nested_steps_are_plain_calls(runtime: da.R
     with da.workflow_id(wid):
         assert nesting() == (20, f"{wid}:1")
     # the nested call was not a step of its own
-    assert [s.name for s in da.list_steps(wid)] == ["outer", "keyed"]
+    assert [s.name for s in da.operations.list_steps(wid)] == ["outer", "keyed"]
     with pytest.raises(da.DbosAgentError):
         da.step_key()
 
@@ -407,7 +407,7 @@ def test_an_async_step_attempt_past_its_timeout_is_cancelled_retried_and_recorde
     assert answer == "gave up: step 'slow_call' did not finish within 0.2s"
     assert seconds < 2.0  # two attempts of 0.2 s, not 5 s each
     assert TIMED_ATTEMPTS[wid] == 2
-    [step] = da.list_steps(wid)
+    [step] = da.operations.list_steps(wid)
     assert (step.name, step.status, step.attempts) == ("slow_call", "ERROR", 2)
     assert step.error is not None and step.error["type"] == "builtins.TimeoutError"
     replayed, _ = asyncio.run(_timed(calls_slowly, wid, 5.0))
@@ -461,7 +461,7 @@ def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrot
     started = datetime.now(UTC)
 
     def row(wid: str, seq: int, output: str | None, error: str | None = None) -> dict[str, Any]:
-        status = da.StepStatus.SUCCESS if error is None else da.StepStatus.ERROR
+        status = da.records.StepStatus.SUCCESS if error is None else da.records.StepStatus.ERROR
         return {
             "owner_key": engine.session_key,
             "workflow_id": wid,
@@ -487,7 +487,7 @@ def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrot
     log = db.steps.load(mine)
     assert [json.loads(jsonb.from_db(log[i + 1].output) or "") for i in range(4)] == values
     assert log[0].output == "0"  # the first write stands
-    assert log[5].status is da.StepStatus.ERROR and log[5].output is None
+    assert log[5].status is da.records.StepStatus.ERROR and log[5].output is None
     assert json.loads(log[5].error or "")["message"] == 'bad "x"'
     assert {r.attempts for r in log.values()} == {2}
     assert db.steps.load(foreign) == {}

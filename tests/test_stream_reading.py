@@ -35,11 +35,13 @@ def reader(source_id: str) -> list[object]:
 
 @da.durable_workflow(name="stream_reading_reader_async")
 async def reader_async(source_id: str) -> list[object]:
-    return [item.value async for item in da.read_stream_async(source_id, "s")]
+    return [item.value async for item in da.aio.read_stream(source_id, "s")]
 
 
 def read_steps(workflow_id: str) -> int:
-    return sum(1 for s in da.list_steps(workflow_id) if s.name == "dbos_agent.read_stream")
+    return sum(
+        1 for s in da.operations.list_steps(workflow_id) if s.name == "dbos_agent.read_stream"
+    )
 
 
 @pytest.mark.parametrize("workflow", [reader, reader_async])
@@ -51,7 +53,7 @@ def test_a_workflow_waiting_in_read_stream_is_cancelled(
     handle = da.start(workflow, sid)  # type: ignore[call-overload]
     wid = handle.workflow_id
     wait_until(lambda: read_steps(wid) == 1, 15, "the reader read the first item")
-    da.cancel(wid)  # it waits for a second item, which never comes
+    da.operations.cancel(wid)  # it waits for a second item, which never comes
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=30)
     assert inspector.status(wid) == "CANCELLED"
@@ -82,8 +84,8 @@ def test_a_replay_reads_what_the_run_read_not_the_stream(
             "UPDATE dbos_agent.streams SET value = '99' WHERE workflow_id = %s AND kind = 'value'",
             (sid,),
         )
-    assert da.fork(rid, 3).result(timeout=30) == [1, 2]  # every read replayed
-    assert da.fork(rid, 1).result(timeout=30) == [1, 99]  # the first replayed, then live
+    assert da.operations.fork(rid, 3).result(timeout=30) == [1, 2]  # every read replayed
+    assert da.operations.fork(rid, 1).result(timeout=30) == [1, 99]  # the first replayed, then live
 
 
 def test_a_reader_killed_and_recovered_replays_what_it_read_before(
@@ -140,8 +142,8 @@ def test_a_timeout_is_recorded_and_replayed(runtime: da.Runtime) -> None:
         assert impatient(sid) == "timed out"
     da.send(sid, "close", topic="close")
     assert da.retrieve(sid).result(timeout=30) is None
-    assert da.fork(rid, 1).result(timeout=30) == "timed out"  # replayed, not read again
-    assert da.fork(rid, 0).result(timeout=30) == "[]"  # read live: the stream is closed
+    assert da.operations.fork(rid, 1).result(timeout=30) == "timed out"  # replayed, not read again
+    assert da.operations.fork(rid, 0).result(timeout=30) == "[]"  # read live: the stream is closed
 
 
 @da.step
@@ -169,6 +171,6 @@ def test_a_log_of_a_version_that_did_not_record_reads_still_replays(
             (rid, "dbos_agent.read_stream"),
         )
         conn.execute("UPDATE dbos_agent.steps SET seq = seq - 3 WHERE workflow_id = %s", (rid,))
-    fork = da.fork(rid, 1)  # replays the count at position 0, after reading unrecorded
+    fork = da.operations.fork(rid, 1)  # replays the count at position 0, after reading unrecorded
     assert fork.result(timeout=30) == ([1, 2], 2)
-    assert [s.name for s in fork.steps()] == [da.list_steps(rid)[0].name]
+    assert [s.name for s in fork.steps()] == [da.operations.list_steps(rid)[0].name]

@@ -54,10 +54,10 @@ def test_values_from_the_workflow_body_are_written_exactly_once(runtime: da.Runt
         (1, {"i": 1}, None, False),
         (2, {"i": 2}, None, False),
     ]
-    assert [s.name for s in da.list_steps(wid)] == ["dbos_agent.write_stream"] * 3 + [
+    assert [s.name for s in da.operations.list_steps(wid)] == ["dbos_agent.write_stream"] * 3 + [
         "dbos_agent.close_stream"
     ]
-    with pytest.raises(da.StreamClosedError), da.workflow_id(new_id("closed")):
+    with pytest.raises(da.errors.StreamClosedError), da.workflow_id(new_id("closed")):
         closed_then_written()
 
 
@@ -133,9 +133,12 @@ def test_bad_stream_use_is_a_clear_error(runtime: da.Runtime) -> None:
         da.write_stream("out", 1)
     with pytest.raises(da.WorkflowNotFoundError):
         list(da.read_stream("no-such-workflow", "out", timeout=1))
-    with pytest.raises(da.SerializationError, match="stream 'out'"), da.workflow_id(new_id()):
+    with (
+        pytest.raises(da.errors.SerializationError, match="stream 'out'"),
+        da.workflow_id(new_id()),
+    ):
         not_json()
-    with pytest.raises(da.InvalidIdentifierError):
+    with pytest.raises(da.errors.InvalidIdentifierError):
         list(da.read_stream("x", "", timeout=1))
 
 

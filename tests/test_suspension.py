@@ -53,8 +53,8 @@ def mailbox(topic: str) -> str:
 @da.durable_workflow
 async def async_mailbox(topic: str) -> str:
     BODY_RUNS[da.current_workflow_id() or ""] += 1
-    message = await da.recv_async(topic, timeout=None)
-    await da.sleep_async(1.5)  # a second wait, suspended too
+    message = await da.aio.recv(topic, timeout=None)
+    await da.aio.sleep(1.5)  # a second wait, suspended too
     return str(message)
 
 
@@ -226,7 +226,7 @@ def test_a_cancel_ends_a_suspended_workflow_without_running_it(
     wid = new_id("cancel-suspended")
     handle = da.start(mailbox, "never", workflow_id=wid)
     wait_until(lambda: inspector.status(wid) == SUSPENDED, 10, "suspended")
-    da.cancel(wid)
+    da.operations.cancel(wid)
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)
     da.send(wid, "too late", topic="never")
@@ -270,7 +270,7 @@ def test_cancelling_a_workflow_cancels_the_workflows_it_started(
         20,
         "the root, a child and a grandchild suspended; the other child done",
     )
-    da.cancel(root)
+    da.operations.cancel(root)
     with pytest.raises(da.WorkflowCancelledError):
         handle.result(timeout=10)
     statuses = {w.workflow_id: w.status for w in family()}

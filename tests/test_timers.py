@@ -50,14 +50,14 @@ def wait_for_mail(timeout: float) -> list[Any]:
 @da.durable_workflow
 async def async_nap(seconds: float) -> float:
     start = clock()
-    await da.sleep_async(seconds)
+    await da.aio.sleep(seconds)
     return clock() - start
 
 
 def test_sleep_outside_a_workflow_is_a_plain_sleep() -> None:
     started = time.monotonic()
     da.sleep(0.1)
-    asyncio.run(da.sleep_async(0.1))
+    asyncio.run(da.aio.sleep(0.1))
     assert 0.2 <= time.monotonic() - started < 1.0
     with pytest.raises(ValueError):
         da.sleep(-1)
@@ -71,7 +71,7 @@ def test_sleep_records_its_wake_up_time_on_the_database_clock(
     with da.workflow_id(wid):
         assert 0.3 <= nap(0.3) < 1.5
     after = engine.db.messages.database_time()
-    [_, sleep_step, _] = da.list_steps(wid)
+    [_, sleep_step, _] = da.operations.list_steps(wid)
     assert sleep_step.name == "dbos_agent.sleep"
     assert before + 0.3 <= sleep_step.output <= after
 
@@ -91,7 +91,7 @@ def test_async_workflows_sleep_on_the_event_loop(runtime: da.Runtime) -> None:
     wid = new_id("async-nap")
     with da.workflow_id(wid):
         assert 0.3 <= asyncio.run(async_nap(0.3)) < 1.5
-    assert [s.name for s in da.list_steps(wid)] == [
+    assert [s.name for s in da.operations.list_steps(wid)] == [
         "clock",
         "dbos_agent.sleep",
         "clock",
@@ -99,7 +99,9 @@ def test_async_workflows_sleep_on_the_event_loop(runtime: da.Runtime) -> None:
 
 
 def _wait_for_step(wid: str, name: str) -> None:
-    wait_until(lambda: any(s.name == name for s in da.list_steps(wid)), 10, f"{wid}: {name}")
+    wait_until(
+        lambda: any(s.name == name for s in da.operations.list_steps(wid)), 10, f"{wid}: {name}"
+    )
 
 
 def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
@@ -185,7 +187,7 @@ def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
     _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
     started = time.monotonic()
     for handle in (sleeper, receiver):
-        da.cancel(handle.workflow_id)
+        da.operations.cancel(handle.workflow_id)
         with pytest.raises(da.WorkflowCancelledError):
             handle.result(timeout=10)
         assert handle.status() == da.WorkflowStatus.CANCELLED

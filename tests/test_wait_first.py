@@ -77,7 +77,7 @@ def test_an_empty_list_is_refused(runtime: da.Runtime) -> None:
     with pytest.raises(ValueError, match="at least one handle"):
         da.wait_first([])
     with pytest.raises(ValueError, match="at least one handle"):
-        asyncio.run(da.wait_first_async([]))
+        asyncio.run(da.aio.wait_first([]))
 
 
 def test_the_async_twin_waits_without_blocking_the_loop(runtime: da.Runtime) -> None:
@@ -86,7 +86,7 @@ def test_the_async_twin_waits_without_blocking_the_loop(runtime: da.Runtime) -> 
     fast = da.start(first_gated, fast_key)
 
     async def main() -> da.WorkflowHandle[str]:
-        waiting = asyncio.ensure_future(da.wait_first_async([slow, fast]))
+        waiting = asyncio.ensure_future(da.aio.wait_first([slow, fast]))
         await asyncio.sleep(0)  # the wait is running on the loop, and the loop is free
         GATES[fast_key].set()
         return await waiting
@@ -105,7 +105,7 @@ def test_in_a_workflow_the_choice_is_recorded_and_replayed(
     parent = da.start(pick, [slow.workflow_id, fast.workflow_id])
     GATES[fast_key].set()
     assert parent.result(30) == fast.workflow_id
-    steps = da.list_steps(parent.workflow_id)
+    steps = da.operations.list_steps(parent.workflow_id)
     assert steps[0].name == "dbos_agent.wait_first"
     assert steps[0].output == fast.workflow_id
 
@@ -116,7 +116,7 @@ def test_in_a_workflow_the_choice_is_recorded_and_replayed(
         raise AssertionError("a replay must not look again")
 
     monkeypatch.setattr(engine.db.workflows, "first_finished", not_asked)
-    replay = da.fork(parent.workflow_id, from_step=len(steps))  # every step replayed
+    replay = da.operations.fork(parent.workflow_id, from_step=len(steps))  # every step replayed
     assert replay.result(30) == fast.workflow_id
 
 

@@ -51,7 +51,7 @@ def test_a_workflow_waiting_for_a_message_is_shown_waiting_and_forked_past_its_w
         "is a wait in progress, not in doubt",
     )
 
-    fork = da.fork(wid, from_step=2)  # past the wait: the fork waits again
+    fork = da.operations.fork(wid, from_step=2)  # past the wait: the fork waits again
     wait_until(lambda: _suspended(inspector, fork.workflow_id), 30, "the fork to wait")
     assert [s.name for s in inspector.steps(fork.workflow_id)][:1] == ["prepare"]
     da.send(fork.workflow_id, "forked", topic="go")
@@ -68,10 +68,10 @@ def test_a_fork_past_a_get_event_waits_again(runtime: da.Runtime, inspector: Ins
     wait_until(lambda: _suspended(inspector, wid), 30, "the get_event to suspend")
     [wait] = inspector.steps(wid)
     assert wait.wait_text().startswith(f"waiting for event 'progress' of {publisher}")
-    fork = da.fork(wid, from_step=1)
+    fork = da.operations.fork(wid, from_step=1)
     wait_until(lambda: _suspended(inspector, fork.workflow_id), 30, "the fork to wait")
-    da.cancel(fork.workflow_id)
-    da.cancel(wid)
+    da.operations.cancel(fork.workflow_id)
+    da.operations.cancel(wid)
 
 
 def test_over_http_a_wait_forks_and_a_refused_fork_is_a_conflict(
@@ -89,4 +89,4 @@ def test_over_http_a_wait_forks_and_a_refused_fork_is_a_conflict(
     assert past_the_end.status_code == 409
     assert "its log ends at step 2" in past_the_end.json()["error"]
     for done in (wid, forked.json()["workflow_id"]):
-        da.cancel(done)
+        da.operations.cancel(done)

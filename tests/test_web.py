@@ -211,7 +211,11 @@ def test_a_workflow_resumed_through_the_api_is_run_at_once_by_the_live_process(
     at once, not at its next restart."""
     handle = da.start(waiter, 1)
     wid = handle.workflow_id
-    wait_until(lambda: da.list_steps(wid) and da.list_steps(wid)[0].name, 10, "the first step")
+    wait_until(
+        lambda: da.operations.list_steps(wid) and da.operations.list_steps(wid)[0].name,
+        10,
+        "the first step",
+    )
     assert api.post(f"/api/workflows/{wid}/cancel", json={}).status_code == 200
     resumed = api.post(f"/api/workflows/{wid}/resume", json={})
     assert resumed.status_code == 200 and resumed.json()["previous_status"] == "CANCELLED"
@@ -224,7 +228,7 @@ def test_a_workflow_resumed_through_the_api_is_run_at_once_by_the_live_process(
 def test_a_stream_as_server_sent_events_resumes_from_last_event_id(api: httpx.Client) -> None:
     handle = da.start(waiter, 4)
     wait_until(
-        lambda: "speak" in [s.name for s in da.list_steps(handle.workflow_id)],
+        lambda: "speak" in [s.name for s in da.operations.list_steps(handle.workflow_id)],
         20,
         "four words written",
     )
@@ -314,7 +318,7 @@ def test_the_dashboard_approves_the_exact_tool_call_it_shows(
     from playwright.sync_api import expect, sync_playwright
 
     handle = da.start(guarded, "old-feature")
-    wait_until(lambda: da.list_approvals(handle.workflow_id), 15, "the approval request")
+    wait_until(lambda: da.operations.list_approvals(handle.workflow_id), 15, "the approval request")
     with sync_playwright() as pw, dashboard(pw, server) as page:
         page.locator(f'tr[data-id="{handle.workflow_id}"]').click()
         request = page.get_by_test_id("approval-0")
@@ -326,7 +330,7 @@ def test_the_dashboard_approves_the_exact_tool_call_it_shows(
         expect(page.get_by_test_id("approvals")).to_be_empty()
         page.screenshot(path=str(tmp_path / "approved-call.png"))
     assert handle.result(timeout=10) == "deleted"
-    (decided,) = da.list_approvals(handle.workflow_id)
+    (decided,) = da.operations.list_approvals(handle.workflow_id)
     assert decided.status == "APPROVED"
     for shot in ("asking.png", "approved-call.png"):
         data = (tmp_path / shot).read_bytes()
@@ -543,7 +547,7 @@ def test_the_dashboard_in_each_state(
         da.start(looker, "k2")
     da.send(finished, "sent ", topic="go")
     assert da.retrieve(finished).result(timeout=30) == "sent the value of k2"
-    wait_until(lambda: da.list_approvals(asking.workflow_id), 15, "the approval request")
+    wait_until(lambda: da.operations.list_approvals(asking.workflow_id), 15, "the approval request")
     wait_until(
         lambda: da.retrieve(waiting_id).status() is da.WorkflowStatus.SUSPENDED, 15, "suspended"
     )
@@ -620,7 +624,7 @@ def test_the_dashboard_in_each_state(
             _shot(page, tmp_path / "6-cancelled.png")
         finally:
             browser.close()
-    da.cancel(asking.workflow_id)
+    da.operations.cancel(asking.workflow_id)
 
 
 @NEEDS_CHROMIUM

@@ -66,9 +66,9 @@ def test_reusing_an_id_for_other_inputs_or_another_workflow_is_a_conflict(
     wid = new_id()
     with da.workflow_id(wid):
         squares(wid, 2)
-        with pytest.raises(da.WorkflowIdConflictError, match="other inputs"):
+        with pytest.raises(da.errors.WorkflowIdConflictError, match="other inputs"):
             squares(wid, 3)
-        with pytest.raises(da.WorkflowIdConflictError, match="already belongs"):
+        with pytest.raises(da.errors.WorkflowIdConflictError, match="already belongs"):
             other_workflow()
     # keyword and positional spellings of the same call are the same inputs
     with da.workflow_id(wid):
@@ -101,9 +101,9 @@ def test_handles_and_listing(runtime: da.Runtime) -> None:
     info = da.retrieve(wid).get_info()
     assert info.name == "squares" and info.inputs == {"key": wid, "n": 4} and info.output == 14
     assert info.executor_id == runtime.executor_id and info.recovery_attempts == 0
-    listed = da.list_workflows(status="SUCCESS", name="squares", limit=1000)
+    listed = da.operations.list_workflows(status="SUCCESS", name="squares", limit=1000)
     assert wid in [w.workflow_id for w in listed]
-    assert da.list_workflows(status=da.WorkflowStatus.ERROR, name="squares") == []
+    assert da.operations.list_workflows(status=da.WorkflowStatus.ERROR, name="squares") == []
     with pytest.raises(da.WorkflowNotFoundError, match="no-such-id"):
         da.retrieve("no-such-id")
 
@@ -145,7 +145,7 @@ def test_divergence_holds_the_workflow_without_running_the_step(
         )
     RUNS.clear()
     MODE[wid2] = "changed"
-    with pytest.raises(da.WorkflowDivergedError) as err, da.workflow_id(wid2):
+    with pytest.raises(da.errors.WorkflowDivergedError) as err, da.workflow_id(wid2):
         evolving(wid2)
     assert err.value.seq == 0 and err.value.recorded == "step_b" and err.value.current == "step_a"
     assert wid2 in str(err.value) and "step 0" in str(err.value)
@@ -161,7 +161,7 @@ def test_divergence_holds_the_workflow_without_running_the_step(
     assert info.diverged.code_version == code_version()
     take_over_once(engine)  # the same code would diverge again: it is not taken up
     assert da.retrieve(wid2).status() == da.WorkflowStatus.DIVERGED
-    with pytest.raises(da.WorkflowDivergedError), da.workflow_id(wid2):
+    with pytest.raises(da.errors.WorkflowDivergedError), da.workflow_id(wid2):
         evolving(wid2)  # a direct call again gets the divergence at once, runs nothing
     assert RUNS["a"] == 0 and da.retrieve(wid2).status() == da.WorkflowStatus.DIVERGED
     with pytest.raises(TimeoutError):  # a waiter keeps waiting: it is not finished
@@ -170,12 +170,12 @@ def test_divergence_holds_the_workflow_without_running_the_step(
 
 @da.durable_workflow
 def refuses_on_purpose() -> str:
-    raise da.WorkflowDivergedError("elsewhere", 3, "old", "new")
+    raise da.errors.WorkflowDivergedError("elsewhere", 3, "old", "new")
 
 
 def test_a_divergence_raised_by_user_code_is_its_error_as_before(runtime: da.Runtime) -> None:
     wid = new_id()
-    with pytest.raises(da.WorkflowDivergedError), da.workflow_id(wid):
+    with pytest.raises(da.errors.WorkflowDivergedError), da.workflow_id(wid):
         refuses_on_purpose()
     info = da.retrieve(wid).get_info()
     assert info.status == da.WorkflowStatus.ERROR and info.diverged is None
@@ -209,7 +209,7 @@ def test_divergence_cannot_be_swallowed(runtime: da.Runtime, engine: Engine) -> 
             " VALUES (%s, 0, 'something_else', 'SUCCESS', '1', now())",
             (wid,),
         )
-    with pytest.raises(da.WorkflowDivergedError), da.workflow_id(wid):
+    with pytest.raises(da.errors.WorkflowDivergedError), da.workflow_id(wid):
         swallows_divergence(wid)
     assert da.retrieve(wid).status() == da.WorkflowStatus.DIVERGED
 
@@ -275,7 +275,7 @@ def _hung_owner_scenario(url: str, executor_id: str) -> None:
         assert other.wait_for_outcome(wid, 10).unwrap() == 5
         gate.set()  # the hung run wakes up and tries to checkpoint step 1
         assert first.result(10) == 5
-        steps = da.list_steps(wid)
+        steps = da.operations.list_steps(wid)
         assert [s.seq for s in steps] == [0, 1, 2]
         assert RUNS[f"{wid}:1"] == 2 and RUNS[f"{wid}:0"] == 1
         info = da.retrieve(wid).get_info()
@@ -306,7 +306,7 @@ def test_the_step_log_keeps_the_first_record(runtime: da.Runtime, engine: Engine
         owner_key=engine.session_key,
     )
     assert not write.written
-    assert da.list_steps(wid)[0].output == 0
+    assert da.operations.list_steps(wid)[0].output == 0
 
 
 @da.durable_workflow(max_recovery_attempts=2)
@@ -357,7 +357,7 @@ def test_recovery_at_launch_and_dead_letter(dbos_agent_database_url: str, execut
         assert RUNS[crash_id] == 3  # not run a fourth time
         handle = da.retrieve(crash_id)
         assert handle.status() == da.WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED
-        with pytest.raises(da.MaxRecoveryAttemptsExceededError, match="recovered 2 times"):
+        with pytest.raises(da.errors.MaxRecoveryAttemptsExceededError, match="recovered 2 times"):
             handle.result()
     finally:
         rt.shutdown()
@@ -390,7 +390,7 @@ def test_recovery_keeps_unknown_workflows_pending_and_fails_unfit_inputs(
         assert unfit_info.status == da.WorkflowStatus.ERROR
         assert unfit_info.error is not None
         assert "no longer has: count" in unfit_info.error["message"]
-        with pytest.raises(da.WorkflowInputsError):
+        with pytest.raises(da.errors.WorkflowInputsError):
             da.retrieve(unfit).result()
     finally:
         rt.shutdown()
@@ -403,7 +403,7 @@ def test_unreachable_database_fails_fast_without_the_password() -> None:
     assert time.monotonic() - started < 12
     assert "s3cret-pw" not in str(err.value)
     assert "127.0.0.1" in str(err.value) and "alice" in str(err.value)
-    with pytest.raises(da.NotLaunchedError):
+    with pytest.raises(da.errors.NotLaunchedError):
         squares("x", 1)
 
 
@@ -418,7 +418,7 @@ def test_a_newer_schema_is_refused(dbos_agent_postgres_url: str) -> None:
                 " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             conn.execute("INSERT INTO dbos_agent.schema_migrations VALUES (999, 'future')")
-        with pytest.raises(da.SchemaVersionError, match="999"):
+        with pytest.raises(da.errors.SchemaVersionError, match="999"):
             da.launch(url)
 
 
@@ -520,7 +520,10 @@ def test_a_failed_checkpoint_leaves_the_workflow_pending_not_failed(
         wid = new_id()
         rt = da.launch(url, executor_id=executor_id, workers=2)
         try:
-            with pytest.raises(da.CheckpointError, match="step 0") as err, da.workflow_id(wid):
+            with (
+                pytest.raises(da.errors.CheckpointError, match="step 0") as err,
+                da.workflow_id(wid),
+            ):
                 checkpoint_fails(url)
             assert "steps" in str(err.value.__cause__)
             assert da.retrieve(wid).status() == da.WorkflowStatus.PENDING

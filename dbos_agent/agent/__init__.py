@@ -10,6 +10,11 @@ Write the agent loop yourself, as a ``@durable_workflow``; this package gives it
 * :func:`usage_totals` and :func:`track_replay`: what a workflow cost, and what a recovery
   saved.
 
+The hooks for replay-aware code of your own (``note_step``, ``replaying``...) stay in their
+modules (:mod:`.replay`, :mod:`.model`, :mod:`.retrying`, :mod:`.budget`) and every error is
+in :mod:`dbos_agent.errors`, so that ``__all__`` is what an agent's author writes; the names
+that left it keep working for one release, with a ``DeprecationWarning``.
+
 The scripted offline Messages API server lives in :mod:`dbos_agent.agent.scripted_server`.
 Names are imported on first use, so that running that server (which needs no client) does
 not pay for importing ``anthropic``. Only :mod:`.describe` (light: no client) is imported
@@ -20,124 +25,93 @@ workflows show``), which import this package for nothing else.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import describe  # noqa: F401  (registers how model steps read in `dbos-agent`)
 
 if TYPE_CHECKING:
     from .accounting import DEFAULT_PRICES, Price, PriceTable, Usage, UsageTotals, usage_totals
-    from .budget import Budget, Spend, raise_budget
-    from .mcp import AsyncOnlyToolError, McpConnectionError, McpHttpServer, McpServer, McpTool
-    from .model import (
-        DEFAULT_MODEL,
-        MODEL_STEP_NAME,
-        Model,
-        configure,
-        default_async_client,
-        default_client,
-    )
-    from .replay import (
-        ReplayReport,
-        last_replay_report,
-        next_step_replays,
-        note_step,
-        replay_report,
-        replaying,
-        track_replay,
-    )
-    from .retrying import ModelRetryPolicy, is_retryable, retry_after_seconds
+    from .budget import Budget, Spend
+    from .mcp import McpHttpServer, McpServer, McpTool
+    from .model import DEFAULT_MODEL, Model, configure
+    from .replay import ReplayReport, replay_report, track_replay
+    from .retrying import ModelRetryPolicy
     from .tool_registry import ToolRegistry
-    from .tools import (
-        NotDone,
-        Tool,
-        ToolCallRejected,
-        ToolErrorResult,
-        ToolInputError,
-        ToolOptions,
-        tool,
-    )
+    from .tools import Tool, ToolErrorResult, ToolOptions, tool
 
+#: The public names, by the module that defines them (imported on first use).
 _MODULES = {
-    "budget": ("Budget", "Spend", "raise_budget"),
+    "budget": ("Budget", "Spend"),
     "accounting": ("DEFAULT_PRICES", "Price", "PriceTable", "Usage", "UsageTotals", "usage_totals"),
-    "model": (
-        "DEFAULT_MODEL",
-        "MODEL_STEP_NAME",
-        "Model",
-        "configure",
-        "default_async_client",
-        "default_client",
-    ),
-    "replay": (
-        "ReplayReport",
-        "last_replay_report",
-        "next_step_replays",
-        "note_step",
-        "replay_report",
-        "replaying",
-        "track_replay",
-    ),
-    "retrying": ("ModelRetryPolicy", "is_retryable", "retry_after_seconds"),
+    "model": ("DEFAULT_MODEL", "Model", "configure"),
+    "replay": ("ReplayReport", "replay_report", "track_replay"),
+    "retrying": ("ModelRetryPolicy",),
     "tool_registry": ("ToolRegistry",),
-    "mcp": ("AsyncOnlyToolError", "McpConnectionError", "McpHttpServer", "McpServer", "McpTool"),
-    "tools": (
-        "NotDone",
-        "Tool",
+    "mcp": ("McpHttpServer", "McpServer", "McpTool"),
+    "tools": ("Tool", "ToolErrorResult", "ToolOptions", "tool"),
+}
+_WHERE = {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names}
+
+#: Names that left this package's ``__all__``, by the module that has them now.
+_MOVED_TO = {
+    f"{__name__}.budget": ("raise_budget",),
+    f"{__name__}.model": ("MODEL_STEP_NAME", "default_async_client", "default_client"),
+    f"{__name__}.replay": ("last_replay_report", "next_step_replays", "note_step", "replaying"),
+    f"{__name__}.retrying": ("is_retryable", "retry_after_seconds"),
+    "dbos_agent": ("NotDone",),
+    "dbos_agent.errors": (
+        "AsyncOnlyToolError",
+        "McpConnectionError",
         "ToolCallRejected",
-        "ToolErrorResult",
         "ToolInputError",
-        "ToolOptions",
-        "tool",
     ),
 }
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+_MOVED = {name: module for module, names in _MOVED_TO.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
+    if module is None and name in _MOVED:
+        module = _MOVED[name]
+        warnings.warn(
+            f"{__name__}.{name} moved: use {module}.{name}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_PRICES",
-    "MODEL_STEP_NAME",
-    "AsyncOnlyToolError",
     "Budget",
-    "McpConnectionError",
     "McpHttpServer",
     "McpServer",
     "McpTool",
     "Model",
     "ModelRetryPolicy",
-    "NotDone",
     "Price",
     "PriceTable",
     "ReplayReport",
     "Spend",
     "Tool",
-    "ToolCallRejected",
     "ToolErrorResult",
-    "ToolInputError",
     "ToolOptions",
     "ToolRegistry",
     "Usage",
     "UsageTotals",
     "configure",
-    "default_async_client",
-    "default_client",
-    "is_retryable",
-    "last_replay_report",
-    "next_step_replays",
-    "note_step",
-    "raise_budget",
     "replay_report",
-    "replaying",
-    "retry_after_seconds",
     "tool",
     "track_replay",
     "usage_totals",

@@ -8,7 +8,7 @@ against its parent's family: none of them starts the count over.
 Before a live model call the spend is read (the family's running total, which the
 database adds each reply to as it is recorded: a few rows, however long the log), and
 the call is refused with
-:class:`~dbos_agent.BudgetExceededError` when the tokens spent plus the call's
+:class:`~dbos_agent.errors.BudgetExceededError` when the tokens spent plus the call's
 ``max_tokens`` would pass ``max_tokens``, or the cost spent has reached ``max_cost_usd``.
 The refusal is the model step's recorded (not retried) error: the workflow ends in
 ERROR unless it catches it, and a replay raises the same error again.

@@ -57,11 +57,10 @@ from ..engine.extending import (
     layered,
 )
 from ..engine.step import step as engine_step
+from ..errors import AsyncOnlyToolError, McpConnectionError, ToolErrorResult, ToolInputError
 from .mcp_connections import (
-    AsyncOnlyToolError,
     Connection,
     GivenSession,
-    McpConnectionError,
     OwnedConnection,
     answer_too_large,
     connection_closed,
@@ -75,7 +74,7 @@ from .mcp_sources import (
 )
 from .replay import note_step
 from .tool_options import MCP_OWN, McpOptions, ToolOptions, check_tool_options
-from .tools import Tool, ToolErrorResult, ToolInputError, _checked_name
+from .tools import Tool, _checked_name
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",

@@ -24,7 +24,7 @@ from mcp import ClientSession
 from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 
-from ..errors import DependencyUnavailableError
+from ..errors import AsyncOnlyToolError, McpConnectionError
 from .mcp_sources import Transport
 
 T = TypeVar("T")
@@ -66,30 +66,6 @@ def is_connection_failure(error: BaseException) -> bool:
             todo.extend(current.exceptions)
         todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return False
-
-
-class AsyncOnlyToolError(TypeError):
-    """An MCP tool called from sync code where it cannot run: its ``ClientSession``
-    belongs to an event loop that this thread would block (or that is not running)."""
-
-
-class McpConnectionError(DependencyUnavailableError):
-    """The connection to an MCP server failed: the server died, closed its pipes, never
-    came up or cannot be reached. A step that fails with it waits for the server (see the
-    module's docstring); a non-idempotent call that may have reached the server gets an
-    ``isError`` result instead. Its message names the server without its secrets.
-
-    ``sent``: the request may have reached the server; ``session``: the one that broke.
-    """
-
-    def __init__(self, message: str, *, sent: bool, session: ClientSession | None) -> None:
-        super().__init__(message)
-        self.sent = sent
-        self.session = session
-
-    @classmethod
-    def of(cls, exc: BaseException, session: ClientSession, *, sent: bool) -> McpConnectionError:
-        return cls(str(exc) or type(exc).__name__, sent=sent, session=session)
 
 
 def connection_closed(exc: BaseException) -> bool:

@@ -28,10 +28,16 @@ from anthropic.types import ToolParam, ToolResultBlockParam
 from ..engine.approvals import Approval, request_approval, request_approval_async
 from ..engine.extending import at_position, reserve_positions
 from ..engine.step import step as engine_step
-from ..errors import CheckpointTooLargeError, DbosAgentError
+from ..errors import (
+    CheckpointTooLargeError,
+    DbosAgentError,
+    ToolCallRejected,
+    ToolErrorResult,
+    ToolInputError,
+)
 from .replay import note_step
 from .tool_options import McpOptions
-from .tools import Tool, ToolCallRejected, ToolErrorResult, ToolInputError
+from .tools import Tool
 
 if TYPE_CHECKING:
     from .mcp import McpServer, McpSource

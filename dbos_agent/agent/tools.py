@@ -21,6 +21,7 @@ from anthropic.types import ToolParam
 
 from ..engine.extending import NotDone, StepDefinition
 from ..engine.step import step as engine_step
+from ..errors import ToolCallRejected, ToolErrorResult, ToolInputError
 from .accounting import TOOL_STEP_PREFIX
 from .tool_options import TOOL_OWN, ToolOptions, check_tool_options
 
@@ -38,19 +39,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
-
-
-class ToolInputError(Exception):
-    """A tool call the registry refused: unknown tool name or input that fails validation."""
-
-
-class ToolCallRejected(Exception):
-    """A human rejected the tool call (its tool requires approval)."""
-
-
-class ToolErrorResult(Exception):
-    """A tool's own failure result (an MCP ``isError`` result): recorded as the step's
-    value, and handed to the model as an ``is_error`` tool result with this text."""
 
 
 def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:

@@ -25,7 +25,7 @@ from .. import (
 from ..durations import format_duration
 from ..engine.client import Client
 from ..engine.retention import DEFAULT_STATUSES, check_statuses
-from ..engine.schedule_operations import backfill_db, list_schedules_db, set_paused_db
+from ..engine.schedules import backfill_db, list_schedules_db, set_paused_db
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase

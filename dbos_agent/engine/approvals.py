@@ -3,7 +3,7 @@
 In a workflow, ``da.request_approval(tool, arguments)`` is two steps: the request
 (recorded, with the digest of the tool's name and arguments, at the request step's
 position ``seq``) and a durable wait for the decision (a ``recv`` on the request's own
-topic: it suspends like any long wait). A decision (``da.approve`` / ``da.reject``, the
+topic: it suspends like any long wait). A decision (``operations.approve`` / ``reject``, the
 ``Client``'s, ``dbos-agent approve``, the HTTP API) must name the workflow, ``seq`` and
 the digest: one statement checks that the request is PENDING, the digest is the one asked
 about and the workflow still waits, records the decision and sends it to the workflow.

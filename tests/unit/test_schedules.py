@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.cron import CronTimes
 from dbos_agent.engine.scheduler import ON_TIME, plan_slots
-from dbos_agent.engine.schedules import (
+from dbos_agent.engine.schedules.cron import CronTimes
+from dbos_agent.engine.schedules.definitions import (
     MAX_SLOTS,
     Schedule,
     define_schedule,
@@ -155,7 +155,7 @@ def test_catch_up_none_runs_only_a_slot_that_is_on_time() -> None:
 
 
 def _refused(decorate: Callable[[], object], *fragments: str) -> None:
-    with pytest.raises(da.ScheduleError) as caught:
+    with pytest.raises(da.errors.ScheduleError) as caught:
         decorate()
     assert isinstance(caught.value, ValueError)
     for fragment in fragments:

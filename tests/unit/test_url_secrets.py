@@ -38,7 +38,7 @@ def test_no_piece_of_a_password_is_shown_or_left_in_a_scrubbed_text(
     assert not leaks(secret, scrub(said, dsn)), scrub(said, dsn)
     try:
         read = postgres_url(dsn)
-    except (da.InvalidDatabaseUrlError, da.UnsupportedDatabaseError) as exc:
+    except (da.errors.InvalidDatabaseUrlError, da.errors.UnsupportedDatabaseError) as exc:
         assert not leaks(secret, texts_of(exc)), texts_of(exc)
         assert exc.__context__ is None and exc.__cause__ is None
         return
@@ -82,13 +82,13 @@ def test_what_is_shown_of_a_connection_string(dsn: str, shown: str) -> None:
     ],
 )
 def test_a_string_libpq_cannot_read_as_meant_is_refused_unshown(dsn: str, problem: str) -> None:
-    with pytest.raises(da.InvalidDatabaseUrlError) as refused:
+    with pytest.raises(da.errors.InvalidDatabaseUrlError) as refused:
         postgres_url(dsn)
     said = str(refused.value)
     assert problem in said and "PGPASSFILE" in said, said
     assert "Zq9" not in texts_of(refused.value) and "Secret" not in said
     assert refused.value.__context__ is None
-    assert isinstance(refused.value, da.ConfigurationError | ValueError)
+    assert isinstance(refused.value, da.errors.ConfigurationError | ValueError)
 
 
 @pytest.mark.parametrize(

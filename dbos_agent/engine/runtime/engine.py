@@ -3,7 +3,7 @@ calls that run workflows; a replay check's engine stands in for it in the workfl
 check replays. Tests see and reset it through :func:`launched` and :func:`clear_engine`.
 
 What the decorators and definitions register (workflows, queues, schedules) lives
-beside what registers it: ``registry.py``, ``engine/queues.py``, ``engine/schedules.py``.
+beside what registers it: ``registry.py``, ``engine/queues.py``, ``engine/schedules/``.
 """
 
 from __future__ import annotations

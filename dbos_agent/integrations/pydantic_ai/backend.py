@@ -59,9 +59,9 @@ from ...errors import (
     BudgetExceededError,
     CheckpointTooLargeError,
     ConfigurationError,
-    DbosAgentError,
-    DependencyUnavailableError,
     NotInStepError,
+    RecordedModelError,
+    UnavailableModelError,
 )
 from ...records import StepStatus
 from .delegation import guard_for
@@ -100,29 +100,6 @@ _EFFECT_OPTIONS = ("idempotent", "guard")
 def in_workflow_code() -> bool:
     """Whether this is a durable workflow's own code (not a step's, not outside one)."""
     return current_context() is not None and not in_step()
-
-
-class RecordedModelError(DbosAgentError):
-    """A model error as the step log keeps it: Pydantic AI's encoding of the
-    ``ModelAPIError`` (its class and fields), so that replay raises the same error again,
-    status code and body included, where the plain record would keep only the message."""
-
-    def __init__(self, message: str, encoded: dict[str, Any]) -> None:
-        super().__init__(message, encoded)
-        self.encoded = encoded
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def original(self) -> BaseException:
-        """The model error it was made from (itself if that class is not loaded)."""
-        return decode_model_error(self.encoded) or self
-
-
-class UnavailableModelError(RecordedModelError, DependencyUnavailableError):
-    """A model error that may pass by itself (the provider overloaded, rate-limiting,
-    failing or unreachable, see :mod:`.outages`): the request's step waits it out instead
-    of recording it, up to its horizon; recorded past that, it replays as the original."""
 
 
 class DbosAgentOperationConfig(DurableOperationConfig[StepOptions]):
@@ -413,7 +390,7 @@ class DbosAgentOperationBackend(JournalCallableOperationBackend[StepOptions]):
                     await budget.wait_for_raise_async(refused)
                     continue
                 except RecordedModelError as error:
-                    raise error.original() from None
+                    raise decode_model_error(error.encoded) or error from None
                 return cast(Mapping[str, Any], recorded)["response"]
         finally:
             _body.reset(token)

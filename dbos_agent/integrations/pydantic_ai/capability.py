@@ -276,7 +276,7 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
         return self._options.base("tool", operation_id=ToolsetCallToolId(kind, toolset_id=""))
 
     async def durable_sleep(self, seconds: float) -> None:
-        """Wait with ``da.sleep_async``: its wake-up time is recorded, so a recovered run
+        """Wait with ``da.aio.sleep``: its wake-up time is recorded, so a recovered run
         does not wait again through time that already passed."""
         if in_workflow_code():
             await sleep_async(seconds)

@@ -36,7 +36,7 @@ written from workflow code like the others. Logs recorded before this
 item existed replay without it (it is behind the patch ``pydantic_ai.run_result_event``).
 
 The stream is not closed when a run ends: a workflow may run its agent again, or write
-items of its own under the key; close it with ``da.close_stream_async(key)`` when the
+items of its own under the key; close it with ``da.aio.close_stream(key)`` when the
 workflow is done with it (readers stop anyway once the workflow has finished).
 """
 

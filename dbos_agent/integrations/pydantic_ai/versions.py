@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from ...errors import ConfigurationError
+from ...errors import UnsupportedPydanticAIVersionError
 
 __all__ = ["SUPPORTED", "UnsupportedPydanticAIVersionError", "check_version", "installed_version"]
 
@@ -24,10 +24,6 @@ _LOWEST, _BEYOND = (2, 78), (2, 79)
 
 #: The distribution that carries ``pydantic_ai`` (``pydantic-ai`` depends on it).
 DISTRIBUTION = "pydantic-ai-slim"
-
-
-class UnsupportedPydanticAIVersionError(ConfigurationError):
-    """The installed Pydantic AI is not one this integration supports."""
 
 
 def check_version(installed: str) -> None:

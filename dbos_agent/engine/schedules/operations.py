@@ -1,10 +1,11 @@
 """Operator actions on schedules: list them, pause, resume, backfill a range of slots.
 
-As with the actions on workflows (``operations.py``), each comes in two layers. The
+As with the actions on workflows (``engine/operations.py``), each comes in two layers. The
 functions taking a ``SystemDatabase`` work from the database alone: the CLI uses them,
 without the application's code, which is why a schedule's row holds its cron text, time
-zone and workflow. The public functions (``da.list_schedules``, ``da.pause_schedule``,
-``da.resume_schedule``, ``da.backfill_schedule``) go through the launched runtime.
+zone and workflow (``Client`` has them as methods). The public functions of
+``dbos_agent.operations`` (``list_schedules``, ``pause_schedule``, ``resume_schedule``,
+``backfill_schedule``) go through the launched runtime.
 
 **Pause and resume.** A paused schedule fires nothing; its slots pass. Resuming moves its
 cursor to now, so the slots of the pause are not caught up (a backfill runs them).
@@ -24,15 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ..errors import ScheduleError, ScheduleNotFoundError
-from ..records import ScheduleInfo
-from ..storage.database import SystemDatabase
-from ..storage.schedules import ScheduleRow
+from ...errors import ScheduleError, ScheduleNotFoundError
+from ...records import ScheduleInfo
+from ...storage.database import SystemDatabase
+from ...storage.schedules import ScheduleRow
+from ..runtime.engine import current_engine
+from ..runtime.registry import find_workflow
+from ..runtime.runs import Claim
 from .cron import CronTimes
-from .runtime.engine import current_engine
-from .runtime.registry import find_workflow
-from .runtime.runs import Claim
-from .schedules import MAX_SLOTS, slot_inputs, slot_workflow_id
+from .definitions import MAX_SLOTS, slot_inputs, slot_workflow_id
 
 
 @dataclass(frozen=True, slots=True)

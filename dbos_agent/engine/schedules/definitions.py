@@ -5,7 +5,7 @@ and the slot in UTC (``"reports@2026-12-04T17:30:00Z"``), and its one argument i
 (a timezone-aware ``datetime`` in UTC). However many processes define the schedule, a slot
 is fired by one transaction that moves the schedule's cursor past it and inserts that
 workflow (see ``storage/schedules.py``): it runs once, and a kill -9 at any moment loses
-none. The scheduler thread (``scheduler.py``) fires due slots; ``schedule_operations.py``
+none. The scheduler thread (``engine/scheduler.py``) fires due slots; ``operations.py``
 lists, pauses, resumes and backfills schedules, from Python or from the CLI.
 
 Schedules are defined at import time, like the workflows and queues: a process fires the
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar, get_args
 
-from ..errors import DbosAgentError, InvalidIdentifierError, ScheduleError
-from ..limits import MAX_IDENTIFIER_BYTES, check_identifier
-from ..serialization import codec_for
+from ...errors import DbosAgentError, InvalidIdentifierError, ScheduleError
+from ...limits import MAX_IDENTIFIER_BYTES, check_identifier
+from ...serialization import codec_for
+from ..runtime.registry import WorkflowDefinition
+from ..workflow import definition_of
 from .cron import CronTimes
-from .runtime.registry import WorkflowDefinition
-from .workflow import definition_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 CatchUp = Literal["latest", "all", "none"]

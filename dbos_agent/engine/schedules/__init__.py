@@ -1,0 +1,51 @@
+"""Schedules: durable workflows started on a cron schedule, once per slot.
+
+The chapter in three modules, each with one job: ``cron.py`` says when a cron expression
+fires (in a time zone, handed out in UTC); ``definitions.py`` is ``@scheduled`` and the
+process's registry of schedules (a slot's workflow id and argument); ``operations.py`` is
+what operators do to the recorded schedules (list, pause, resume, backfill), from the
+database alone (the CLI, ``Client``) or through the launched runtime. The thread that fires
+due slots is the runtime's (``engine/scheduler.py``), not part of this package.
+"""
+
+from .cron import CronTimes
+from .definitions import (
+    MAX_SLOTS,
+    Schedule,
+    forget_schedules,
+    registered_schedules,
+    scheduled,
+    slot_inputs,
+    slot_workflow_id,
+)
+from .operations import (
+    BackfillReport,
+    backfill_db,
+    backfill_schedule,
+    get_schedule_db,
+    list_schedules,
+    list_schedules_db,
+    pause_schedule,
+    resume_schedule,
+    set_paused_db,
+)
+
+__all__ = [
+    "MAX_SLOTS",
+    "BackfillReport",
+    "CronTimes",
+    "Schedule",
+    "backfill_db",
+    "backfill_schedule",
+    "forget_schedules",
+    "get_schedule_db",
+    "list_schedules",
+    "list_schedules_db",
+    "pause_schedule",
+    "registered_schedules",
+    "resume_schedule",
+    "scheduled",
+    "set_paused_db",
+    "slot_inputs",
+    "slot_workflow_id",
+]
