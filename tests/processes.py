@@ -60,12 +60,12 @@ def stop_workers(procs: list[subprocess.Popen[str]]) -> str:
     return "\n".join(logs)
 
 
-#: One step run as tests.worker_app logs it: pid, workflow id, position, start, end.
+#: One step run as tests.apps.worker_app logs it: pid, workflow id, position, start, end.
 Execution = tuple[int, str, int, float, float]
 
 
 def executions(log: Path) -> list[Execution]:
-    """The step runs tests.worker_app appended to ``log``, in order."""
+    """The step runs tests.apps.worker_app appended to ``log``, in order."""
     rows = []
     for line in log.read_text().splitlines():
         pid, wid, seq, start, end = line.split()

@@ -1,0 +1,225 @@
+"""Durable time: sleep records its wake-up time; restarts and crashes keep it (and recv's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import dbos_agent as da
+from dbos_agent.engine.runtime.core import Engine
+from dbos_agent.testing import Inspector, advance_clock, clock_offset
+from tests.helpers import SimulatedCrash, new_id, wait_until
+from tests.process.test_messaging import APP, app_env
+
+CRASH: set[str] = set()
+
+
+@da.step
+def clock() -> float:
+    return time.time()
+
+
+@da.durable_workflow
+def nap(seconds: float) -> float:
+    """How long the workflow slept, by two recorded clock readings."""
+    start = clock()
+    da.sleep(seconds)
+    wid = da.current_workflow_id()
+    if wid in CRASH:
+        CRASH.discard(wid)
+        raise SimulatedCrash(wid)
+    return clock() - start
+
+
+@da.durable_workflow
+def wait_for_mail(timeout: float) -> list[Any]:
+    start = clock()
+    message = da.recv(timeout=timeout)
+    return [message, clock() - start]
+
+
+@da.durable_workflow
+async def async_nap(seconds: float) -> float:
+    start = clock()
+    await da.sleep_async(seconds)
+    return clock() - start
+
+
+def test_sleep_outside_a_workflow_is_a_plain_sleep() -> None:
+    started = time.monotonic()
+    da.sleep(0.1)
+    asyncio.run(da.sleep_async(0.1))
+    assert 0.2 <= time.monotonic() - started < 1.0
+    with pytest.raises(ValueError):
+        da.sleep(-1)
+
+
+def test_sleep_records_its_wake_up_time_on_the_database_clock(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    wid = new_id("nap")
+    before = engine.db.messages.database_time()
+    with da.workflow_id(wid):
+        assert 0.3 <= nap(0.3) < 1.5
+    after = engine.db.messages.database_time()
+    [_, sleep_step, _] = da.list_steps(wid)
+    assert sleep_step.name == "dbos_agent.sleep"
+    assert before + 0.3 <= sleep_step.output <= after
+
+
+def test_replay_after_the_wake_up_time_does_not_sleep_again(runtime: da.Runtime) -> None:
+    wid = new_id("nap")
+    CRASH.add(wid)
+    with pytest.raises(SimulatedCrash), da.workflow_id(wid):
+        nap(0.5)
+    started = time.monotonic()
+    with da.workflow_id(wid):
+        assert nap(0.5) >= 0.5
+    assert time.monotonic() - started < 0.4
+
+
+def test_async_workflows_sleep_on_the_event_loop(runtime: da.Runtime) -> None:
+    wid = new_id("async-nap")
+    with da.workflow_id(wid):
+        assert 0.3 <= asyncio.run(async_nap(0.3)) < 1.5
+    assert [s.name for s in da.list_steps(wid)] == [
+        "clock",
+        "dbos_agent.sleep",
+        "clock",
+    ]
+
+
+def _wait_for_step(wid: str, name: str) -> None:
+    wait_until(lambda: any(s.name == name for s in da.list_steps(wid)), 10, f"{wid}: {name}")
+
+
+def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
+    dbos_agent_database_url: str, executor_id: str
+) -> None:
+    """A sleep and a recv timeout both end at the time set before the restart (waits kept
+    in memory, not suspended: shutdown ends them and the workflows stay PENDING)."""
+    sleeper, receiver = new_id("nap"), new_id("mail")
+    runtime = da.launch(
+        dbos_agent_database_url, executor_id=executor_id, workers=4, suspend_after=10.0
+    )
+    try:
+        da.start(nap, 2.0, workflow_id=sleeper)
+        da.start(wait_for_mail, 2.0, workflow_id=receiver)
+        _wait_for_step(sleeper, "dbos_agent.sleep")
+        _wait_for_step(receiver, "dbos_agent.recv")  # the recv's deadline intent
+    finally:
+        stopping = time.monotonic()
+        runtime.shutdown(grace=5)
+    assert time.monotonic() - stopping < 1.5  # waits end at shutdown, not at their time
+    runtime = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=4)
+    try:
+        # not lost: recovered (PENDING), or already suspended again until its time
+        assert da.retrieve(sleeper).status() in (
+            da.WorkflowStatus.PENDING,
+            da.WorkflowStatus.SUSPENDED,
+        )
+        assert 2.0 <= da.retrieve(sleeper).result(timeout=10) < 2.8
+        message, waited = da.retrieve(receiver).result(timeout=10)
+        assert message is None and 2.0 <= waited < 2.8
+    finally:
+        runtime.shutdown(grace=5)
+
+
+def _has_step(url: str, wid: str, name: str) -> bool:
+    with Inspector(url) as db:
+        try:
+            return name in db.step_names(wid)
+        except psycopg.errors.UndefinedTable:  # the app has not migrated the database yet
+            return False
+
+
+def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_path: Path) -> None:
+    """Sleep 3 s, SIGKILL after 1 s, restart: it wakes ~3 s after it fell asleep, not ~4+."""
+    url, wid, executor = dbos_agent_database_url, new_id("crash-nap"), new_id("executor")
+    env = app_env(url, tmp_path, executor)
+    app = subprocess.Popen(
+        [sys.executable, str(APP), "sleep", wid, "3"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: _has_step(url, wid, "dbos_agent.sleep") or app.poll() is not None,
+            30,
+            "the app's sleep to begin",
+        )
+        assert app.poll() is None, app.communicate()
+        time.sleep(1.0)  # not a wait for a condition: the kill lands a third into the sleep
+        app.send_signal(signal.SIGKILL)
+        app.communicate(timeout=30)
+    finally:
+        app.kill()
+    assert app.returncode == -signal.SIGKILL
+    recovered = subprocess.run(
+        [sys.executable, str(APP), "recover", wid],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert recovered.returncode == 0, recovered.stderr
+    slept = json.loads(recovered.stdout)
+    assert 3.0 <= slept < 3.95, slept  # not sleep-after-restart: that is 1 + restart + 3
+
+
+def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
+    sleeper = da.start(nap, 30.0, workflow_id=new_id("nap"))
+    receiver = da.start(wait_for_mail, 30.0, workflow_id=new_id("mail"))
+    _wait_for_step(sleeper.workflow_id, "dbos_agent.sleep")
+    _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
+    started = time.monotonic()
+    for handle in (sleeper, receiver):
+        da.cancel(handle.workflow_id)
+        with pytest.raises(da.WorkflowCancelledError):
+            handle.result(timeout=10)
+        assert handle.status() == da.WorkflowStatus.CANCELLED
+    assert time.monotonic() - started < 5.0
+
+
+def test_the_database_clock_moves_for_tests_instead_of_sleeping(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    before = engine.db.messages.database_time()
+    advance_clock(3600)
+    try:
+        assert clock_offset() == 3600
+        after = engine.db.messages.database_time()
+        assert 3600 <= after - before < 3660
+        with engine.db.connection() as conn:  # every connection the library uses moves
+            row = conn.execute("SELECT extract(epoch FROM dbos_agent.now()) AS t").fetchone()
+        assert row is not None and float(row["t"]) - before >= 3600
+    finally:
+        advance_clock(-3600)
+
+
+def test_sleeps_and_timeouts_end_when_the_clock_is_moved(runtime: da.Runtime) -> None:
+    """An hour of sleep and an hour's recv timeout, over in moments: no test sleeps."""
+    sleeper = da.start(nap, 3600.0, workflow_id=new_id("hour-nap"))
+    receiver = da.start(wait_for_mail, 3600.0, workflow_id=new_id("hour-mail"))
+    _wait_for_step(sleeper.workflow_id, "dbos_agent.sleep")
+    _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
+    started = time.monotonic()
+    advance_clock(3600)
+    try:
+        assert sleeper.result(timeout=10) < 60  # by the real clock: it did not sleep an hour
+        message, waited = receiver.result(timeout=10)
+        assert message is None and waited < 60  # timed out
+    finally:
+        advance_clock(-3600)
+    assert time.monotonic() - started < 10
