@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -23,6 +23,20 @@ from dbos_agent.testing import fresh_database
 
 #: The root of this checkout: subprocesses import its dbos_agent, whatever is installed.
 CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+_T = TypeVar("_T")
+#: What `per_test` registered, emptied around every test by the ``per_test_state`` fixture.
+PER_TEST: list[Any] = []
+
+
+def per_test(state: _T) -> _T:
+    """``state`` (a counter, set, dict or event that module-level steps write: the side
+    effects a test counts, crash flags, gates), registered to be cleared before and after
+    every test by one fixture (``per_test_state``, tests/conftest.py): steps must live at
+    module level, so their side effects do, and no test may see another's."""
+    PER_TEST.append(state)
+    return state
 
 
 def new_id(prefix: str = "wf") -> str:

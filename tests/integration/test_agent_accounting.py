@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -23,19 +22,11 @@ from dbos_agent.agent import (
     usage_totals,
 )
 from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, text, tool_use
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
-CURRENT: dict[str, Any] = {}
-REPORTS: list[ReplayReport] = []
-EVENTS: list[str] = []
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    yield
-    CURRENT.clear()
-    REPORTS.clear()
-    EVENTS.clear()
+CURRENT: dict[str, Any] = per_test({})
+REPORTS: list[ReplayReport] = per_test([])
+EVENTS: list[str] = per_test([])
 
 
 @tool

@@ -6,7 +6,6 @@ from __future__ import annotations
 import email.utils
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -32,21 +31,14 @@ from dbos_agent.agent.scripted_server import (
     text,
     tool_use,
 )
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
 HELLO: list[MessageParam] = [{"role": "user", "content": "hello"}]
 
 # The workflows below read their model from here: a Model holds a client, which is
 # configuration and must never be a workflow input.
-CURRENT: dict[str, Any] = {}
-CRASH_AT: dict[str, int] = {}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    yield
-    CURRENT.clear()
-    CRASH_AT.clear()
+CURRENT: dict[str, Any] = per_test({})
+CRASH_AT: dict[str, int] = per_test({})
 
 
 def serve(script: list[ScriptItem]) -> ScriptedServer:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,19 +15,11 @@ from pydantic import BaseModel, Field
 
 import dbos_agent as da
 from dbos_agent.agent import NotDone, Tool, ToolRegistry, tool
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
-RUNS: Counter[str] = Counter()
-CRASH_IN: set[str] = set()
-FILES: dict[str, Path] = {}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    yield
-    RUNS.clear()
-    CRASH_IN.clear()
-    FILES.clear()
+RUNS: Counter[str] = per_test(Counter())
+CRASH_IN: set[str] = per_test(set())
+FILES: dict[str, Path] = per_test({})
 
 
 # --------------------------------------------------------------------------- schema

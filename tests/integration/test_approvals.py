@@ -6,7 +6,6 @@ over HTTP. Replayed after a crash: the recorded decision, nothing asked or run t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -15,18 +14,11 @@ from anthropic.types import ToolResultBlockParam, ToolUseBlock
 import dbos_agent as da
 from dbos_agent.agent import ToolRegistry, tool
 from dbos_agent.testing import Inspector
-from tests.helpers import SimulatedCrash, cli, new_id, wait_until
-from tests.integration.test_web import TOKEN, Server
+from tests.helpers import SimulatedCrash, cli, new_id, per_test, wait_until
+from tests.support.web import TOKEN, Server
 
-RUNS: Counter[str] = Counter()
-CRASH: set[str] = set()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    yield
-    RUNS.clear()
-    CRASH.clear()
+RUNS: Counter[str] = per_test(Counter())
+CRASH: set[str] = per_test(set())
 
 
 @da.step

@@ -14,15 +14,10 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.limits import MAX_IDENTIFIER_BYTES
-from tests.helpers import new_id
+from tests.helpers import new_id, per_test
 
-CALLS: Counter[str] = Counter()
+CALLS: Counter[str] = per_test(Counter())
 NUL_TEXT = "before\x00after %00 %25 \x00"
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    CALLS.clear()
 
 
 # -- NUL characters are stored faithfully -------------------------------------------

@@ -17,17 +17,11 @@ import dbos_agent as da
 from dbos_agent.errors import DependencyUnavailableError, InvalidOptionError
 from dbos_agent.records import StepStatus, WorkflowStatus
 from dbos_agent.testing import Inspector, advance_clock, sweep_once
-from tests.helpers import new_id, wait_until
+from tests.helpers import new_id, per_test, wait_until
 
-CALLS: Counter[str] = Counter()
+CALLS: Counter[str] = per_test(Counter())
 #: How many more attempts of each workflow's step fail (by workflow id).
-FAILURES: dict[str, int] = {}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    CALLS.clear()
-    FAILURES.clear()
+FAILURES: dict[str, int] = per_test({})
 
 
 def _attempt(kind: type[Exception]) -> str:

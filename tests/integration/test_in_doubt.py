@@ -7,18 +7,11 @@ from collections import Counter
 import pytest
 
 import dbos_agent as da
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
-SENT: Counter[str] = Counter()
-OUTBOX: set[str] = set()
-CRASH: set[str] = set()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    SENT.clear()
-    OUTBOX.clear()
-    CRASH.clear()
+SENT: Counter[str] = per_test(Counter())
+OUTBOX: set[str] = per_test(set())
+CRASH: set[str] = per_test(set())
 
 
 def _already_sent(to: str) -> object:

@@ -20,8 +20,8 @@ from dbos_agent.agent.mcp import McpHttpServer
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text, tool_use
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id
-from tests.integration.test_web import free_port
 from tests.process.test_mcp_tools import effects, use
+from tests.support.web import free_port
 
 LIMIT = 2**20
 MCP_SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"

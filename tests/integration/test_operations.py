@@ -10,26 +10,18 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.engine.runtime.core import Engine
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
-RUNS: Counter[str] = Counter()
+RUNS: Counter[str] = per_test(Counter())
 #: "key:i" -> set when turn i of key starts / the workflow reaches the pause before turn i
-REACHED: dict[str, threading.Event] = {}
+REACHED: dict[str, threading.Event] = per_test({})
 #: "key:i" -> turn i waits for it inside the step
-IN_STEP: dict[str, threading.Event] = {}
+IN_STEP: dict[str, threading.Event] = per_test({})
 #: "key:i" -> the workflow waits for it between steps, before turn i
-BEFORE: dict[str, threading.Event] = {}
+BEFORE: dict[str, threading.Event] = per_test({})
 #: keys whose tool is "fixed": turns return another answer
-FIXED: set[str] = set()
-CRASH: set[str] = set()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    for table in (RUNS, REACHED, IN_STEP, BEFORE):
-        table.clear()
-    FIXED.clear()
-    CRASH.clear()
+FIXED: set[str] = per_test(set())
+CRASH: set[str] = per_test(set())
 
 
 def _wait(event: threading.Event) -> None:

@@ -13,10 +13,10 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.limits import MAX_IDENTIFIER_BYTES
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
 CODE: dict[str, str] = {}
-RUNS: Counter[str] = Counter()
+RUNS: Counter[str] = per_test(Counter())
 
 
 @da.step
@@ -59,11 +59,6 @@ def run(key: str, code: str) -> list[str]:
 
 def names(key: str) -> list[str]:
     return [s.name for s in da.list_steps(key)]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counts() -> None:
-    RUNS.clear()
 
 
 def test_a_new_run_records_the_marker_and_takes_the_new_branch(runtime: da.Runtime) -> None:

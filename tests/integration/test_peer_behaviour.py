@@ -16,16 +16,10 @@ import pytest
 import dbos_agent as da
 from dbos_agent.engine.children import START_CHILD_STEP
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id, wait_until
+from tests.helpers import new_id, per_test, wait_until
 
-STEP_RUNS: Counter[str] = Counter()
-GATE = threading.Event()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    STEP_RUNS.clear()
-    GATE.clear()
+STEP_RUNS: Counter[str] = per_test(Counter())
+GATE = per_test(threading.Event())
 
 
 @da.durable_workflow

@@ -12,19 +12,12 @@ import pytest
 import dbos_agent as da
 from dbos_agent.engine.queues import isolated_queues
 from dbos_agent.testing import Inspector, advance_clock, clock_offset, dispatch_once
-from tests.helpers import new_id, wait_until
+from tests.helpers import new_id, per_test, wait_until
 
-ORDER: list[str] = []
-RUNS: Counter[str] = Counter()
-IN_FLIGHT = {"now": 0, "max": 0}
+ORDER: list[str] = per_test([])
+RUNS: Counter[str] = per_test(Counter())
+IN_FLIGHT: Counter[str] = per_test(Counter())
 _lock = threading.Lock()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    ORDER.clear()
-    RUNS.clear()
-    IN_FLIGHT.update(now=0, max=0)
 
 
 @da.step

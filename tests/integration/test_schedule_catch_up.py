@@ -134,12 +134,6 @@ def test_every_slot_missed_while_every_process_was_down_runs_once(
     assert (info.skipped_slots, info.passed_slots, info.buffered_slot) == (0, 0, None)
 
 
-@pytest.fixture
-def restartable_url(dbos_agent_restartable_postgres: RestartablePostgres) -> Iterator[str]:
-    with dbos_agent_restartable_postgres.database() as url:
-        yield url
-
-
 def test_slots_due_while_postgres_restarts_run_once_it_is_back(
     dbos_agent_restartable_postgres: RestartablePostgres,
     restartable_url: str,

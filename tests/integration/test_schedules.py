@@ -375,12 +375,6 @@ def test_the_cli_lists_pauses_resumes_and_backfills(
     refused(cli(url, "schedules", "backfill", name, "--from", "soon", "--to", "1h"), 2, "--from")
 
 
-@pytest.fixture
-def restartable_url(dbos_agent_restartable_postgres: RestartablePostgres) -> Iterator[str]:
-    with dbos_agent_restartable_postgres.database() as url:
-        yield url
-
-
 def test_firing_rides_out_killed_connections_and_a_restart(
     dbos_agent_restartable_postgres: RestartablePostgres, restartable_url: str, executor_id: str
 ) -> None:

@@ -19,16 +19,10 @@ import dbos_agent as da
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.storage import jsonb
 from dbos_agent.testing import Inspector
-from tests.helpers import SimulatedCrash, new_id
+from tests.helpers import SimulatedCrash, new_id, per_test
 
-CALLS: Counter[str] = Counter()
-CRASH_AFTER: dict[str, int] = {}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    CALLS.clear()
-    CRASH_AFTER.clear()
+CALLS: Counter[str] = per_test(Counter())
+CRASH_AFTER: dict[str, int] = per_test({})
 
 
 class Page(BaseModel):

@@ -10,9 +10,6 @@ import dbos_agent as da
 from dbos_agent.records import WorkflowStatus
 from dbos_agent.testing import Inspector
 from tests.helpers import cli, new_id, ok, refused, wait_until
-from tests.integration.test_web import api, server
-
-__all__ = ["api", "server"]  # the fixtures this module uses
 
 
 @da.step

@@ -5,112 +5,27 @@ stream watched and its approval sent from the page."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anthropic
 import httpx
 import pytest
-import uvicorn
 
 import dbos_agent as da
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
-from dbos_agent.web import create_app
-from dbos_agent.web.connections import ConnectionLimits, server_config
 from tests.apps.diverging import hold_diverged
 from tests.helpers import new_id, wait_until
+from tests.support.web import CHROMIUM, NEEDS_CHROMIUM, TOKEN, Server, dashboard, screenshot
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page, Playwright
-
-TOKEN = "s3cret-token"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-#: The browser tests; DBOS_AGENT_REQUIRE_BROWSER=1 makes a missing chromium a failure.
-NEEDS_CHROMIUM = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("DBOS_AGENT_REQUIRE_BROWSER"),
-    reason="needs Debian's chromium (.ci/run installs it)",
-)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """The app on uvicorn in a thread of this process, on a free port, on connections
-    with ``limits`` as ``dbos-agent serve`` runs it."""
-
-    def __init__(
-        self,
-        url: str,
-        token: str | None = None,
-        limits: ConnectionLimits | None = None,
-        **options: Any,
-    ) -> None:
-        self.port = free_port()
-        config = server_config(
-            create_app(url, token=token, **options),
-            limits or ConnectionLimits(),
-            host="127.0.0.1",
-            port=self.port,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        wait_until(lambda: self.server.started, 30, "uvicorn started")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
-@pytest.fixture
-def server(runtime: da.Runtime, dbos_agent_database_url: str) -> Iterator[Server]:
-    with Server(dbos_agent_database_url, TOKEN) as running:
-        yield running
-
-
-@pytest.fixture
-def api(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=server.base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
-    ) as client:
-        yield client
-
-
-@contextlib.contextmanager
-def dashboard(pw: Playwright, server: Server) -> Iterator[Page]:
-    """The dashboard in Debian's chromium, logged in with the token."""
-    assert CHROMIUM is not None, "chromium is not installed (apt-get install chromium)"
-    browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-    try:
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(server.base + "/")
-        page.fill("#token", TOKEN)
-        page.dispatch_event("#token", "change")
-        yield page
-    finally:
-        browser.close()
+    from playwright.sync_api import Page
 
 
 @da.durable_workflow(name="web_waiter")
@@ -497,15 +412,6 @@ def test_the_dashboard_says_why_a_workflow_is_held_and_offers_fork_and_cancel(
         assert (tmp_path / shot).read_bytes().startswith(b"\x89PNG"), shot
 
 
-def _shot(page: Page, path: Path) -> None:
-    """A screenshot in ``path`` (and in $DBOS_AGENT_SCREENSHOTS, to look at)."""
-    page.screenshot(path=str(path), full_page=True)
-    if folder := os.environ.get("DBOS_AGENT_SCREENSHOTS"):
-        shutil.copy(path, Path(folder) / path.name)
-    data = path.read_bytes()
-    assert data.startswith(b"\x89PNG") and len(data) > 5_000, path
-
-
 @da.step
 def lookup(key: str) -> dict[str, str]:
     return {"key": key, "value": f"the value of {key}"}
@@ -564,7 +470,7 @@ def test_the_dashboard_in_each_state(
                         "no workflows", timeout=15_000
                     )
                     assert "token=" not in page.url  # not left in the history
-                    _shot(page, tmp_path / "1-empty.png")
+                    screenshot(page, tmp_path / "1-empty.png")
 
             page.goto(f"{server.base}/?token={TOKEN}")
             row = page.locator(f'tr[data-id="{waiting_id}"]')
@@ -578,7 +484,7 @@ def test_the_dashboard_in_each_state(
             expect(page.locator(f'tr[data-for="{asking.workflow_id}"]')).to_have_text(
                 "waiting for an approval (step 0)"
             )
-            _shot(page, tmp_path / "2-long-ids.png")
+            screenshot(page, tmp_path / "2-long-ids.png")
 
             row.click()
             expect(page.locator("#detail h2.id")).to_have_text(waiting_id, timeout=15_000)
@@ -590,14 +496,14 @@ def test_the_dashboard_in_each_state(
             result = page.get_by_test_id("step-0").get_by_test_id("step-result")
             expect(result).to_contain_text("the value of k1")
             expect(page.get_by_test_id("created")).to_have_text(re.compile(f"^{TIME} UTC$"))
-            _shot(page, tmp_path / "3-waiting.png")
+            screenshot(page, tmp_path / "3-waiting.png")
 
             page.locator(f'tr[data-id="{asking.workflow_id}"]').click()
             expect(page.get_by_test_id("waiting-for")).to_contain_text(
                 "approval of delete_branch (step 0)", timeout=15_000
             )
             expect(page.get_by_test_id("approval-0")).to_contain_text("delete_branch")
-            _shot(page, tmp_path / "4-approval.png")
+            screenshot(page, tmp_path / "4-approval.png")
 
             page.locator(f'tr[data-id="{finished}"]').click()
             expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=15_000)
@@ -606,7 +512,7 @@ def test_the_dashboard_in_each_state(
             expect(page.get_by_test_id("waiting-for")).to_have_text("-")
             expect(page.get_by_test_id("finished")).to_have_text(re.compile(f"^{TIME} UTC$"))
             expect(page.get_by_test_id("output")).to_have_text("sent the value of k2")
-            _shot(page, tmp_path / "5-finished.png")
+            screenshot(page, tmp_path / "5-finished.png")
 
             page.locator(f'tr[data-id="{waiting_id}"]').click()
             expect(page.locator("#detail h2.id")).to_have_text(waiting_id, timeout=15_000)
@@ -617,7 +523,7 @@ def test_the_dashboard_in_each_state(
             expect(page.get_by_test_id("output")).to_have_text(
                 re.compile(r"^WorkflowCancelledError: workflow .* was cancelled")
             )
-            _shot(page, tmp_path / "6-cancelled.png")
+            screenshot(page, tmp_path / "6-cancelled.png")
         finally:
             browser.close()
     da.cancel(asking.workflow_id)

@@ -21,7 +21,7 @@ from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.web.connections import ConnectionLimits
 from dbos_agent.web.limits import DEFAULT_MAX_STREAMS
 from tests.helpers import wait_until
-from tests.integration.test_web import Server
+from tests.support.web import Server
 from tests.support.web_load import Served, closed_by_peer, hung_up, status_line
 
 TOKEN = "limits-token"

@@ -7,16 +7,13 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import pytest
 
 import dbos_agent as da
-from tests.helpers import new_id, wait_until
-from tests.integration.test_web import NEEDS_CHROMIUM, Server, _shot, api, dashboard, server
+from tests.helpers import new_id, per_test, wait_until
+from tests.support.web import NEEDS_CHROMIUM, Server, dashboard, screenshot
 
-__all__ = ["api", "server"]  # the fixtures this module uses
-
-CALLS: Counter[str] = Counter()
-DOWN: set[str] = set()
+CALLS: Counter[str] = per_test(Counter())
+DOWN: set[str] = per_test(set())
 
 
 @da.step(retry_on=(ConnectionError,), give_up_after=3600, waits_for="the payments API")
@@ -30,12 +27,6 @@ def charge(order: str) -> str:
 @da.durable_workflow(name="web_pay")
 def pay(order: str) -> str:
     return charge(order)
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    CALLS.clear()
-    DOWN.clear()
 
 
 def _retrying(wid: str) -> bool:
@@ -82,7 +73,7 @@ def test_the_dashboard_says_what_a_workflow_waits_for_and_retries_it_now(
         expect(page.locator(f'tr[data-for="{order}"]')).to_contain_text(
             "waiting for the payments API since", timeout=15_000
         )
-        _shot(page, tmp_path / "retrying-list.png")
+        screenshot(page, tmp_path / "retrying-list.png")
         page.locator(f'tr[data-id="{order}"]').click()
         expect(page.get_by_test_id("waiting-for")).to_contain_text(
             "the payments API since", timeout=15_000
@@ -90,10 +81,10 @@ def test_the_dashboard_says_what_a_workflow_waits_for_and_retries_it_now(
         expect(page.get_by_test_id("waiting-for")).to_contain_text("last error: ConnectionError")
         expect(page.get_by_test_id("step-0")).to_contain_text("RETRYING")
         expect(page.get_by_test_id("retry")).to_be_visible()
-        _shot(page, tmp_path / "retrying-detail.png")
+        screenshot(page, tmp_path / "retrying-detail.png")
         DOWN.discard(order)
         page.get_by_test_id("retry").click()
         expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=30_000)
         expect(page.get_by_test_id("retry")).to_be_hidden()
-        _shot(page, tmp_path / "retried.png")
+        screenshot(page, tmp_path / "retried.png")
     assert handle.result(timeout=30) == f"charged {order}"

@@ -25,8 +25,8 @@ import pytest
 
 import dbos_agent as da
 from tests.helpers import new_id, wait_until
-from tests.integration.test_web import CHROMIUM, NEEDS_CHROMIUM, Server, free_port
 from tests.processes import ROOT
+from tests.support.web import CHROMIUM, NEEDS_CHROMIUM, Server, free_port
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser

@@ -18,18 +18,11 @@ from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.engine.runtime.recovery import take_over_once
 from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.storage.database import SystemDatabase
-from tests.helpers import SimulatedCrash, new_id, wait_until
+from tests.helpers import SimulatedCrash, new_id, per_test, wait_until
 
-RUNS: Counter[str] = Counter()
-GATES: dict[str, threading.Event] = {}
-MODE: dict[str, str] = {}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    RUNS.clear()
-    GATES.clear()
-    MODE.clear()
+RUNS: Counter[str] = per_test(Counter())
+GATES: dict[str, threading.Event] = per_test({})
+MODE: dict[str, str] = per_test({})
 
 
 @da.step

@@ -16,7 +16,7 @@ import dbos_agent as da
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
-from tests.integration.test_web import CHROMIUM, TOKEN, Server, dashboard
+from tests.support.web import CHROMIUM, TOKEN, Server, dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "coding_agent.py"

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,11 @@ import dbos_agent as da
 from dbos_agent.agent import Model, ToolRegistry, tool
 from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, text, tool_use
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id, wait_until
+from tests.helpers import new_id, per_test, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-CURRENT: dict[str, Any] = {}
+CURRENT: dict[str, Any] = per_test({})
 HELLO: list[MessageParam] = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    yield
-    CURRENT.clear()
 
 
 def engine_threads() -> int:

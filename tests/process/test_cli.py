@@ -27,21 +27,13 @@ from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
 from tests.apps.diverging import hold_diverged
-from tests.helpers import SimulatedCrash, cli, new_id, ok, refused, wait_until
+from tests.helpers import SimulatedCrash, cli, new_id, ok, per_test, refused, wait_until
 from tests.processes import ROOT, start_worker, stop_workers
 
-RUNS: Counter[str] = Counter()
-PAUSE: dict[str, threading.Event] = {}
-PAUSED: dict[str, threading.Event] = {}
-CRASH: set[str] = set()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    RUNS.clear()
-    PAUSE.clear()
-    PAUSED.clear()
-    CRASH.clear()
+RUNS: Counter[str] = per_test(Counter())
+PAUSE: dict[str, threading.Event] = per_test({})
+PAUSED: dict[str, threading.Event] = per_test({})
+CRASH: set[str] = per_test(set())
 
 
 @da.step

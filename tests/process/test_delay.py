@@ -20,15 +20,10 @@ from dbos_agent.engine.queues import dispatch_once, isolated_queues
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
-from tests.helpers import new_id
+from tests.helpers import new_id, per_test
 from tests.processes import ROOT
 
-RUNS: Counter[str] = Counter()
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> None:
-    RUNS.clear()
+RUNS: Counter[str] = per_test(Counter())
 
 
 @da.step

@@ -24,9 +24,9 @@ from dbos_agent.agent.scripted_server import Fail, Reply, ScriptedServer, Script
 from dbos_agent.records import WorkflowStatus
 from dbos_agent.testing import Inspector, advance_clock
 from tests.helpers import new_id, until_done, wait_until
-from tests.integration.test_web import free_port
 from tests.process.test_mcp_tools import effects, use
 from tests.processes import start_module
+from tests.support.web import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"

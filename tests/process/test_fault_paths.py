@@ -34,40 +34,12 @@ from dbos_agent.testing import (
     dispatch_once,
     sweep_once,
 )
-from tests.apps import fault_app
 from tests.apps.fault_app import expected, read_log, spawner
 from tests.helpers import dead_sessions_after_start, new_id, wait_until
 from tests.processes import start_worker, stop_workers
 
 CHILD_STEP = "dbos_agent.start_child"
 READ_STEP = "dbos_agent.read_stream"
-
-
-@pytest.fixture
-def server(dbos_agent_restartable_postgres: RestartablePostgres) -> RestartablePostgres:
-    """This module's own server, which the tests restart."""
-    return dbos_agent_restartable_postgres
-
-
-@pytest.fixture
-def url(server: RestartablePostgres) -> Iterator[str]:
-    with server.database() as database_url:
-        yield database_url
-
-
-@pytest.fixture
-def db(url: str) -> Iterator[Inspector]:
-    with Inspector(url) as inspector:
-        yield inspector
-
-
-@pytest.fixture
-def step_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The side-effect log, for this process's steps and the workers'."""
-    path = tmp_path / "steps.log"
-    path.touch()
-    monkeypatch.setattr(fault_app, "LOG", str(path))
-    return path
 
 
 @pytest.fixture

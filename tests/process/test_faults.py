@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -23,37 +23,9 @@ import dbos_agent as da
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.storage.outages import Retrier
 from dbos_agent.testing import Inspector, RestartablePostgres
-from tests.apps import fault_app
 from tests.apps.fault_app import chain, expected, note, read_log
 from tests.helpers import new_id, thread_stacks, wait_until
 from tests.processes import start_worker, stop_workers
-
-
-@pytest.fixture
-def server(dbos_agent_restartable_postgres: RestartablePostgres) -> RestartablePostgres:
-    return dbos_agent_restartable_postgres
-
-
-@pytest.fixture
-def url(server: RestartablePostgres) -> Iterator[str]:
-    with server.database() as database_url:
-        yield database_url
-
-
-@pytest.fixture
-def db(url: str) -> Iterator[Inspector]:
-    with Inspector(url) as inspector:
-        yield inspector
-
-
-@pytest.fixture
-def step_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The side-effect log, for this process's steps and the workers'."""
-    path = tmp_path / "steps.log"
-    path.touch()
-    monkeypatch.setattr(fault_app, "LOG", str(path))
-    return path
-
 
 _lines = read_log
 
@@ -274,7 +246,7 @@ def test_the_http_api_and_a_stream_it_serves_ride_out_a_restart(
     value once, in order, to the end, and the API answers afterwards as before."""
     import httpx
 
-    from tests.integration.test_web import TOKEN, Server
+    from tests.support.web import TOKEN, Server
 
     n = 60
     rt = da.launch(url, executor_id=executor_id, workers=4)

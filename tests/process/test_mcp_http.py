@@ -29,8 +29,8 @@ from dbos_agent.agent import ToolRegistry
 from dbos_agent.agent.mcp import McpConnectionError, McpHttpServer
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
-from tests.integration.test_web import free_port
 from tests.process.test_mcp_tools import CURRENT, async_calls, effects, use
+from tests.support.web import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTING = "mcp:list_tools:127_0_0_1"

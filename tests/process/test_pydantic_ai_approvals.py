@@ -35,9 +35,9 @@ from dbos_agent.testing import Inspector
 from tests.apps import pydantic_ai_app as app
 from tests.apps import pydantic_ai_approval_app as guarded_app
 from tests.helpers import cli, new_id, ok, refused, wait_until
-from tests.integration.test_web import TOKEN, Server
 from tests.process.test_pydantic_ai import lines, paid, pids_of, task_of, turn_of
 from tests.processes import start_module
+from tests.support.web import TOKEN, Server
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "guard__model.request"

@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 import dbos_agent as da
 from dbos_agent import cli
 from dbos_agent.storage.dsn import URL_ENV
-from tests.integration.test_web import free_port
 from tests.processes import ROOT
 from tests.support.secret_forms import FORMS, Secret, leaks, secrets, texts_of
+from tests.support.web import free_port
 
 # What each attempt runs: the library's two entry points and the CLI's two paths.
 CLI_COMMANDS = [["workflows", "list"], ["migrate", "--json"], ["serve", "--port", "0"]]
