@@ -3,6 +3,7 @@
     python tests/apps/messaging_app.py recv WORKFLOW_ID     # run two_messages() under that id
     python tests/apps/messaging_app.py sleep WORKFLOW_ID S  # run sleepy(S) under that id
     python tests/apps/messaging_app.py recover WORKFLOW_ID  # launch (recovering), wait, result
+    python tests/apps/messaging_app.py adopt WORKFLOW_ID S  # clock S s on, take over, result
 
 Environment: DBOS_AGENT_DATABASE_URL, MSG_EXECUTOR (executor id), MSG_DIR (where the
 effects log is appended), MSG_KILL ("after-recv-0", "after-recv-1" or empty): where the
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import dbos_agent as da
+from dbos_agent.testing import advance_clock, take_over_once
 
 DIR = Path(os.environ.get("MSG_DIR", "."))
 KILL = os.environ.get("MSG_KILL", "")
@@ -61,11 +63,17 @@ def sleepy(seconds: float) -> float:
 def main() -> None:
     mode, wid = sys.argv[1], sys.argv[2]
     executor = os.environ.get("MSG_EXECUTOR", "local")
-    runtime = da.launch(executor_id=executor, recover=(mode == "recover"), workers=4)
+    runtime = da.launch(
+        executor_id=executor, recover=(mode == "recover"), take_over=False, workers=4
+    )
     try:
         result: object
         with da.workflow_id(wid):
-            if mode == "recv":
+            if mode == "adopt":  # a dead process's workflow, S s later by the database clock
+                advance_clock(float(sys.argv[3]))
+                take_over_once()
+                result = da.retrieve(wid).result(timeout=60)
+            elif mode == "recv":
                 result = two_messages()
             elif mode == "sleep":
                 result = sleepy(float(sys.argv[3]))

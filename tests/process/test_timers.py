@@ -19,6 +19,7 @@ from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.process.test_messaging import APP, app_env
+from tests.processes import run_app
 
 CRASH: set[str] = set()
 
@@ -143,11 +144,14 @@ def _has_step(url: str, wid: str, name: str) -> bool:
 
 
 def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_path: Path) -> None:
-    """Sleep 3 s, SIGKILL after 1 s, restart: it wakes ~3 s after it fell asleep, not ~4+."""
-    url, wid, executor = dbos_agent_database_url, new_id("crash-nap"), new_id("executor")
-    env = app_env(url, tmp_path, executor)
+    """Sleep 10 minutes, SIGKILL, and take the workflow over in a process whose database
+    clock is 10 minutes on: it wakes at once, at the wake-up time recorded before the
+    crash. Sleeping again after the restart would outlast the take-over's 60 s wait: the
+    test needs no clock of its own, however slow the machine."""
+    url, wid = dbos_agent_database_url, new_id("crash-nap")
+    env = app_env(url, tmp_path, new_id("executor"))
     app = subprocess.Popen(
-        [sys.executable, str(APP), "sleep", wid, "3"],
+        [sys.executable, str(APP), "sleep", wid, "600"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -160,22 +164,19 @@ def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_pat
             "the app's sleep to begin",
         )
         assert app.poll() is None, app.communicate()
-        time.sleep(1.0)  # not a wait for a condition: the kill lands a third into the sleep
         app.send_signal(signal.SIGKILL)
         app.communicate(timeout=30)
     finally:
         app.kill()
     assert app.returncode == -signal.SIGKILL
-    recovered = subprocess.run(
-        [sys.executable, str(APP), "recover", wid],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert recovered.returncode == 0, recovered.stderr
-    slept = json.loads(recovered.stdout)
-    assert 3.0 <= slept < 3.95, slept  # not sleep-after-restart: that is 1 + restart + 3
+    with Inspector(url) as db:
+        recorded = [s.output for s in db.steps(wid) if s.name == "dbos_agent.sleep"]
+    env["MSG_EXECUTOR"] = new_id("adopter")
+    adopted = run_app([sys.executable, str(APP), "adopt", wid, "600"], env=env, timeout=120)
+    assert json.loads(adopted.stdout) < 600  # by the apps' real clocks: no 10-minute sleep
+    with Inspector(url) as db:
+        sleeps = [s.output for s in db.steps(wid) if s.name == "dbos_agent.sleep"]
+    assert len(recorded) == 1 and sleeps == recorded  # the wake-up time from before the crash
 
 
 def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
