@@ -20,6 +20,7 @@ from psycopg import sql
 
 from dbos_agent.storage.database import SystemDatabase
 from dbos_agent.testing import fresh_database
+from tests.processes import output
 
 #: The root of this checkout: subprocesses import its dbos_agent, whatever is installed.
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -132,8 +133,8 @@ def cli(
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    assert result.returncode == 0, output(result)
+    assert result.stderr == "", output(result)
     return result.stdout
 
 
@@ -147,7 +148,7 @@ def refused(
     """Failed with ``status`` and ``message``: one line on stderr; on stdout nothing, or,
     for an operational error (1) under ``--json`` (or wherever ``as_json`` says: a
     ``check-deploy`` that checked nothing, 2), the error as a JSON document."""
-    assert result.returncode == status, (result.stdout, result.stderr)
+    assert result.returncode == status, output(result)
     if as_json is None:
         as_json = status == 1 and "--json" in result.args
     if as_json:

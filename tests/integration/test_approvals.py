@@ -15,6 +15,7 @@ import dbos_agent as da
 from dbos_agent.agent import ToolRegistry, tool
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, cli, new_id, per_test, wait_until
+from tests.processes import output
 from tests.support.web import TOKEN, Server
 
 RUNS: Counter[str] = per_test(Counter())
@@ -179,7 +180,7 @@ def test_decisions_from_the_cli_and_over_http(
     forged = cli(url, "approve", cli_handle.workflow_id, "0", "--digest", "0" * 64)
     assert forged.returncode == 1 and "other arguments" in forged.stderr
     approved = cli(url, "approve", cli_handle.workflow_id, "0", "--digest", request.digest)
-    assert approved.returncode == 0, approved.stderr
+    assert approved.returncode == 0, output(approved)
     assert cli_handle.result(timeout=30) == "deployed to cli"
     doubled = cli(url, "reject", cli_handle.workflow_id, "0", "--digest", request.digest)
     assert doubled.returncode == 1 and "already approved" in doubled.stderr

@@ -20,6 +20,7 @@ from dbos_agent.engine.retention import format_duration, parse_duration
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import fresh_database
 from tests.helpers import cli, new_id, ok, refused, wait_until
+from tests.processes import output
 
 DAY = timedelta(days=1)
 #: Rows of one workflow of :func:`job`: itself, 2 steps + set_event, 1 message, 1 event.
@@ -247,7 +248,7 @@ def test_the_worker_reads_retention_with_the_same_parser(dbos_agent_database_url
     result = cli(
         dbos_agent_database_url, "worker", "--app", "tests.apps.worker_app", "--retention", "1y"
     )
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 2, output(result)
     assert "argument --retention: '1y' is not a duration" in result.stderr
 
 

@@ -25,7 +25,7 @@ import pytest
 
 import dbos_agent as da
 from tests.helpers import new_id, wait_until
-from tests.processes import ROOT
+from tests.processes import ROOT, output
 from tests.support.web import CHROMIUM, NEEDS_CHROMIUM, Server, free_port
 
 if TYPE_CHECKING:
@@ -355,7 +355,7 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_1(
         port = taken.getsockname()[1]
         server = _serve(dbos_agent_database_url, "--port", str(port), "--no-token")
         out, err = server.communicate(timeout=60)
-    assert server.returncode == 1, (out, err)
+    assert server.returncode == 1, output(server, out, err)
     assert "dashboard at" not in out
     (line,) = err.splitlines()
     assert line.startswith(f"dbos-agent serve: error: cannot listen on 127.0.0.1:{port}: ")

@@ -19,6 +19,7 @@ from dbos_agent.engine.runtime.recovery import take_over_once
 from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.storage.database import SystemDatabase
 from tests.helpers import SimulatedCrash, new_id, per_test, wait_until
+from tests.processes import output
 
 RUNS: Counter[str] = per_test(Counter())
 GATES: dict[str, threading.Event] = per_test({})
@@ -559,7 +560,7 @@ def test_a_program_ends_quietly_with_or_without_shutdown(
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, output(done)
     assert done.stdout.strip() == ("hi async" if mode == "async" else "hi")
     noise = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     assert noise == [] and "Traceback" not in done.stderr, done.stderr

@@ -16,6 +16,7 @@ import dbos_agent as da
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+from tests.processes import output
 from tests.support.web import CHROMIUM, TOKEN, Server, dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,19 +87,19 @@ def test_the_agent_waits_for_a_human_across_a_crash(
     try:
         wait_until(lambda: db.owner_pid(task) == second.pid, 60, "the second run took over")
         listed = _cli(url, "--json", "approvals", task)
-        assert listed.returncode == 0, listed.stderr
+        assert listed.returncode == 0, output(listed)
         (request,) = json.loads(listed.stdout)
         assert request["tool"] == "run_bash" and request["status"] == "PENDING"
         forged = _cli(url, "approve", task, str(request["seq"]), "--digest", "0" * 64)
         assert forged.returncode == 1 and "other arguments" in forged.stderr
         verb, extra = ("approve", []) if approved else ("reject", ["--reason", "no"])
         decided = _cli(url, verb, task, str(request["seq"]), "--digest", request["digest"], *extra)
-        assert decided.returncode == 0, decided.stderr
+        assert decided.returncode == 0, output(decided)
         out, _ = second.communicate(timeout=60)
     finally:
         if second.poll() is None:
             second.kill()
-    assert second.returncode == 0, out
+    assert second.returncode == 0, output(second, out, None)
     assert "waiting for approval" in out  # the resumed run asks again: it is still waiting
     assert ("✓ approved" if approved else "✗ rejected: no") in out  # and says what it got
     path = workdir / "CHANGELOG.md"
@@ -139,7 +140,7 @@ def test_the_agent_is_approved_from_the_dashboard(
     finally:
         if agent.poll() is None:
             agent.kill()
-    assert agent.returncode == 0, out
+    assert agent.returncode == 0, output(agent, out, None)
     assert "✓ approved" in out
     assert (workdir / "CHANGELOG.md").read_text().count(CHANGELOG_LINE) == 1
     assert (tmp_path / "agent-approved.png").read_bytes().startswith(b"\x89PNG")

@@ -24,6 +24,7 @@ from dbos_agent.agent import Model, ToolRegistry, tool
 from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, text, tool_use
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, per_test, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 CURRENT: dict[str, Any] = per_test({})
@@ -308,7 +309,7 @@ def test_parallel_async_tool_calls_keep_their_positions_across_a_kill(
         before = _lines(log)
         second = _app(dbos_agent_database_url, server.url, log, wid, hang=False)
         out, err = second.communicate(timeout=120)
-        assert second.returncode == 0, err
+        assert second.returncode == 0, output(second, out, err)
         assert json.loads(out) == ["all five parts done"]
         assert len(server.requests) == 2  # the first model call was replayed, not paid again
     after = [line.rsplit(" ", 1)[0] for line in _lines(log)[len(before) :]]

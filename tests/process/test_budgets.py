@@ -20,6 +20,7 @@ from dbos_agent.agent import Budget, Model, raise_budget
 from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, ScriptItem, text
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, cli, new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS: dict[str, Model] = {}
@@ -113,7 +114,7 @@ def test_the_spend_against_the_budget_is_shown(
     with da.workflow_id(wid):
         assert calls(2) == 2
     shown = cli(dbos_agent_database_url, "--json", "workflows", "show", wid)
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == 0, output(shown)
     budget = json.loads(shown.stdout)["budget"]
     assert budget["max_tokens"] == 1000 and budget["spent_tokens"] == 600
     human = cli(dbos_agent_database_url, "workflows", "show", wid)
@@ -182,7 +183,7 @@ def test_a_budget_holds_across_a_kill_of_the_process(dbos_agent_database_url: st
             first.send_signal(signal.SIGKILL)
             first.communicate(timeout=30)
         second = subprocess.run(app, env=env, cwd=ROOT, text=True, capture_output=True, timeout=120)
-        assert second.returncode == 0, second.stderr
+        assert second.returncode == 0, output(second)
         outcome = json.loads(second.stdout.strip().splitlines()[-1])
         assert outcome["error"] == "BudgetExceededError", outcome
         assert "spent 900 of its 1,000-token budget" in outcome["message"]

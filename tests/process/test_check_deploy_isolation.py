@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import cli, dbos_agent_rows, migrated_database
+from tests.processes import output
 
 HEAD = """\
 import os, signal, sys, threading
@@ -123,7 +124,7 @@ def test_the_same_check_passes_for_an_app_that_behaves(
     checked: tuple[dict[str, subprocess.CompletedProcess[str]], bool],
 ) -> None:
     result = checked[0]["fits"]
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, output(result)
     report = json.loads(result.stdout)
     assert (report["fits"], report["checked"]) == (True, 1), report
 
@@ -142,7 +143,7 @@ def test_a_bad_histories_file_is_named_by_line_from_the_check(
     bad.write_bytes(b'{"format": "dbos_agent.history/1", "workflow": {"name": "\xff"}}\n')
     with migrated_database(dbos_agent_postgres_url) as url:
         result = cli(url, "check-deploy", "--app", "app", "--histories", str(bad), cwd=tmp_path)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 1, output(result)
     assert result.stderr == (
         f"dbos-agent: error: {bad}, line 1: not UTF-8 text (byte 0xff at column 58)\n"
     )

@@ -28,7 +28,7 @@ from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
 from tests.apps.diverging import hold_diverged
 from tests.helpers import SimulatedCrash, cli, new_id, ok, per_test, refused, wait_until
-from tests.processes import ROOT, start_worker, stop_workers
+from tests.processes import ROOT, output, start_worker, stop_workers
 
 RUNS: Counter[str] = per_test(Counter())
 PAUSE: dict[str, threading.Event] = per_test({})
@@ -292,7 +292,7 @@ def test_the_worker_command_takes_the_workers_options(
         ["worker", "--app", "tests.apps.worker_app", "--database-url", given],
     ):
         result = cli(ignored, *args, cwd=ROOT)
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 1, output(result)
         assert "127.0.0.1:1/given" in result.stderr and "ignored" not in result.stderr
     # Before the command, on a real database: it runs, and stops cleanly on SIGTERM.
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
@@ -373,14 +373,14 @@ def test_send_to_a_finished_workflow_warns(
     with da.workflow_id(key):
         chat(key, 0)
     result = cli(url, "send", key, '"too late"')
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, output(result)
     assert f'sent "too late" to {key}' in result.stdout
     assert result.stderr.startswith("dbos-agent: warning: ")
     assert len(result.stderr.splitlines()) == 1
     assert "already finished with status SUCCESS" in result.stderr
     assert "nothing will ever receive it" in result.stderr
     result = cli(url, "send", key, "again", "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, output(result)
     document = json.loads(result.stdout)
     assert document["sent"] is True and document["message"] == "again"
     assert "nothing will ever receive it" in document["warning"]

@@ -18,6 +18,7 @@ import pytest
 
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+from tests.processes import output
 
 APP = Path(__file__).parents[1] / "apps" / "crashy_app.py"
 N = 4
@@ -73,11 +74,11 @@ def test_killed_at_each_point_then_recovered(
 ) -> None:
     url, wid, executor = dbos_agent_database_url, new_id("crash"), new_id("executor")
     crashed = _run(["run", wid, str(N)], _env(url, tmp_path, executor, kill))
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert crashed.returncode == -signal.SIGKILL, output(crashed)
     assert _status(url, wid) == "PENDING"
 
     recovered = _run(["recover", wid], _env(url, tmp_path, executor))
-    assert recovered.returncode == 0, recovered.stderr
+    assert recovered.returncode == 0, output(recovered)
     assert json.loads(recovered.stdout) == {"total": EXPECTED_TOTAL, "receipt": "charged order-1"}
     assert _status(url, wid) == "SUCCESS"
 
@@ -102,10 +103,10 @@ def test_a_parent_killed_around_its_childs_start_finds_the_same_child(
     the parent's step before the child starts, the recovered parent finds the same child."""
     url, wid, executor = dbos_agent_database_url, new_id("family"), new_id("executor")
     crashed = _run(["run", wid, "-1"], _env(url, tmp_path, executor, kill))
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert crashed.returncode == -signal.SIGKILL, output(crashed)
 
     recovered = _run(["recover", wid], _env(url, tmp_path, executor))
-    assert recovered.returncode == 0, recovered.stderr
+    assert recovered.returncode == 0, output(recovered)
     assert json.loads(recovered.stdout) == 100 * 100
     with Inspector(url) as db:
         children = [w.workflow_id for w in db.workflows() if w.workflow_id.startswith(f"{wid}-")]
@@ -124,7 +125,7 @@ def test_unguarded_non_idempotent_step_killed_mid_call_stops_in_doubt(
     assert _steps(url, wid)[-1] == (1, "charge_unguarded", "PENDING")  # the intent
 
     recovered = _run(["recover", wid], _env(url, tmp_path, executor))
-    assert recovered.returncode == 0, recovered.stderr
+    assert recovered.returncode == 0, output(recovered)
     outcome = json.loads(recovered.stdout)
     assert outcome["error"] == "StepInDoubtError" and "step 1" in outcome["message"]
     assert _status(url, wid) == "IN_DOUBT"
@@ -157,7 +158,7 @@ def test_killed_from_outside_at_random_moments(
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finished = _run(["recover", wid], env)
-    assert finished.returncode == 0, finished.stderr
+    assert finished.returncode == 0, output(finished)
     assert json.loads(finished.stdout)["total"] == sum(i * i for i in range(n))
     effects = _lines(tmp_path / "effects.log")
     recorded = {seq for seq, name, _ in _steps(url, wid) if name == "effect"}

@@ -21,7 +21,7 @@ from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import new_id, per_test
-from tests.processes import ROOT
+from tests.processes import ROOT, output
 
 RUNS: Counter[str] = per_test(Counter())
 
@@ -154,7 +154,7 @@ def test_a_delayed_start_survives_its_process_and_starts_at_its_time(
         text=True,
         timeout=180,
     )
-    assert second.returncode == 0, second.stderr
+    assert second.returncode == 0, output(second)
     results = json.loads(second.stdout.strip().splitlines()[-1])
     for wid, label in zip(ids, ["started", "queued"], strict=True):
         info = infos[wid]

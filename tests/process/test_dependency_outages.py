@@ -25,7 +25,7 @@ from dbos_agent.records import WorkflowStatus
 from dbos_agent.testing import Inspector, advance_clock
 from tests.helpers import new_id, until_done, wait_until
 from tests.process.test_mcp_tools import effects, use
-from tests.processes import start_module
+from tests.processes import output, start_module
 from tests.support.web import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_a_model_outage_is_waited_out_suspended_across_a_kill(
     env["ADVANCE_CLOCK"] = "600"
     second = start_module(dbos_agent_database_url, "tests.apps.outage_app", *wids, env=env)
     out, err = second.communicate(timeout=120)
-    assert second.returncode == 0, err
+    assert second.returncode == 0, output(second, out, err)
     answers = json.loads(out.strip().splitlines()[-1])
     assert answers == {w: f"done: task {w}" for w in wids}
     assert server.paid_calls == len(wids)  # each reply paid once, none after

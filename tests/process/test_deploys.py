@@ -16,7 +16,7 @@ from pathlib import Path
 import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import cli, new_id, ok, wait_until
-from tests.processes import ROOT, start_worker, stop_workers
+from tests.processes import ROOT, output, start_worker, stop_workers
 
 
 def _start(url: str, version: str, workflow_id: str, log: Path, app_version: str = "") -> None:
@@ -36,7 +36,7 @@ def _start(url: str, version: str, workflow_id: str, log: Path, app_version: str
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, output(done)
 
 
 def _snapshot(url: str, workflow_id: str) -> tuple[object, ...]:
@@ -67,7 +67,7 @@ def test_a_waiting_agent_outlives_a_deploy_that_does_not_fit_its_log(
     # before deploying v2, the check says it does not fit, and names the workflow
     before = _snapshot(url, wid)
     checked = cli(url, "check-deploy", "--app", "tests.apps.deploy.v2", cwd=ROOT)
-    assert checked.returncode == 1, checked.stderr
+    assert checked.returncode == 1, output(checked)
     assert (
         f"{wid}  SUSPENDED  at step 0 the log recorded 'prepare', the new code calls 'audit'"
         in (checked.stdout)

@@ -24,6 +24,7 @@ from dbos_agent.postgres.throwaway import LocalCluster
 from dbos_agent.storage.dsn import redact_url
 from dbos_agent.testing import fresh_database
 from tests.helpers import wait_until
+from tests.processes import output
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,7 +119,7 @@ class Children:
     def finish(proc: subprocess.Popen[str], timeout: float = 30.0) -> tuple[str, str]:
         """Let a child exit normally; its (url, server start time)."""
         out, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, err
+        assert proc.returncode == 0, output(proc, out, err)
         url, started = out.split()
         return url, started
 

@@ -35,6 +35,7 @@ from dbos_agent.agent.scripted_server import Reply as ScriptedReply
 from dbos_agent.agent.scripted_server import ScriptedServer, text, tool_use
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"
@@ -292,7 +293,7 @@ def test_an_mcp_call_before_a_kill_9_is_not_repeated_and_the_body_runs_once(
         resumed = subprocess.run(
             command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=90
         )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, output(resumed)
     assert json.loads(resumed.stdout.splitlines()[-1]) == "finished"
     assert len(model.requests) == 3  # turns 0 and 1 were not asked (nor paid) again
     for request in model.requests:  # each model call offered the MCP tools, resumed too

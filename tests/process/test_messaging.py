@@ -21,6 +21,7 @@ import dbos_agent as da
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
+from tests.processes import output
 
 CRASH: set[str] = set()
 
@@ -367,7 +368,7 @@ def test_a_message_is_received_once_across_a_crash(
         _, err = app.communicate(timeout=60)
     finally:
         app.kill()
-    assert app.returncode == -signal.SIGKILL, err
+    assert app.returncode == -signal.SIGKILL, output(app, None, err)
     consumed = [seq for _, _, seq in _mailbox(url, wid)]
     assert consumed == ([0, None] if kill == "after-recv-0" else [0, 2])
 
@@ -378,7 +379,7 @@ def test_a_message_is_received_once_across_a_crash(
         text=True,
         timeout=60,
     )
-    assert recovered.returncode == 0, recovered.stderr
+    assert recovered.returncode == 0, output(recovered)
     assert json.loads(recovered.stdout) == ["FIRST", "SECOND"]
     # each message was received once (from the log after the crash) and handled once
     assert (tmp_path / "effects.log").read_text().split() == ["first", "second"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +54,7 @@ def test_thousands_of_wakes_with_every_pass_running_every_few_ms_run_each_step_o
             wait_until(lambda: db.all_finished(ids), 120, "every workflow to finish")
             assert set(db.statuses(ids).values()) == {da.WorkflowStatus.SUCCESS}
         _out, err = app.communicate(timeout=60)
-        assert app.returncode == 0, err
+        assert app.returncode == 0, output(app, _out, err)
     finally:
         if app.poll() is None:
             app.kill()

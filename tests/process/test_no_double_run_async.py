@@ -24,6 +24,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,7 +115,7 @@ class Stress:
                 if app.poll() is None:
                     app.kill()
                     app.communicate()
-            assert app.returncode == 0, err
+            assert app.returncode == 0, output(app, out, err)
             assert "done" in out
         with Inspector(self.url) as db:
             assert set(db.statuses(self.ids).values()) == {da.WorkflowStatus.SUCCESS}

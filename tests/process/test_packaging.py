@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tests.processes import output
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,7 +29,7 @@ def test_the_wheel_ships_the_schema_and_queries(tmp_path: Path) -> None:
         text=True,
         timeout=300,
     )
-    assert built.returncode == 0, built.stderr
+    assert built.returncode == 0, output(built)
     (wheel,) = tmp_path.glob("dbos_agent-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"dbos_agent/sql/queries.sql"} | {

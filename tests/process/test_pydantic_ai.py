@@ -32,7 +32,7 @@ from dbos_agent.records import StepInfo, describe_step
 from dbos_agent.testing import Inspector
 from tests.apps import pydantic_ai_app as app
 from tests.helpers import new_id, wait_until
-from tests.processes import start_module
+from tests.processes import output, start_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ADD = "calc__function_toolset__math.call_tool:add"
@@ -368,7 +368,7 @@ def campaign(
         at_kill = {task: inspector.steps(wid) for task, wid in ids.items()}
         second = start_app(dbos_agent_database_url, ids, env)
         out, err = second.communicate(timeout=90)
-        assert second.returncode == 0, err
+        assert second.returncode == 0, output(second, out, err)
         yield Campaign(
             ids=ids,
             killed=first.pid,

@@ -36,7 +36,7 @@ from tests.apps import pydantic_ai_app as app
 from tests.apps import pydantic_ai_approval_app as guarded_app
 from tests.helpers import cli, new_id, ok, refused, wait_until
 from tests.process.test_pydantic_ai import lines, paid, pids_of, task_of, turn_of
-from tests.processes import start_module
+from tests.processes import output, start_module
 from tests.support.web import TOKEN, Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +191,7 @@ def campaign(
         if second.poll() is None:
             second.kill()
             second.communicate()
-    assert second.returncode == 0, err
+    assert second.returncode == 0, output(second, out, err)
     return Campaign(
         ids=ids,
         killed=first.pid,

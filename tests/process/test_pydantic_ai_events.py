@@ -32,6 +32,7 @@ from dbos_agent.testing import Inspector
 from tests.apps import pydantic_ai_app as app
 from tests.apps.pydantic_ai_events_app import narrate, narrator
 from tests.helpers import new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "narrator__model.request_stream"
@@ -173,7 +174,7 @@ def test_the_event_stream_followed_by_a_second_process_across_a_kill_has_no_gap_
         recovering = run_app(url, wid, server.url)
         follower_cleanup.append(recovering)
         out, err = recovering.communicate(timeout=60)
-        assert recovering.returncode == 0, err
+        assert recovering.returncode == 0, output(recovering, out, err)
         assert json.loads(out.strip().splitlines()[-1]) == STORY
         code, err = reader.finish()
         assert code == 0, err

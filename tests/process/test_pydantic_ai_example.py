@@ -114,8 +114,12 @@ def run_example(result: Result, flags: list[str], db_url: str) -> Run:
         returncode, output = done.returncode, done.stdout
     except subprocess.TimeoutExpired as slow:
         returncode, output = -999, f"timed out: {slow.output!r}"
-    changelog = (result.work / "CHANGELOG.md").read_text().splitlines()
-    return Run(returncode, output, changelog)
+    changelog = result.work / "CHANGELOG.md"
+    # a run that failed before the task began errs every test of the module: say why
+    assert changelog.exists(), (
+        f"{' '.join(cmd)}\nexit status {returncode}, no CHANGELOG.md:\n{output}"
+    )
+    return Run(returncode, output, changelog.read_text().splitlines())
 
 
 @pytest.fixture(scope="module")

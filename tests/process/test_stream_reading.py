@@ -16,6 +16,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +120,7 @@ def test_a_reader_killed_and_recovered_replays_what_it_read_before(
     assert da.retrieve(sid).result(timeout=30) is None
     second = run_reader()
     out, err = second.communicate(timeout=60)
-    assert second.returncode == 0, err
+    assert second.returncode == 0, output(second, out, err)
     assert json.loads(out) == [1, 2]
     assert read_steps(rid) == 3
 

@@ -23,6 +23,7 @@ from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from dbos_agent.engine.runtime.core import Engine
 from tests.helpers import cli, new_id, wait_until
+from tests.processes import output
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS: Counter[str] = Counter()
@@ -211,7 +212,7 @@ def test_a_reader_across_a_kill_of_the_writer_sees_no_gap_no_duplicate_and_a_res
         first.communicate(timeout=30)
     second = writer("0.01")
     out, err = second.communicate(timeout=60)
-    assert second.returncode == 0, err
+    assert second.returncode == 0, output(second, out, err)
     assert out.strip() == "10"
     reader.join(60)
     assert not failures, failures
@@ -233,19 +234,19 @@ def test_the_cli_prints_a_stream_and_follows_it(
     with da.workflow_id(wid):
         assert retried() == "ok"  # a1 b1, a reset of step 0, a2 b2
     shown = cli(dbos_agent_database_url, "stream", wid, "out")
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == 0, output(shown)
     assert shown.stdout.splitlines() == [
         "a1b1",
         "[step 0: the output above from this step is void; it ran again]",
         "a2b2",
     ]
     as_json = cli(dbos_agent_database_url, "--json", "stream", wid, "out", "--from", "1")
-    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.returncode == 0, output(as_json)
     documents = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [d["offset"] for d in documents] == list(range(1, len(documents) + 1))
     handle = da.start(live, 5)
     followed = cli(dbos_agent_database_url, "stream", handle.workflow_id, "ticks", "--follow")
-    assert followed.returncode == 0, followed.stderr
+    assert followed.returncode == 0, output(followed)
     assert followed.stdout.split() == ["0", "1", "2", "3", "4"]  # until the workflow finished
     missing = cli(dbos_agent_database_url, "stream", "no-such-workflow", "out")
     assert missing.returncode != 0 and "no-such-workflow" in missing.stderr

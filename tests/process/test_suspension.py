@@ -26,7 +26,7 @@ from dbos_agent.engine.runtime.registry import code_version
 from dbos_agent.storage.rows import Runner
 from dbos_agent.testing import Inspector
 from tests.helpers import blocked_in, new_id, wait_until
-from tests.processes import ROOT
+from tests.processes import ROOT, output
 
 SUSPENDED = da.WorkflowStatus.SUSPENDED
 HANDLED: Counter[str] = Counter()
@@ -203,7 +203,7 @@ def test_the_cli_tells_suspended_workflows_and_what_they_wait_for(
             text=True,
             timeout=60,
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, output(done)
         return done.stdout
 
     listed = cli("workflows", "list", "--status", "SUSPENDED", "--limit", "1000")
@@ -402,7 +402,7 @@ def test_a_restart_wakes_sleepers_at_their_time_and_replays_none_before(
     restarted_at = time.time()
     second = _app(url, log, "wait", prefix, str(n))
     out, err = second.communicate(timeout=120)
-    assert second.returncode == 0, err
+    assert second.returncode == 0, output(second, out, err)
     results: dict[str, list[float]] = json.loads(out.strip().splitlines()[-1])
     runs = [line.split() for line in log.read_text().splitlines()]
     first_runs = [r for r in runs if int(r[1]) == first.pid]

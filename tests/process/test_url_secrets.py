@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import dbos_agent as da
 from dbos_agent import cli
 from dbos_agent.storage.dsn import URL_ENV
-from tests.processes import ROOT
+from tests.processes import ROOT, output
 from tests.support.secret_forms import FORMS, Secret, leaks, secrets, texts_of
 from tests.support.web import free_port
 
@@ -186,7 +186,7 @@ def test_no_command_shows_a_password_or_the_token(tmp_path: Path) -> None:
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=60)
         shown = out + err  # also the password from $PGPASSWORD and the $PGPASSFILE
-        assert proc.returncode == 1, (name, shown)
+        assert proc.returncode == 1, output(proc, out, err)
         assert "Traceback" not in shown and runs[name][2] in shown, (name, shown)
         assert not [piece for piece in pieces if piece in shown], (name, shown)
 

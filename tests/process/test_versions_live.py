@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from tests.helpers import cli, migrated_database, ok, wait_until
-from tests.processes import ROOT, start_worker, stop_workers
+from tests.processes import ROOT, output, start_worker, stop_workers
 
 #: One build of the application: the builds differ in their source, so in code version.
 APP = '''"""A build of the application the versions test runs (build {build})."""
@@ -54,7 +54,7 @@ def code_version_of(url: str, tmp_path: Path, build: int) -> str:
         cwd=ROOT,
         timeout=60,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, output(result)
     return str(json.loads(result.stdout)["code_version"])
 
 
