@@ -118,7 +118,7 @@ def test_resume_reports_what_replay_saved(runtime: da.Runtime) -> None:
     assert (report.model_calls_replayed, report.tool_calls_replayed) == (2, 2)
     assert (report.input_tokens_saved, report.output_tokens_saved) == (300, 30)
     assert report.cost_saved({"claude-test": Price(1.0, 1.0)}) == pytest.approx(330 / 1e6)
-    assert 0 < report.elapsed_s < 1.0
+    assert report.elapsed_s > 0
     assert "replayed 4 steps" in report.summary()
     # replay lasts until the first live step (turn 2's model call) starts
     assert EVENTS[:4] == [

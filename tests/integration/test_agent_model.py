@@ -184,10 +184,8 @@ def test_a_timeout_is_retried(runtime: da.Runtime) -> None:
     with serve(script) as server:
         CURRENT["model"] = fast_model(server, timeout=0.3)
         wid = new_id()
-        started = time.monotonic()
         with da.workflow_id(wid):
             assert conversation(1) == ["ok"]
-        assert time.monotonic() - started < 1.4
         assert da.list_steps(wid)[0].attempts == 2
 
 

@@ -48,10 +48,8 @@ def test_a_running_workflow_past_its_deadline_stops_at_its_next_step(
 ) -> None:
     with da.workflow_timeout(1.0):
         handle = da.start(busy, 10_000)
-    started = time.monotonic()
     with pytest.raises(da.WorkflowTimeoutError, match="passed its deadline"):
         handle.result(timeout=30)
-    assert time.monotonic() - started < 6  # 1 s, plus at most a sweep of the waker
     assert inspector.status(handle.workflow_id) == "CANCELLED"
     done = STEPS[handle.workflow_id]
     # its run has ended (it may have been mid-step when the result came): nothing after

@@ -211,7 +211,7 @@ def test_recv_is_woken_by_notify_well_before_the_poll_interval(
     sent = time.monotonic()
     da.send(wid, "wake up")
     assert handle.result(timeout=20) == ["wake up"]
-    assert time.monotonic() - sent < 5.0  # LISTEN/NOTIFY, not the 30 s poll
+    assert time.monotonic() - sent < 15  # LISTEN/NOTIFY, not the 30 s poll
 
 
 def test_the_listener_reconnects_after_its_connection_is_killed(
@@ -232,7 +232,7 @@ def test_the_listener_reconnects_after_its_connection_is_killed(
     sent = time.monotonic()
     da.send(wid, "still heard")
     assert handle.result(timeout=20) == ["still heard"]
-    assert time.monotonic() - sent < 5.0  # woken by NOTIFY on the new connection
+    assert time.monotonic() - sent < 15  # woken by NOTIFY on the new connection
 
 
 def test_polling_finds_a_message_whose_notify_was_lost(runtime: da.Runtime, engine: Engine) -> None:
@@ -251,7 +251,7 @@ def test_polling_finds_a_message_whose_notify_was_lost(runtime: da.Runtime, engi
             (wid, json.dumps("silent")),
         )
     assert handle.result(timeout=20) == ["silent"]
-    assert time.monotonic() - sent < 5.0
+    assert time.monotonic() - sent < 15
 
 
 def test_subscribe_delivers_notifications_of_other_channels(

@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ def test_sleep_outside_a_workflow_is_a_plain_sleep() -> None:
     started = time.monotonic()
     da.sleep(0.1)
     asyncio.run(da.sleep_async(0.1))
-    assert 0.2 <= time.monotonic() - started < 1.0
+    assert time.monotonic() - started >= 0.2
     with pytest.raises(ValueError):
         da.sleep(-1)
 
@@ -70,7 +71,7 @@ def test_sleep_records_its_wake_up_time_on_the_database_clock(
     wid = new_id("nap")
     before = engine.db.messages.database_time()
     with da.workflow_id(wid):
-        assert 0.3 <= nap(0.3) < 1.5
+        assert nap(0.3) >= 0.3
     after = engine.db.messages.database_time()
     [_, sleep_step, _] = da.list_steps(wid)
     assert sleep_step.name == "dbos_agent.sleep"
@@ -78,20 +79,39 @@ def test_sleep_records_its_wake_up_time_on_the_database_clock(
 
 
 def test_replay_after_the_wake_up_time_does_not_sleep_again(runtime: da.Runtime) -> None:
+    """A 10-minute sleep, woken by moving the clock, then the process "crashes": the replay,
+    the clock still moved, returns at once (sleeping again would outlast the join)."""
     wid = new_id("nap")
     CRASH.add(wid)
-    with pytest.raises(SimulatedCrash), da.workflow_id(wid):
-        nap(0.5)
-    started = time.monotonic()
-    with da.workflow_id(wid):
-        assert nap(0.5) >= 0.5
-    assert time.monotonic() - started < 0.4
+    outcomes: list[object] = []
+
+    def call() -> None:
+        try:
+            with da.workflow_id(wid):
+                outcomes.append(nap(600))
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    first = threading.Thread(target=call)
+    first.start()
+    _wait_for_step(wid, "dbos_agent.sleep")
+    advance_clock(600)
+    try:
+        first.join(30)
+        assert [type(o) for o in outcomes] == [SimulatedCrash]
+        replay = threading.Thread(target=call, daemon=True)
+        replay.start()
+        replay.join(30)
+        assert not replay.is_alive(), "the replay slept again"
+        assert isinstance(outcomes[1], float)
+    finally:
+        advance_clock(-600)
 
 
 def test_async_workflows_sleep_on_the_event_loop(runtime: da.Runtime) -> None:
     wid = new_id("async-nap")
     with da.workflow_id(wid):
-        assert 0.3 <= asyncio.run(async_nap(0.3)) < 1.5
+        assert asyncio.run(async_nap(0.3)) >= 0.3
     assert [s.name for s in da.list_steps(wid)] == [
         "clock",
         "dbos_agent.sleep",
@@ -117,22 +137,34 @@ def test_shutdown_ends_waits_and_a_restart_keeps_the_original_times(
         da.start(wait_for_mail, 2.0, workflow_id=receiver)
         _wait_for_step(sleeper, "dbos_agent.sleep")
         _wait_for_step(receiver, "dbos_agent.recv")  # the recv's deadline intent
+        wake_ups = {wid: _recorded_waits(wid) for wid in (sleeper, receiver)}
     finally:
-        stopping = time.monotonic()
         runtime.shutdown(grace=5)
-    assert time.monotonic() - stopping < 1.5  # waits end at shutdown, not at their time
     runtime = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=4)
     try:
-        # not lost: recovered (PENDING), or already suspended again until its time
-        assert da.retrieve(sleeper).status() in (
-            da.WorkflowStatus.PENDING,
-            da.WorkflowStatus.SUSPENDED,
-        )
-        assert 2.0 <= da.retrieve(sleeper).result(timeout=10) < 2.8
+        # not finished at shutdown (its waits ended there, not at their time) and not lost:
+        # recovered (PENDING), or already suspended again until its time
+        for wid in (sleeper, receiver):
+            assert da.retrieve(wid).status() in (
+                da.WorkflowStatus.PENDING,
+                da.WorkflowStatus.SUSPENDED,
+            )
+        assert da.retrieve(sleeper).result(timeout=10) >= 2.0
         message, waited = da.retrieve(receiver).result(timeout=10)
-        assert message is None and 2.0 <= waited < 2.8
+        assert message is None and waited >= 2.0
+        # the times kept: the ones recorded before the restart, none recorded again
+        assert {wid: _recorded_waits(wid) for wid in (sleeper, receiver)} == wake_ups
     finally:
         runtime.shutdown(grace=5)
+
+
+def _recorded_waits(wid: str) -> list[object]:
+    """The wake-up times and deadlines ``wid`` recorded (its sleep and recv steps)."""
+    return [
+        (s.name, s.output)
+        for s in da.list_steps(wid)
+        if s.name in ("dbos_agent.sleep", "dbos_agent.recv")
+    ]
 
 
 def _has_step(url: str, wid: str, name: str) -> bool:
@@ -190,7 +222,7 @@ def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
         with pytest.raises(da.WorkflowCancelledError):
             handle.result(timeout=10)
         assert handle.status() == da.WorkflowStatus.CANCELLED
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 15  # not their 30 s
 
 
 def test_the_database_clock_moves_for_tests_instead_of_sleeping(
