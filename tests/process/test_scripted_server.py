@@ -213,9 +213,11 @@ def tool_use_param(tool_id: str) -> Any:
 
 
 def test_delay_past_client_timeout_raises_api_timeout_error() -> None:
-    with ScriptedServer([Delay(1.0, then=Reply([text("too late")]))]) as server:
-        with pytest.raises(anthropic.APITimeoutError):
-            ask(make_client(server, max_retries=0, timeout=0.2))
+    with (
+        ScriptedServer([Delay(1.0, then=Reply([text("too late")]))]) as server,
+        pytest.raises(anthropic.APITimeoutError),
+    ):
+        ask(make_client(server, max_retries=0, timeout=0.2))
 
 
 def test_timed_out_request_is_retried_and_both_replies_are_paid() -> None:
