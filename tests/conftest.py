@@ -14,6 +14,12 @@ from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.helpers import PER_TEST
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules marked ``long`` first (stably): handed out last, one of them would keep
+    a test process busy after the others finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True)
 def per_test_state() -> Iterator[None]:
     """Every state registered with ``tests.helpers.per_test`` empty when a test starts and

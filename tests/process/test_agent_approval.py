@@ -19,6 +19,8 @@ from tests.helpers import new_id, wait_until
 from tests.processes import output
 from tests.support.web import CHROMIUM, TOKEN, Server, dashboard
 
+pytestmark = pytest.mark.long  # many processes, a minute or more: started first
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "coding_agent.py"
 

@@ -37,6 +37,8 @@ from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from dbos_agent.testing import Inspector
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.long  # many processes, a minute or more: started first
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "coding_agent.py"
 TURNS = 6  # the scripted coding task: 5 tool turns and a final answer
 RUN_TIMEOUT = 60.0

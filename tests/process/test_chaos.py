@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dbos_agent.testing import RestartablePostgres
 from tests.support.chaos import run_chaos
+
+pytestmark = pytest.mark.long  # many processes, a minute or more: started first
 
 
 def test_two_workers_and_an_application_survive_every_fault_at_once(

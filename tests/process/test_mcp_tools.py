@@ -37,6 +37,8 @@ from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import output
 
+pytestmark = pytest.mark.long  # many processes, a minute or more: started first
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"
 LISTING = "mcp:list_tools:mcp_server_app"

@@ -39,6 +39,8 @@ from tests.process.test_pydantic_ai import lines, paid, pids_of, task_of, turn_o
 from tests.processes import output, start_module
 from tests.support.web import TOKEN, Server
 
+pytestmark = pytest.mark.long  # many processes, a minute or more: started first
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "guard__model.request"
 DELETE = "guard__function_toolset__ops.call_tool:delete"

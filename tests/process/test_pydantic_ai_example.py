@@ -32,6 +32,8 @@ from dbos_agent.testing import Inspector
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("mcp")
 
+pytestmark = pytest.mark.long  # many processes, a minute or more: started first
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pydantic_ai_agent.py"
 TURNS = 6  # the scripted coding task: 5 tool turns and a final answer
