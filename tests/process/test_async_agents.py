@@ -149,7 +149,7 @@ def test_an_async_tool_past_its_timeout_is_an_error_for_the_model(
 ) -> None:
     started = time.monotonic()
     result = da.start(times_out).result(timeout=30)[0]
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # its 0.2 s timeout, not the tool's 30 s
     assert result.get("is_error") and "TimeoutError" in str(result["content"])
     assert CURRENT["slow_attempts"] == 1
     wid = inspector.workflows(name="async_agents_timeout")[0].workflow_id
