@@ -106,13 +106,11 @@ def test_parallel_async_tool_calls_take_positions_in_reply_order(
         use(3, "plain", i=3),
         use(4, "pause_then", i=4, seconds=0.0),
     ]
-    started = time.monotonic()
     results = asyncio.run(fan_out(blocks))
-    elapsed = time.monotonic() - started
     assert [r["content"] for r in results] == ["0", "1", results[2]["content"], "-3", "4", "-9"]
     assert results[2].get("is_error") and "unknown tool 'nope'" in str(results[2]["content"])
-    assert CURRENT["finished"] == [4, 1, 0]  # they finished in reverse...
-    assert elapsed < 1.5  # ...because they ran together, not one after another
+    # in reverse, so they ran together: one after another, they would end in reply order
+    assert CURRENT["finished"] == [4, 1, 0]
     wid = inspector.workflows(name="async_agents_fan_out")[0].workflow_id
     steps = inspector.steps(wid)
     assert [(s.seq, s.name) for s in steps] == [
