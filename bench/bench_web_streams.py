@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dbos_agent as da
 from dbos_agent.postgres.throwaway import LocalCluster
 from dbos_agent.testing.databases import fresh_database
-from tests.web_load import Served, closed_by_peer
+from tests.support.web_load import Served, closed_by_peer
 
 
 @da.durable_workflow(name="bench_web_big_stream")

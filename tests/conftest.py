@@ -10,7 +10,25 @@ import pytest
 import dbos_agent as da
 from dbos_agent.engine.runtime.core import Engine
 from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.testing import Inspector
+from dbos_agent.testing import Inspector, RestartablePostgres
+from tests.helpers import PER_TEST
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules marked ``long`` first (stably): handed out last, one of them would keep
+    a test process busy after the others finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+@pytest.fixture(autouse=True)
+def per_test_state() -> Iterator[None]:
+    """Every state registered with ``tests.helpers.per_test`` empty when a test starts and
+    when it ends (a failed test leaves none behind for the next)."""
+    for state in PER_TEST:
+        state.clear()
+    yield
+    for state in PER_TEST:
+        state.clear()
 
 
 @pytest.fixture
@@ -39,3 +57,11 @@ def engine(runtime: da.Runtime) -> Engine:
 def inspector(dbos_agent_inspector: Inspector) -> Inspector:
     """What the session database holds, for assertions (see dbos_agent.testing)."""
     return dbos_agent_inspector
+
+
+@pytest.fixture
+def restartable_url(dbos_agent_restartable_postgres: RestartablePostgres) -> Iterator[str]:
+    """A fresh database on the test module's own server (which the test may crash, stop
+    and restart), dropped after the test."""
+    with dbos_agent_restartable_postgres.database() as url:
+        yield url

@@ -13,16 +13,31 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
 from dbos_agent.storage.database import SystemDatabase
 from dbos_agent.testing import fresh_database
+from tests.processes import output
 
 #: The root of this checkout: subprocesses import its dbos_agent, whatever is installed.
 CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+_T = TypeVar("_T")
+#: What `per_test` registered, emptied around every test by the ``per_test_state`` fixture.
+PER_TEST: list[Any] = []
+
+
+def per_test(state: _T) -> _T:
+    """``state`` (a counter, set, dict or event that module-level steps write: the side
+    effects a test counts, crash flags, gates), registered to be cleared before and after
+    every test by one fixture (``per_test_state``, tests/conftest.py): steps must live at
+    module level, so their side effects do, and no test may see another's."""
+    PER_TEST.append(state)
+    return state
 
 
 def new_id(prefix: str = "wf") -> str:
@@ -118,8 +133,8 @@ def cli(
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    assert result.returncode == 0, output(result)
+    assert result.stderr == "", output(result)
     return result.stdout
 
 
@@ -133,7 +148,7 @@ def refused(
     """Failed with ``status`` and ``message``: one line on stderr; on stdout nothing, or,
     for an operational error (1) under ``--json`` (or wherever ``as_json`` says: a
     ``check-deploy`` that checked nothing, 2), the error as a JSON document."""
-    assert result.returncode == status, (result.stdout, result.stderr)
+    assert result.returncode == status, output(result)
     if as_json is None:
         as_json = status == 1 and "--json" in result.args
     if as_json:

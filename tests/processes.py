@@ -1,4 +1,5 @@
-"""Worker daemons as real processes, for the tests that kill, pause and restart them."""
+"""Processes the tests start (apps, worker daemons, servers), run to their end or killed,
+paused and restarted; and what any of them wrote, for the message of a failed test."""
 
 from __future__ import annotations
 
@@ -9,8 +10,78 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).parent.parent
+
+
+#: How much of a process's stdout and stderr a failure message shows (each, its end).
+SHOWN = 6000
+
+
+def output(
+    process: subprocess.CompletedProcess[str] | subprocess.Popen[str], *texts: str | None
+) -> str:
+    """What ``process`` wrote, to put in an assertion's message: its command, exit status,
+    stdout and stderr (the last SHOWN characters of each). For a ``Popen``, pass what
+    ``communicate()`` returned (or nothing, if it was not awaited)."""
+    status: int | None
+    if isinstance(process, subprocess.CompletedProcess):
+        texts = (process.stdout, process.stderr)
+        status = process.returncode
+    else:
+        status = process.poll()
+    out, err = (*texts, None, None)[:2]
+    given: Any = process.args
+    args = given if isinstance(given, str) else " ".join(map(str, given))
+
+    def tail(text: str | bytes | None) -> str:
+        if isinstance(text, bytes):
+            text = text.decode(errors="replace")
+        text = text or ""
+        return text if len(text) <= SHOWN else "..." + text[-SHOWN:]
+
+    return (
+        f"\n$ {args}\nexit status: {status}\n--- stdout ---\n{tail(out)}"
+        f"\n--- stderr ---\n{tail(err)}"
+    )
+
+
+def run_app(
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+    status: int = 0,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to its end, its output captured: exiting other than with ``status``
+    (or outlasting ``timeout``) fails the test with all it wrote in the message."""
+    try:
+        done = subprocess.run(
+            command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"still running after {timeout}s: {' '.join(command)}\n--- stdout ---\n"
+            f"{exc.stdout!r}\n--- stderr ---\n{exc.stderr!r}"
+        ) from None
+    assert done.returncode == status, output(done)
+    return done
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """Wait for ``process`` to end and return its (stdout, stderr); one still running
+    after ``timeout`` is killed, and the test fails with what it wrote."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(
+            f"still running after {timeout}s:" + output(process, out, err)
+        ) from None
+    return out or "", err or ""
 
 
 def start_worker(
@@ -60,12 +131,12 @@ def stop_workers(procs: list[subprocess.Popen[str]]) -> str:
     return "\n".join(logs)
 
 
-#: One step run as tests.worker_app logs it: pid, workflow id, position, start, end.
+#: One step run as tests.apps.worker_app logs it: pid, workflow id, position, start, end.
 Execution = tuple[int, str, int, float, float]
 
 
 def executions(log: Path) -> list[Execution]:
-    """The step runs tests.worker_app appended to ``log``, in order."""
+    """The step runs tests.apps.worker_app appended to ``log``, in order."""
     rows = []
     for line in log.read_text().splitlines():
         pid, wid, seq, start, end = line.split()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 
 from dbos_agent.storage.group_commit import ALONE, GroupCommit
+from tests.helpers import wait_until
 
 
 def test_a_lone_writer_writes_at_once_in_a_batch_of_one() -> None:
@@ -40,11 +41,11 @@ def test_writers_that_arrive_during_a_write_share_the_next_batch() -> None:
 
     first = threading.Thread(target=writer, args=(0,))
     first.start()
-    time.sleep(0.1)
+    wait_until(lambda: batches == [[0]], 5, "the first batch being written")
     others = [threading.Thread(target=writer, args=(i,)) for i in range(1, 6)]
     for t in others:
         t.start()
-    time.sleep(0.2)
+    wait_until(lambda: len(commit._queue) == 5, 5, "the five other writes queued")
     release.set()
     for t in [first, *others]:
         t.join(5)

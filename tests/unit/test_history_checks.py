@@ -1,5 +1,6 @@
 """The rules of an imported history, one by one, without Postgres (``pytest tests/unit``):
-the boundaries the import's subprocess tests (tests/test_import_checks.py) do not walk."""
+the boundaries the import's subprocess tests (tests/process/test_import_checks.py) do
+not walk."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dbos_agent.errors import InvalidHistoryError
 from dbos_agent.limits import MAX_JSON_DEPTH
 from dbos_agent.storage.histories import read_histories
 from dbos_agent.storage.history_checks import load_history
-from tests.test_import_checks import history
+from tests.process.test_import_checks import history
 
 
 def _nested(depth: int) -> str:

@@ -4,7 +4,6 @@ against Postgres): reuse, the size bound, waiting for a free one, and what is ne
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +13,7 @@ from psycopg.pq import TransactionStatus
 
 from dbos_agent.errors import DatabaseClosedError
 from dbos_agent.storage.pool import ConnectionPool, PoolExhausted
+from tests.helpers import blocked_in, wait_until
 
 
 @dataclass
@@ -65,7 +65,7 @@ def test_at_its_size_a_taker_waits_for_a_connection_given_back_or_gives_up() -> 
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(pool.take(5)))
     waiter.start()
-    time.sleep(0.1)
+    wait_until(lambda: blocked_in(waiter, threading.Condition.wait), 5, "the taker waiting")
     assert got == []  # still waiting
     pool.give_back(held)
     waiter.join(5)
@@ -109,7 +109,7 @@ def test_close_wakes_waiters_and_refuses_new_takers() -> None:
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    time.sleep(0.1)
+    wait_until(lambda: blocked_in(waiter, threading.Condition.wait), 5, "the taker waiting")
     pool.close()
     waiter.join(5)
     assert [type(e) for e in errors] == [DatabaseClosedError]

@@ -1,5 +1,5 @@
 """A connection string's secrets never show, whatever its form: the parts that read,
-check, show and scrub it (no database; ``tests/test_url_secrets.py`` runs the library,
+check, show and scrub it (no database; ``tests/process/test_url_secrets.py`` runs the library,
 the CLI and the server on the same forms)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 import dbos_agent as da
 from dbos_agent.storage.dsn import postgres_url, redact_url, scrub
 from dbos_agent.storage.redaction import secrets_of
-from tests.secret_forms import FORMS, Secret, leaks, secrets, texts_of
+from tests.support.secret_forms import FORMS, Secret, leaks, secrets, texts_of
 
 FAST = settings(max_examples=250, deadline=None, database=None)
 

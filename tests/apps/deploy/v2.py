@@ -1,0 +1,37 @@
+"""Version 2: an audit step added before prepare, without a patch (it does not fit the
+logs of version 1)."""
+
+from __future__ import annotations
+
+import dbos_agent as da
+from tests.apps.deploy import note, start_and_wait_until_suspended
+
+
+@da.step(name="audit")
+def audit() -> str:
+    note("v2", "audit")
+    return "audited"
+
+
+@da.step(name="prepare")
+def prepare() -> str:
+    note("v2", "prepare")
+    return "prepared"
+
+
+@da.step(name="apply")
+def apply(decision: str) -> str:
+    note("v2", "apply")
+    return f"applied after {decision}"
+
+
+@da.durable_workflow(name="deploy_flow")
+def approval_flow() -> list[str]:
+    done = [audit(), prepare()]
+    done.append(str(da.recv("approve", timeout=None)))
+    done.append(apply(done[-1]))
+    return done
+
+
+if __name__ == "__main__":
+    raise SystemExit(start_and_wait_until_suspended(approval_flow))

@@ -1,0 +1,1 @@
+"""Tests of the library in this process against the tests' throwaway Postgres."""
