@@ -258,7 +258,7 @@ class StepInfo:
 
 
 class SlotOutcome(StrEnum):
-    """What became of one slot of a schedule (see engine/scheduler.py)."""
+    """What became of one slot of a schedule (see engine/runtime/scheduler.py)."""
 
     #: Its workflow was started (the workflow id is the schedule's name and the slot).
     FIRED = "fired"

@@ -32,10 +32,10 @@ from ..serialization import codec_for
 from ..storage.approvals import ApprovalRequest
 from ..storage.database import SystemDatabase
 from .messaging import recv_plan
+from .runtime.checkpoints import adopt_recorded, builtin_step, recorded
 from .runtime.engine import current_engine
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
-from .step import adopt_recorded
-from .waits import builtin_step, recorded, workflow_only
+from .waits import workflow_only
 
 APPROVAL_STEP = "dbos_agent.request_approval"
 _REQUEST = builtin_step(APPROVAL_STEP, codec_for(str))

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from ..limits import derived_identifier
 from ..serialization import codec_for
+from .runtime.checkpoints import builtin_step, checkpoint, recorded
 from .runtime.context import (
     WorkflowContext,
     assigned_workflow_id,
@@ -27,8 +28,6 @@ from .runtime.context import (
 )
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
-from .step import checkpoint
-from .waits import builtin_step, recorded
 
 #: The step that records the id of a workflow started from a workflow.
 START_CHILD_STEP = "dbos_agent.start_child"

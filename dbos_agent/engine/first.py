@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ..errors import DbosAgentError
 from ..serialization import codec_for
 from .handle import WorkflowHandle
+from .runtime.checkpoints import builtin_step, checkpoint, recorded
 from .runtime.clock import cancel_key, stop_if_interrupted
 from .runtime.context import WorkflowContext, current_context, in_step
 from .runtime.engine import current_engine
@@ -25,8 +26,6 @@ from .runtime.notifications import Waiter
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .runtime.waiting import POLL_MAX_S, POLL_MIN_S
-from .step import checkpoint
-from .waits import builtin_step, recorded
 
 FIRST_STEP = "dbos_agent.wait_first"
 _FIRST = builtin_step(FIRST_STEP, codec_for(str))

@@ -29,8 +29,8 @@ from .runtime.dispatcher import Dispatcher
 from .runtime.engine import clear_engine, current_engine, launch_lock, launched, set_engine
 from .runtime.recovery import RecoverAtLaunch, TakeBack, TakeOver
 from .runtime.retention import Retention
+from .runtime.scheduler import Scheduler
 from .runtime.waking import Waker
-from .scheduler import Scheduler
 from .schedules import registered_schedules
 
 #: Why launch() is refused in this process (None: it is not), see :func:`refuse_launch`.
@@ -103,7 +103,7 @@ def _passes(o: LaunchOptions) -> list[PassFactory]:
     if o.run_queues:
         passes.append(Dispatcher)
     if o.run_schedules and registered_schedules():
-        passes.append(Scheduler)
+        passes.append(partial(Scheduler, schedules=registered_schedules))
     if o.takes_over:
         passes.append(TakeOver)
     if o.retention is not None:

@@ -35,22 +35,16 @@ from ..limits import check_identifier, check_topic
 from ..serialization import Codec, codec_for
 from ..storage.database import SystemDatabase
 from ..storage.suspension import WaitCondition
+from .runtime.checkpoints import adopt_recorded, builtin_step, checkpoint, recorded, where
 from .runtime.clock import cancel_key, wait_once
 from .runtime.context import WorkflowHost, current_context, in_step
+from .runtime.deadlines import continue_or_adopt, durable_wait
 from .runtime.engine import current_engine
 from .runtime.notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .runtime.outcome import Outcome
 from .runtime.ownership import ensure_owned, owns_now
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
-from .step import adopt_recorded, checkpoint, where
-from .waits import (
-    builtin_step,
-    check_seconds,
-    continue_or_adopt,
-    durable_wait,
-    recorded,
-    workflow_only,
-)
+from .waits import check_seconds, workflow_only
 
 T = TypeVar("T")
 

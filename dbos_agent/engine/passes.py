@@ -15,17 +15,24 @@ retention read time through ``dbos_agent.now()``: the database's time plus an of
 that the library sets on its own connections. ``advance_clock`` moves that offset, so
 they behave as if the time had passed, for this process's connections only.
 
-``dbos_agent.testing`` presents these to tests.
+``dbos_agent.testing`` presents these to tests; :func:`fire_due` steps schedules one look
+at a time (``engine/scheduler.py`` keeps its older path).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..records import RecoveryReport
+from .runtime.collaborators import ScheduleSpec
+from .runtime.core import Engine
 from .runtime.dispatcher import dispatch_once as _dispatch_once
 from .runtime.engine import current_engine
 from .runtime.recovery import take_over_once as _take_over_once
+from .runtime.scheduler import FiredSlot, Scheduler
 from .runtime.waking import Sweep
 from .runtime.waking import sweep_once as _sweep_once
+from .schedules import registered_schedules
 
 
 def run_passes_every(seconds: float) -> None:
@@ -53,6 +60,18 @@ def take_over_once() -> RecoveryReport:
     registered name, its application version), as many as it can start at once. Returns
     what it did."""
     return _take_over_once(current_engine())
+
+
+def fire_due(
+    engine: Engine | None = None, schedules: Sequence[ScheduleSpec] | None = None
+) -> list[FiredSlot]:
+    """Look once at this process's schedules (or ``schedules``) and fire their due slots,
+    on ``engine`` (default: the launched one); returns what became of each slot decided.
+    The scheduler pass does this on its own; tests call it to drive schedules one step
+    at a time (``launch(run_schedules=False)``)."""
+    given = schedules
+    source = registered_schedules if given is None else lambda: given
+    return Scheduler(engine or current_engine(), source).look().slots
 
 
 def advance_clock(seconds: float) -> None:

@@ -32,11 +32,11 @@ from datetime import UTC, datetime
 from ..errors import InvalidIdentifierError
 from ..limits import MAX_IDENTIFIER_BYTES, check_identifier
 from ..serialization import codec_for
+from .runtime.checkpoints import builtin_step, checkpoint
 from .runtime.context import WorkflowContext
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, run_plan, run_plan_async
-from .step import checkpoint
-from .waits import builtin_step, workflow_only
+from .waits import workflow_only
 
 #: The name of a patch's marker step is this prefix and the patch name.
 PATCH_PREFIX = "dbos_agent.patch:"

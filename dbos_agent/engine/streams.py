@@ -39,14 +39,13 @@ from ..errors import DbosAgentError, SerializationError, WorkflowNotFoundError
 from ..limits import check_identifier
 from ..serialization import codec_for
 from ..storage.database import SystemDatabase
+from .runtime.checkpoints import adopt_recorded, builtin_step, checkpoint, recorded
 from .runtime.clock import cancel_key, stop_if_interrupted
 from .runtime.context import WorkflowContext, current_attempt, current_context, in_step
 from .runtime.engine import current_engine
 from .runtime.notifications import Notifications, Waiter
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
-from .step import adopt_recorded, checkpoint
-from .waits import builtin_step, recorded
 
 STREAM_STEP = "dbos_agent.write_stream"
 CLOSE_STEP = "dbos_agent.close_stream"

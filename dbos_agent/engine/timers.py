@@ -1,4 +1,4 @@
-"""Durable time: ``sleep`` (the deadlines of ``recv``/``get_event`` are in waits.py).
+"""Durable time: ``sleep`` (the deadlines of ``recv``/``get_event``: runtime/deadlines.py).
 
 Times are taken from the **database's clock** (``clock_timestamp()``), never
 from the local one: a workflow that sleeps on one machine may be recovered on
@@ -17,6 +17,7 @@ from functools import partial
 
 from ..serialization import codec_for
 from ..storage.suspension import WaitCondition
+from .runtime.checkpoints import builtin_step, checkpoint, recorded
 from .runtime.clock import (
     cancel_key,
     clock,
@@ -33,8 +34,7 @@ from .runtime.context import (
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
 from .runtime.suspension import suspend_if_long
-from .step import checkpoint
-from .waits import builtin_step, check_seconds, recorded
+from .waits import check_seconds
 
 SLEEP_STEP = "dbos_agent.sleep"
 _SLEEP = builtin_step(SLEEP_STEP, codec_for(float))

@@ -6,7 +6,7 @@ back through ``jsonb.from_db`` so NUL-escaped values come back as written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +70,21 @@ class NewWorkflow:
         if self.delay is not None:
             return WorkflowStatus.SUSPENDED
         return WorkflowStatus.PENDING
+
+    def insert_params(self, inputs: object) -> dict[str, Any]:
+        """The parameters of the ``insert_workflow`` statement, whichever store sends it
+        (a start, a schedule's slot), with ``inputs`` as the connector adapted them
+        (``Connector.json_in``). Only a PENDING workflow is owned; a delayed one waits on
+        a timer."""
+        status = self.status
+        params = {field.name: getattr(self, field.name) for field in fields(self)}
+        params.update(
+            status=status,
+            inputs=inputs,
+            owner_key=self.owner_key if status is WorkflowStatus.PENDING else None,
+            wait_kind="sleep" if status is WorkflowStatus.SUSPENDED else None,
+        )
+        return params
 
 
 @dataclass(frozen=True, slots=True)

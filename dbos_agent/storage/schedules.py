@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..records import ScheduleInfo, SlotOutcome, WorkflowStatus
 from .connector import Connection, Connector, Row
+from .rows import NewWorkflow
 from .sql_files import query
 
 
@@ -33,19 +34,6 @@ class ScheduleRow:
     app_version: str | None
     #: The database clock when the row was read.
     now: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class SlotWorkflow:
-    """The workflow a slot starts: PENDING under the caller's session, which runs it."""
-
-    workflow_id: str
-    workflow_name: str
-    inputs: str
-    executor_id: str
-    app_version: str | None
-    max_recovery_attempts: int
-    owner_key: int | None
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -143,7 +131,7 @@ class ScheduleStore:
         return rows[0]["now"].astimezone(UTC), found
 
     def fire(
-        self, name: str, slot: datetime, workflow: SlotWorkflow, *, from_buffer: bool = False
+        self, name: str, slot: datetime, workflow: NewWorkflow, *, from_buffer: bool = False
     ) -> tuple[SlotOutcome | None, bool]:
         """Decide what becomes of ``slot`` and record it, with the slot's workflow when it
         fires, in one transaction; ``(outcome, started)``. The outcome is None when there
@@ -152,31 +140,23 @@ class ScheduleStore:
         whether this call inserted the workflow (False when a backfill had). Sent again
         after a lost connection: the guard makes that harmless (a workflow whose insert
         committed unacknowledged is taken back by this session's take-back pass).
+
+        The workflow is PENDING under the caller's session, which runs it: one on a queue
+        or delayed is refused (ValueError).
         """
+        if workflow.status is not WorkflowStatus.PENDING:
+            raise ValueError(
+                f"a slot's workflow starts PENDING, not on a queue or delayed: "
+                f"{workflow.workflow_id!r} is {workflow.status.value}"
+            )
         decide = {
             "name": name,
             "slot": slot,
             "from_buffer": from_buffer,
             "workflow_id": workflow.workflow_id,
         }
-        where = f"the inputs of workflow {workflow.workflow_id!r} ({workflow.workflow_name})"
-        insert = {
-            "workflow_id": workflow.workflow_id,
-            "name": workflow.workflow_name,
-            "status": WorkflowStatus.PENDING,
-            "inputs": self._db.json_in(workflow.inputs, where),
-            "executor_id": workflow.executor_id,
-            "app_version": workflow.app_version,
-            "max_recovery_attempts": workflow.max_recovery_attempts,
-            "owner_key": workflow.owner_key,
-            "queue_name": None,
-            "priority": 0,
-            "parent_id": None,
-            "timeout": None,
-            "dedup_id": None,
-            "delay": None,
-            "wait_kind": None,
-        }
+        where = f"the inputs of workflow {workflow.workflow_id!r} ({workflow.name})"
+        insert = workflow.insert_params(self._db.json_in(workflow.inputs, where))
 
         def body(conn: Connection) -> tuple[SlotOutcome | None, bool]:
             conn.execute(query("lock_schedule"), {"name": name})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -43,15 +42,9 @@ class WorkflowStore:
         unfinished workflow of the queue raises DuplicateEnqueueError, recording nothing.
         """
         workflow_id, name, status = new.workflow_id, new.name, new.status
-        owner_key = new.owner_key if status is WorkflowStatus.PENDING else None
         where = f"the inputs of workflow {workflow_id!r} ({name})"
-        params = {field.name: getattr(new, field.name) for field in fields(new)}
-        params.update(
-            status=status,
-            inputs=self._db.json_in(new.inputs, where),
-            owner_key=owner_key,
-            wait_kind="sleep" if status is WorkflowStatus.SUSPENDED else None,
-        )
+        params = new.insert_params(self._db.json_in(new.inputs, where))
+        owner_key = params["owner_key"]
         what = f"record workflow {workflow_id!r}"
         while True:  # until inserted, or found taken (a delete in between: insert again)
             if self._inserted(what, where, params):

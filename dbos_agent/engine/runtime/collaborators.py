@@ -1,5 +1,6 @@
 """What the engine is given when it is built, whole: its options, the background passes it
-runs, and the queues the API defined (the machinery does not import the API).
+runs, and the queues and schedules the API defined, as the machinery reads them (it does
+not import the API).
 
 :class:`EngineOptions` are the launch options the engine itself reads; ``LaunchOptions``
 (``engine/launch_options.py``) extends them with what ``launch`` reads, so each option is
@@ -8,11 +9,13 @@ written once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import ClassVar, Protocol
 
 from ...limits import check_identifier
+from .registry import WorkflowDefinition
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +86,45 @@ class QueueSpec(Protocol):
 def no_queues() -> Sequence[QueueSpec]:
     """The queues of an engine built without any (a replay check, a bare test engine)."""
     return ()
+
+
+class ScheduleTimes(Protocol):
+    """The slots of a schedule as the scheduler pass reads them, in UTC (``CronTimes`` of
+    ``engine/schedules/cron.py`` is one)."""
+
+    def next_after(self, moment: datetime) -> datetime | None: ...
+    def latest_until(self, moment: datetime) -> datetime | None: ...
+    def between(self, after: datetime, until: datetime, limit: int) -> list[datetime]: ...
+    def latest_between(self, after: datetime, until: datetime, limit: int) -> list[datetime]: ...
+
+
+class ScheduleSpec(Protocol):
+    """A schedule as the scheduler pass reads it (``dbos_agent``'s ``@scheduled`` makes
+    ``Schedule`` records of ``engine/schedules/definitions.py``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def times(self) -> ScheduleTimes: ...
+    @property
+    def cron(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def catch_up(self) -> str: ...
+    @property
+    def catch_up_window(self) -> timedelta: ...
+    @property
+    def overlap(self) -> str: ...
+    @property
+    def workflow(self) -> WorkflowDefinition: ...
+    @property
+    def slot_param(self) -> str: ...
+
+
+#: The schedules a scheduler pass fires, asked at every look (a schedule defined after
+#: launch is fired too).
+ScheduleSource = Callable[[], Sequence[ScheduleSpec]]
 
 
 class BackgroundPass:

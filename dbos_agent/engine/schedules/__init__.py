@@ -2,10 +2,11 @@
 
 The chapter in three modules, each with one job: ``cron.py`` says when a cron expression
 fires (in a time zone, handed out in UTC); ``definitions.py`` is ``@scheduled`` and the
-process's registry of schedules (a slot's workflow id and argument); ``operations.py`` is
-what operators do to the recorded schedules (list, pause, resume, backfill), from the
-database alone (the CLI, ``Client``) or through the launched runtime. The thread that fires
-due slots is the runtime's (``engine/scheduler.py``), not part of this package.
+process's registry of schedules; ``operations.py`` is what operators do to the recorded
+schedules (list, pause, resume, backfill), from the database alone (the CLI, ``Client``) or
+through the launched runtime. The pass that fires due slots is the runtime's
+(``engine/runtime/scheduler.py``, given this registry by ``launch``), and so is a slot's
+workflow id and argument (``runtime/slots.py``): neither is part of this package.
 """
 
 from .cron import CronTimes

@@ -5,7 +5,7 @@ and the slot in UTC (``"reports@2026-12-04T17:30:00Z"``), and its one argument i
 (a timezone-aware ``datetime`` in UTC). However many processes define the schedule, a slot
 is fired by one transaction that moves the schedule's cursor past it and inserts that
 workflow (see ``storage/schedules.py``): it runs once, and a kill -9 at any moment loses
-none. The scheduler thread (``engine/scheduler.py``) fires due slots; ``operations.py``
+none. The scheduler pass (``engine/runtime/scheduler.py``) fires due slots; ``operations.py``
 lists, pauses, resumes and backfills schedules, from Python or from the CLI.
 
 Schedules are defined at import time, like the workflows and queues: a process fires the
@@ -15,17 +15,19 @@ schedules it defines when it launches (``launch(run_schedules=True)``, the defau
 from __future__ import annotations
 
 import inspect
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, get_args
 
 from ...errors import DbosAgentError, InvalidIdentifierError, ScheduleError
 from ...limits import MAX_IDENTIFIER_BYTES, check_identifier
-from ...serialization import codec_for
 from ..runtime.registry import WorkflowDefinition
+from ..runtime.slots import MAX_SLOTS as MAX_SLOTS  # a slot's workflow is the runtime's
+from ..runtime.slots import SLOT_ID_BYTES
+from ..runtime.slots import slot_inputs as slot_inputs
+from ..runtime.slots import slot_workflow_id as slot_workflow_id
 from ..workflow import definition_of
 from .cron import CronTimes
 
@@ -35,12 +37,6 @@ Overlap = Literal["skip", "allow", "buffer_one"]
 
 #: How far back ``catch_up="all"`` fires missed slots, unless the schedule says otherwise.
 DEFAULT_CATCH_UP_WINDOW = timedelta(hours=1)
-#: The most slots one look at a schedule fires after downtime, and one backfill records:
-#: a long outage of a per-second schedule never starts millions of workflows.
-MAX_SLOTS = 10_000
-#: ``@2026-12-04T17:30:00Z``: what a slot adds to the schedule's name in a workflow id.
-_SLOT_ID_BYTES = len("@2026-12-04T17:30:00Z")
-_SLOT_CODEC = codec_for(datetime)
 
 _lock = threading.Lock()
 #: ``@scheduled`` schedules by schedule name.
@@ -67,18 +63,6 @@ class Schedule:
     @property
     def timezone(self) -> str:
         return self.times.timezone
-
-
-def slot_workflow_id(name: str, slot: datetime) -> str:
-    """The id of the workflow of ``slot``: the schedule's name, ``@``, the slot in UTC."""
-    return f"{name}@{slot.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
-
-
-def slot_inputs(slot_param: str, slot: datetime) -> str:
-    """The recorded inputs of a slot's workflow, exactly as the workflow's own codec writes
-    them (``{"param": "2026-12-04T17:30:00Z"}``): built here, they need no code."""
-    value = _SLOT_CODEC.to_jsonable(slot.astimezone(UTC), f"slot {slot.isoformat()}")
-    return json.dumps({slot_param: value}, separators=(",", ":"))
 
 
 def scheduled(
@@ -158,7 +142,7 @@ def define_schedule(
         check_identifier(schedule_name, "schedule name")
     except InvalidIdentifierError as exc:
         raise ScheduleError(f"{label}: {exc}") from None
-    if len(schedule_name.encode("utf-8", "surrogatepass")) + _SLOT_ID_BYTES > MAX_IDENTIFIER_BYTES:
+    if len(schedule_name.encode("utf-8", "surrogatepass")) + SLOT_ID_BYTES > MAX_IDENTIFIER_BYTES:
         raise ScheduleError(
             f"{label}: the name is too long to make workflow ids of (name@slot must fit "
             f"in {MAX_IDENTIFIER_BYTES} bytes)"

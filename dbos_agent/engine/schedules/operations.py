@@ -32,8 +32,8 @@ from ...storage.schedules import ScheduleRow
 from ..runtime.engine import current_engine
 from ..runtime.registry import find_workflow
 from ..runtime.runs import Claim
+from ..runtime.slots import MAX_SLOTS, slot_inputs, slot_workflow_id
 from .cron import CronTimes
-from .definitions import MAX_SLOTS, slot_inputs, slot_workflow_id
 
 
 @dataclass(frozen=True, slots=True)
