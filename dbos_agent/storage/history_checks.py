@@ -267,7 +267,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     )
 }
 #: The columns an export leaves out (the import sets them): with :data:`COLUMNS`, every
-#: column of the table (tests/test_import_checks.py holds the schema to it).
+#: column of the table (tests/process/test_import_checks.py holds the schema to it).
 OMITTED: dict[str, tuple[str, ...]] = {
     "workflows": ("owner_key",),
     "steps": ("workflow_id",),

@@ -13,8 +13,7 @@ import dbos_agent as da
 from dbos_agent.errors import SchemaNotMigratedError, SchemaVersionError
 from dbos_agent.storage.sql_files import migrations
 from dbos_agent.testing import fresh_database
-
-from .helpers import cli, dbos_agent_rows, migrate, refused
+from tests.helpers import cli, dbos_agent_rows, migrate, refused
 
 NEWEST = migrations()[-1][0]
 

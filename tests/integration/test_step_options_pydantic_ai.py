@@ -17,9 +17,15 @@ import dbos_agent as da
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
 from dbos_agent.integrations.pydantic_ai import Durability
 from dbos_agent.testing import Inspector
-from tests import pydantic_ai_app as app
+from tests.apps import pydantic_ai_app as app
 from tests.helpers import new_id
-from tests.test_step_options import ATTEMPTS, DELAYS_ASKED, CountingPolicy, HttpError, _transient
+from tests.integration.test_step_options import (
+    ATTEMPTS,
+    DELAYS_ASKED,
+    CountingPolicy,
+    HttpError,
+    _transient,
+)
 
 FETCH = "opts__function_toolset__flaky.call_tool:fetch"
 PACED = "opts__function_toolset__flaky.call_tool:paced"

@@ -1,7 +1,7 @@
 """A step's options, said once (``StepOptions``): ``@da.step``, ``@tool`` and an MCP
 server's tools take every one of them, with the same meaning, and refuse an unknown one
 by name. The retry options are shown to take effect by counting attempts; MCP tools on a
-real stdio server (tests/mcp_server_app.py) that goes down after its listing.
+real stdio server (tests/apps/mcp_server_app.py) that goes down after its listing.
 """
 
 from __future__ import annotations
@@ -24,20 +24,12 @@ from dbos_agent.agent import ToolOptions, ToolRegistry, tool
 from dbos_agent.agent.mcp import McpConnectionError, McpOptions
 from dbos_agent.errors import InvalidOptionError
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id
+from tests.helpers import new_id, per_test
 
-MCP_SERVER = Path(__file__).with_name("mcp_server_app.py")
-ATTEMPTS: Counter[str] = Counter()
-DELAYS_ASKED: list[int] = []
-CURRENT: dict[str, Any] = {}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    yield
-    ATTEMPTS.clear()
-    DELAYS_ASKED.clear()
-    CURRENT.clear()
+MCP_SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"
+ATTEMPTS: Counter[str] = per_test(Counter())
+DELAYS_ASKED: list[int] = per_test([])
+CURRENT: dict[str, Any] = per_test({})
 
 
 class HttpError(Exception):
