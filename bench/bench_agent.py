@@ -48,10 +48,10 @@ from anthropic.types import MessageParam
 from psycopg import sql
 
 import dbos_agent as da
+from dbos_agent._storage.dsn import with_dbname
 from dbos_agent.agent import Model, ToolRegistry, replay_report, tool, track_replay
 from dbos_agent.agent.replay import last_replay_report
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, ScriptItem, text, tool_use
-from dbos_agent.storage.dsn import with_dbname
 
 BENCH_DB = "dbos_agent_bench_agent"
 

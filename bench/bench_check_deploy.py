@@ -86,7 +86,7 @@ def fresh_database(dsn: str, workflows: int, steps: int) -> float:
 
 READ_LOGS = """
 import sys, time, resource
-from dbos_agent.storage.database import SystemDatabase
+from dbos_agent._storage.database import SystemDatabase
 db = SystemDatabase(sys.argv[1], pool_size=2, read_only=True)
 db.open()
 started, after, n, steps = time.perf_counter(), None, 0, 0

@@ -75,7 +75,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._engine.runtime.current import current_engine
 
 BENCH_DB = "dbos_agent_bench"
 PAYLOAD = json.dumps({"output": "x" * 64, "n": 1})  # same row as pg_limit.py

@@ -29,7 +29,7 @@ DB_NAME = "dbos_agent_bench_idle"
 CHILD = """
 import collections, json, sys, time
 import dbos_agent as da
-from dbos_agent.storage.connector import Connector
+from dbos_agent._storage.connector import Connector
 
 counts = collections.Counter()
 original = Connector.run

@@ -47,8 +47,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.storage.sql_files import query
+from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.sql_files import query
 
 # -- the statements as they were --------------------------------------------------------
 
@@ -385,8 +385,8 @@ def measure(
 
 
 def new_list_workflows(given: dict[str, Any]) -> str:
-    """What storage/workflows.py builds for these filters (its fixed fragments)."""
-    from dbos_agent.storage.workflows import _LIST_FILTERS
+    """What _storage/workflows.py builds for these filters (its fixed fragments)."""
+    from dbos_agent._storage.workflows import _LIST_FILTERS
 
     filters = " AND ".join(f for key, f in _LIST_FILTERS.items() if key in given)
     return query("list_workflows").replace("{filters}", filters or "true")

@@ -51,7 +51,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import dbos_agent as da
-from dbos_agent.storage.sql_files import query
+from dbos_agent._storage.sql_files import query
 
 DB_NAME = "dbos_agent_bench_susp"
 #: The worker's ``workers`` (threads for running sync workflows); --workers sets it.

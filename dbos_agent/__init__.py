@@ -29,27 +29,27 @@ from . import aio as aio
 from . import errors as errors
 from . import operations as operations
 from . import records as records
-from .engine.approvals import (
+from ._engine.approvals import (
     Approval,
     ApprovalTicket,
     ask_approval,
     request_approval,
     wait_for_approval,
 )
-from .engine.client import Client, ClientHandle
-from .engine.first import wait_first
-from .engine.handle import WorkflowHandle, retrieve
-from .engine.launch import Runtime, current_runtime, launch
-from .engine.launch_options import LaunchOptions
-from .engine.messaging import get_event, recv, send, set_event
-from .engine.patches import deprecate_patch, patched
-from .engine.queues import Queue
-from .engine.schedules import scheduled
-from .engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
-from .engine.step_options import StepOptions
-from .engine.streams import StreamItem, close_stream, read_stream, write_stream
-from .engine.timers import sleep
-from .engine.workflow import (
+from ._engine.client import Client, ClientHandle
+from ._engine.first import wait_first
+from ._engine.handle import WorkflowHandle, retrieve
+from ._engine.launch import Runtime, current_runtime, launch
+from ._engine.launch_options import LaunchOptions
+from ._engine.messaging import get_event, recv, send, set_event
+from ._engine.patches import deprecate_patch, patched
+from ._engine.queues import Queue
+from ._engine.schedules import scheduled
+from ._engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
+from ._engine.step_options import StepOptions
+from ._engine.streams import StreamItem, close_stream, read_stream, write_stream
+from ._engine.timers import sleep
+from ._engine.workflow import (
     current_workflow_id,
     durable_workflow,
     start,

@@ -9,19 +9,19 @@ namesake's docstring says, awaited on the running event loop instead of blocking
 
 from __future__ import annotations
 
-from .engine.approvals import ask_approval_async as ask_approval
-from .engine.approvals import request_approval_async as request_approval
-from .engine.approvals import wait_for_approval_async as wait_for_approval
-from .engine.first import wait_first_async as wait_first
-from .engine.messaging import get_event_async as get_event
-from .engine.messaging import recv_async as recv
-from .engine.messaging import send_async as send
-from .engine.messaging import set_event_async as set_event
-from .engine.patches import patched_async as patched
-from .engine.streams import close_stream_async as close_stream
-from .engine.streams import read_stream_async as read_stream
-from .engine.streams import write_stream_async as write_stream
-from .engine.timers import sleep_async as sleep
+from ._engine.approvals import ask_approval_async as ask_approval
+from ._engine.approvals import request_approval_async as request_approval
+from ._engine.approvals import wait_for_approval_async as wait_for_approval
+from ._engine.first import wait_first_async as wait_first
+from ._engine.messaging import get_event_async as get_event
+from ._engine.messaging import recv_async as recv
+from ._engine.messaging import send_async as send
+from ._engine.messaging import set_event_async as set_event
+from ._engine.patches import patched_async as patched
+from ._engine.streams import close_stream_async as close_stream
+from ._engine.streams import read_stream_async as read_stream
+from ._engine.streams import write_stream_async as write_stream
+from ._engine.timers import sleep_async as sleep
 
 __all__ = [
     "ask_approval",

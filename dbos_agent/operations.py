@@ -10,23 +10,23 @@ a program's start-up write.
 
 from __future__ import annotations
 
-from .engine.approvals import (
+from ._engine.approvals import (
     ApprovalRequest,
     approval_digest,
     approve,
     list_approvals,
     reject,
 )
-from .engine.operations import cancel, fork, resolve_in_doubt, resume
-from .engine.retention import GcReport, garbage_collect
-from .engine.schedules import (
+from ._engine.operations import cancel, fork, resolve_in_doubt, resume
+from ._engine.retention import GcReport, garbage_collect
+from ._engine.schedules import (
     BackfillReport,
     backfill_schedule,
     list_schedules,
     pause_schedule,
     resume_schedule,
 )
-from .engine.workflow import list_steps, list_workflows
+from ._engine.workflow import list_steps, list_workflows
 
 __all__ = [
     "ApprovalRequest",

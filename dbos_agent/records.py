@@ -125,7 +125,7 @@ class Divergence:
 
 
 #: The topic on which a workflow waits for the decision on its approval request at step
-#: N is this prefix + N (engine/approvals.py): shown as the approval it is.
+#: N is this prefix + N (_engine/approvals.py): shown as the approval it is.
 APPROVAL_TOPIC_PREFIX = "dbos_agent.approval:"
 
 #: The built-in steps whose intent (a PENDING row, with the wait's deadline) is a wait in
@@ -258,7 +258,7 @@ class StepInfo:
 
 
 class SlotOutcome(StrEnum):
-    """What became of one slot of a schedule (see engine/runtime/scheduler.py)."""
+    """What became of one slot of a schedule (see _engine/runtime/scheduler.py)."""
 
     #: Its workflow was started (the workflow id is the schedule's name and the slot).
     FIRED = "fired"

@@ -24,13 +24,13 @@ from datetime import timedelta
 from types import FrameType
 
 from . import __version__
-from .durations import parse_duration
-from .engine.extending import workflow_names
-from .engine.launch import launch
-from .engine.queues import registered_queues
-from .engine.schedules import registered_schedules
+from ._durations import parse_duration
+from ._engine.extending import workflow_names
+from ._engine.launch import launch
+from ._engine.queues import registered_queues
+from ._engine.schedules import registered_schedules
+from ._storage.dsn import URL_ENV, scrub
 from .errors import DbosAgentError, InvalidDurationError
-from .storage.dsn import URL_ENV, scrub
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.helpers import PER_TEST
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from dbos_agent.storage.database import SystemDatabase
+from dbos_agent._storage.database import SystemDatabase
 from dbos_agent.testing import fresh_database
 from tests.processes import output
 

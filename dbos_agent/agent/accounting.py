@@ -207,7 +207,7 @@ def totals_from_steps(
 
 def usage_totals(workflow_id: str, prices: PriceTable | None = None) -> UsageTotals:
     """Model calls, attempts, tokens and cost of a workflow (needs :func:`launch`)."""
-    from ..engine.workflow import list_steps
+    from .._engine.workflow import list_steps
 
     rows = ((s.name, str(s.status), s.output, s.attempts) for s in list_steps(workflow_id))
     return totals_from_steps(workflow_id, rows, prices)

@@ -25,9 +25,9 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..documents import BUDGET_EVENT
-from ..engine.extending import WorkflowContext, current_context, in_step
-from ..engine.messaging import recv, recv_async, send, set_event, set_event_async
+from .._documents import BUDGET_EVENT
+from .._engine.extending import WorkflowContext, current_context, in_step
+from .._engine.messaging import recv, recv_async, send, set_event, set_event_async
 from ..errors import BudgetExceededError
 from .accounting import MODEL_STEP_NAMES, PriceTable, Usage
 

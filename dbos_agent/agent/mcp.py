@@ -48,7 +48,7 @@ from mcp import ClientSession
 from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 
-from ..engine.extending import (
+from .._engine.extending import (
     STEP_OPTIONS,
     StepSettings,
     WorkflowContext,
@@ -56,7 +56,7 @@ from ..engine.extending import (
     current_context,
     layered,
 )
-from ..engine.step import step as engine_step
+from .._engine.step import step as engine_step
 from ..errors import AsyncOnlyToolError, McpConnectionError, ToolErrorResult, ToolInputError
 from .mcp_connections import (
     Connection,

@@ -29,16 +29,16 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from .._limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..errors import InvalidOptionError
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
 
 __all__ = [
     "McpHttpServer",
     "McpSource",
     "Transport",
     "default_name",
-    "redact_url",
     "safe_name",
+    "shown_url",
     "transport_for",
 ]
 
@@ -75,12 +75,12 @@ class McpHttpServer:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
-                f"an MCP server URL must be http(s)://host/..., got {redact_url(self.url)!r}"
+                f"an MCP server URL must be http(s)://host/..., got {shown_url(self.url)!r}"
             )
 
     @property
     def redacted_url(self) -> str:
-        return redact_url(self.url)
+        return shown_url(self.url)
 
     def __repr__(self) -> str:
         return f"McpHttpServer({self.redacted_url!r}, headers={sorted(self.headers)!r})"
@@ -90,7 +90,7 @@ class McpHttpServer:
 McpSource = ClientSession | StdioServerParameters | McpHttpServer | str | Sequence[str]
 
 
-def redact_url(url: str) -> str:
+def shown_url(url: str) -> str:
     """``url`` without its user, password, query and fragment."""
     try:
         parts = urlsplit(url)

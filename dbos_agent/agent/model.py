@@ -20,9 +20,9 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from ..engine.extending import seconds_option, tracing
-from ..engine.step import step as durable_step
-from ..engine.streams import write_stream, write_stream_async
+from .._engine.extending import seconds_option, tracing
+from .._engine.step import step as durable_step
+from .._engine.streams import write_stream, write_stream_async
 from ..errors import BudgetExceededError, ConfigurationError
 from .accounting import MODEL_STEP_NAMES
 from .budget import Budget, BudgetGuard

@@ -16,9 +16,9 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..engine.extending import WorkflowContext, current_context
+from .._engine.extending import WorkflowContext, current_context
+from .._storage.rows import StepRow
 from ..records import StepStatus
-from ..storage.rows import StepRow
 from .accounting import (
     MODEL_STEP_NAMES,
     PriceTable,

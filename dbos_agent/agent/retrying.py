@@ -7,7 +7,7 @@ module supplies the two things the generic loop cannot know: which errors are tr
 (overloaded, rate-limited, 5xx, timeouts, dropped connections) and how long the server
 asked us to wait (``retry-after``), which takes precedence over our own backoff when longer.
 A provider's outage longer than the in-process retries is then waited out durably, up to
-the model's ``give_up_after`` (engine/runtime/retries.py).
+the model's ``give_up_after`` (_engine/runtime/retries.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import anthropic
 
-from ..engine.extending import RetryPolicy
+from .._engine.extending import RetryPolicy
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

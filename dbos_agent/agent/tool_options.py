@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TextIO
 
-from ..engine.extending import STEP_OPTIONS, StepOptions, check_known
+from .._engine.extending import STEP_OPTIONS, StepOptions, check_known
 
 __all__ = ["MCP_OWN", "TOOL_OWN", "McpOptions", "ToolOptions", "check_tool_options"]
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from anthropic.types import ToolParam, ToolResultBlockParam
 
-from ..engine.approvals import Approval, request_approval, request_approval_async
-from ..engine.extending import at_position, reserve_positions
-from ..engine.step import step as engine_step
+from .._engine.approvals import Approval, request_approval, request_approval_async
+from .._engine.extending import at_position, reserve_positions
+from .._engine.step import step as engine_step
 from ..errors import (
     CheckpointTooLargeError,
     DbosAgentError,

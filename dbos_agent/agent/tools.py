@@ -19,8 +19,8 @@ import pydantic
 import pydantic_core
 from anthropic.types import ToolParam
 
-from ..engine.extending import NotDone, StepDefinition
-from ..engine.step import step as engine_step
+from .._engine.extending import NotDone, StepDefinition
+from .._engine.step import step as engine_step
 from ..errors import ToolCallRejected, ToolErrorResult, ToolInputError
 from .accounting import TOOL_STEP_PREFIX
 from .tool_options import TOOL_OWN, ToolOptions, check_tool_options

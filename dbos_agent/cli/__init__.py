@@ -29,10 +29,10 @@ from collections.abc import Sequence
 import psycopg
 
 from .. import worker
+from .._storage.database import SystemDatabase
+from .._storage.dsn import URL_ENV, scrub
 from ..errors import DbosAgentError, DeployCheckError
 from ..postgres.opening import connect_system_database, open_system_database
-from ..storage.database import SystemDatabase
-from ..storage.dsn import URL_ENV, scrub
 from ..web import serve
 from . import commands, render
 from .arguments import PROG

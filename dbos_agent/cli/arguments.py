@@ -8,8 +8,8 @@ import argparse
 import json
 from datetime import datetime, timedelta
 
-from ..durations import parse_duration, parse_moment
-from ..engine.retention import check_statuses
+from .._durations import parse_duration, parse_moment
+from .._engine.retention import check_statuses
 from ..errors import InvalidDurationError
 from ..records import WorkflowStatus
 

@@ -7,8 +7,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..storage.database import SystemDatabase
-from ..storage.dsn import URL_ENV
+from .._storage.database import SystemDatabase
+from .._storage.dsn import URL_ENV
 
 #: What a command runs, on the database ``main`` opened for it (set as ``run``); it may
 #: return the exit status (``check-deploy``: 1 when some workflow does not fit).

@@ -2,7 +2,7 @@
 the outcome as text or, with ``--json``, as one JSON document.
 
 Nothing here imports or runs workflow code: cancel, resume, fork and resolve change
-status and log in guarded statements (``engine/operations.py``) and leave the run to a
+status and log in guarded statements (``_engine/operations.py``) and leave the run to a
 process that has the function. Listing, reading and the operator's actions go through
 :class:`~dbos_agent.Client` (over the command's open database), the one path that the
 HTTP API and users' own code take too. How a step reads (a model reply's text, tokens
@@ -18,19 +18,19 @@ import json
 import sys
 from typing import Any
 
+from .. import _documents as documents
 from .. import (
     agent,  # noqa: F401  (registers how model steps are described)
-    documents,
 )
-from ..durations import format_duration
-from ..engine.client import Client
-from ..engine.retention import DEFAULT_STATUSES, check_statuses
-from ..engine.schedules import backfill_db, list_schedules_db, set_paused_db
+from .._durations import format_duration
+from .._engine.client import Client
+from .._engine.retention import DEFAULT_STATUSES, check_statuses
+from .._engine.schedules import backfill_schedule_slots, read_schedules, set_schedule_paused
+from .._serialization import codec_for
+from .._storage.database import SystemDatabase
+from .._storage.rows import ForkResult, ResumeResult
+from .._storage.sql_files import migrations
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
-from ..serialization import codec_for
-from ..storage.database import SystemDatabase
-from ..storage.rows import ForkResult, ResumeResult
-from ..storage.sql_files import migrations
 from . import render
 from .arguments import PROG
 
@@ -455,7 +455,7 @@ def reject(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def schedules(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Every recorded schedule: its cron, time zone, pause, latest and next slots."""
-    found = list_schedules_db(db)
+    found = read_schedules(db)
     if args.json:
         render.print_json([documents.schedule_json(info) for info in found])
         return
@@ -480,7 +480,7 @@ def schedules(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def _set_paused(args: argparse.Namespace, db: SystemDatabase, paused: bool) -> None:
-    changed = set_paused_db(db, args.name, paused)
+    changed = set_schedule_paused(db, args.name, paused)
     if args.json:
         render.print_json({"name": args.name, "paused": paused, "changed": changed})
     elif not changed:
@@ -511,7 +511,7 @@ def resume_schedule(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def backfill(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Record the workflow of every slot in the range that has not run, once each."""
-    report = backfill_db(db, args.name, args.start, args.end)
+    report = backfill_schedule_slots(db, args.name, args.start, args.end)
     if args.json:
         render.print_json(dataclasses.asdict(report))
         return

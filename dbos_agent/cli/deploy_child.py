@@ -38,9 +38,13 @@ from typing import Any
 
 import psycopg
 
-from ..engine import deploy_check
-from ..engine.extending import workflow_names
-from ..engine.launch import refuse_launch
+from .._engine import deploy_check
+from .._engine.extending import workflow_names
+from .._engine.launch import refuse_launch
+from .._storage.connector import refuse_writes
+from .._storage.database import SystemDatabase
+from .._storage.dsn import URL_ENV
+from .._storage.histories import History, read_export
 from ..errors import (
     DatabaseUnavailableError,
     DbosAgentError,
@@ -48,10 +52,6 @@ from ..errors import (
     InvalidHistoryError,
     WriteRefusedError,
 )
-from ..storage.connector import refuse_writes
-from ..storage.database import SystemDatabase
-from ..storage.dsn import URL_ENV
-from ..storage.histories import History, read_export
 from ..worker import import_app
 
 #: Seconds the child may take to start Python and dbos_agent, before it imports the app.

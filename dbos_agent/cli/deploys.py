@@ -5,7 +5,7 @@
 ``check-deploy`` is the one command besides ``worker`` that runs the application's code:
 in a child process (:mod:`.deploy_child`), which imports it and replays logs against it
 on read-only connections, running nothing live (see
-:mod:`dbos_agent.engine.deploy_check`); this process never imports it.
+:mod:`dbos_agent._engine.deploy_check`); this process never imports it.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from ..engine import deploy_check
+from .._engine import deploy_check
+from .._storage.database import SystemDatabase
+from .._storage.histories import read_export
+from .._storage.versions import UNFINISHED, AppVersionSummary
 from ..errors import DbosAgentError
 from ..records import WorkflowStatus
-from ..storage.database import SystemDatabase
-from ..storage.histories import read_export
-from ..storage.versions import UNFINISHED, AppVersionSummary
 from . import deploy_child, render
 
 #: How many ids ``export --unfinished`` reads per statement.
@@ -229,7 +229,7 @@ def _write_lines(out: TextIO, documents: list[tuple[str, str]]) -> None:
 
 def import_(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Load an export into this database: every line is read and checked first (the
-    engine's rules, see :mod:`dbos_agent.storage.history_checks`), then all are written in
+    engine's rules, see :mod:`dbos_agent._storage.history_checks`), then all are written in
     one transaction, whole or not at all."""
     found = [
         (where, history.workflow_id, document)

@@ -7,8 +7,8 @@ import argparse
 from typing import Any
 
 from .. import worker
-from ..engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES
-from ..limits import DEFAULT_MAX_CHECKPOINT_BYTES
+from .._engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES
+from .._limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..web import serve
 from . import arguments as types
 from . import commands, deploys

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..documents import json_default, tokens_of
-from ..engine.retention import GcReport
+from .._documents import json_default, tokens_of
+from .._engine.retention import GcReport
 from ..records import StepDigest, StepInfo, StepStatus, WorkflowInfo, WorkflowStatus
 from .arguments import PROG
 

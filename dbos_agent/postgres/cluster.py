@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 
-from ..processes import pid_alive
+from .._processes import pid_alive
 from .binaries import find_bin, server_major
 from .users import ServiceUser, make_traversable, run_as
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..processes import pid_alive, proc_start_time
-from ..storage.dsn import configured_url
+from .._processes import pid_alive, proc_start_time
+from .._storage.dsn import configured_url
 from .binaries import find_bin
 from .cluster import (
     bin_for,

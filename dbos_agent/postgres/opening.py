@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypedDict, Unpack
 
+from .._storage.database import SystemDatabase
+from .._storage.dsn import URL_ENV, configured_url
+from .._storage.sql_files import migrations
 from ..errors import NoDatabaseError, SchemaNotMigratedError, SchemaVersionError
-from ..storage.database import SystemDatabase
-from ..storage.dsn import URL_ENV, configured_url
-from ..storage.sql_files import migrations
 from .embedded import DEFAULT_DIRECTORY, embedded_database_url
 
 __all__ = ["DatabaseOptions", "connect_system_database", "open_system_database"]

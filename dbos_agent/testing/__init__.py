@@ -4,10 +4,11 @@ and an inspector for assertions.
 The fixtures in `dbos_agent.testing.plugin` are registered automatically with pytest.
 """
 
-from ..engine.passes import (
+from .._engine.passes import (
     advance_clock,
     clock_offset,
     dispatch_once,
+    fire_due,
     run_passes_every,
     sweep_once,
     take_over_once,
@@ -27,6 +28,7 @@ __all__ = [
     "check_replay",
     "clock_offset",
     "dispatch_once",
+    "fire_due",
     "fresh_database",
     "postgres_server",
     "run_passes_every",

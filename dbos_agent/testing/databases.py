@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 from psycopg import sql
 
-from ..storage.dsn import redact_url, scrub, with_dbname
+from .._storage.dsn import redact_url, scrub, with_dbname
 
 __all__ = ["fresh_database"]
 

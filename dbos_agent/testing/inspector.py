@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from .._storage.database import SystemDatabase
+from .._storage.inspection import RowCounts, SentMessage
 from ..records import StepInfo, WorkflowInfo, WorkflowStatus
-from ..storage.database import SystemDatabase
-from ..storage.inspection import RowCounts, SentMessage
 
 __all__ = ["Inspector", "RowCounts", "SentMessage"]
 

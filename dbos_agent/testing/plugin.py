@@ -28,10 +28,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from .._storage.dsn import postgres_url, redact_url, scrub
 from ..errors import DbosAgentError, PostgresNotFoundError
 from ..postgres.opening import open_system_database
 from ..postgres.throwaway import LocalCluster
-from ..storage.dsn import postgres_url, redact_url, scrub
 from .databases import fresh_database
 from .faults import RestartablePostgres
 from .inspector import Inspector

@@ -1,7 +1,7 @@
 """``check_replay``: does new code fit recorded histories? For tests and CI.
 
 It is ``dbos-agent check-deploy`` as a function: import the new code, replay histories
-against it without running anything live (see :mod:`dbos_agent.engine.deploy_check`),
+against it without running anything live (see :mod:`dbos_agent._engine.deploy_check`),
 and return the report to assert on::
 
     def test_the_new_code_fits_what_production_has_in_flight(dbos_agent_database_url):
@@ -21,11 +21,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 
-from ..engine import deploy_check
-from ..engine.extending import workflow_names
+from .._engine import deploy_check
+from .._engine.extending import workflow_names
+from .._storage.database import SystemDatabase
+from .._storage.histories import History, read_export, read_histories
 from ..postgres.embedded import resolve_url
-from ..storage.database import SystemDatabase
-from ..storage.histories import History, read_export, read_histories
 from ..worker import import_app
 
 

@@ -33,7 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from ..engine.client import Client
+from .._engine.client import Client
+from .._storage.dsn import scrub
 from ..errors import (
     ApprovalError,
     DbosAgentError,
@@ -42,7 +43,6 @@ from ..errors import (
     WorkflowNotFoundError,
     WorkflowStatusError,
 )
-from ..storage.dsn import scrub
 from . import approvals, streams, workflows
 from .guard import DEFAULT_MAX_BODY_BYTES, Guard
 from .limits import DEFAULT_MAX_STREAMS, DEFAULT_STREAM_PAGE_BYTES

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
 
-from .. import documents
-from ..engine.client import Client
-from ..limits import check_identifier
+from .. import _documents as documents
+from .._engine.client import Client
+from .._limits import check_identifier
 from ..records import WorkflowInfo
 from .guard import SEGMENT
 

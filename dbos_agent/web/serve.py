@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from ..engine.client import Client
+from .._engine.client import Client
+from .._storage.dsn import URL_ENV, scrub
 from ..errors import DbosAgentError
 from ..postgres.embedded import DEFAULT_DIRECTORY
-from ..storage.dsn import URL_ENV, scrub
 from .guard import DEFAULT_MAX_BODY_BYTES, host_name, is_loopback, is_wildcard
 from .limits import (
     DEFAULT_IDLE_TIMEOUT,

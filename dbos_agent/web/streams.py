@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ..engine.streams import StreamItem, follow_async
+from .._engine.streams import StreamItem, follow_async
 from .common import CHECKED, ONE, ClientOf
 from .guard import SEGMENT
 from .limits import STREAM_SLICE_CHARS

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
-from .. import documents
-from ..durations import parse_moment
-from ..engine.operations import CANCELLABLE, RESUMABLE
-from ..limits import check_identifier
+from .. import _documents as documents
+from .._durations import parse_moment
+from .._engine.operations import CANCELLABLE, RESUMABLE
+from .._limits import check_identifier
+from .._storage.rows import ForkResult, ResumeResult
 from ..records import WorkflowStatus, describe_step
-from ..storage.rows import ForkResult, ResumeResult
 from .common import CHECKED, ONE, ClientOf, json_response, workflow_document
 
 router = APIRouter(tags=["workflows"], dependencies=CHECKED)

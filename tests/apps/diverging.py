@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._engine.runtime.current import current_engine
 from tests.helpers import SimulatedCrash
 
 CRASH: set[str] = set()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.limits import MAX_IDENTIFIER_BYTES
+from dbos_agent._limits import MAX_IDENTIFIER_BYTES
 from tests.helpers import new_id, per_test
 
 CALLS: Counter[str] = per_test(Counter())

@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.storage.locks import SESSION_LOCK_CLASS
-from dbos_agent.storage.rows import Runner
-from dbos_agent.storage.sql_files import query
+from dbos_agent._storage.locks import SESSION_LOCK_CLASS
+from dbos_agent._storage.rows import Runner
+from dbos_agent._storage.sql_files import query
 from tests.helpers import migrated_database, wait_until
 
 RUNNER = Runner(["job"], None, "code")

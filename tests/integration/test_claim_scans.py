@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.storage.locks import SESSION_LOCK_CLASS
-from dbos_agent.storage.rows import Runner
-from dbos_agent.storage.sql_files import query
+from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.locks import SESSION_LOCK_CLASS
+from dbos_agent._storage.rows import Runner
+from dbos_agent._storage.sql_files import query
 from tests.helpers import migrated_database
 
 LIVE = 4  # sessions 1..4 hold their locks; session 9 is dead (a clean exit's -infinity)

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import dbos_agent as da
-from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.storage.rows import ForkResult, ResumeResult
+from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.rows import ForkResult, ResumeResult
 from tests.helpers import cli, new_id, ok
 
 

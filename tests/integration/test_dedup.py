@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import isolated_queues
+from dbos_agent._engine.queues import isolated_queues
 from tests.helpers import new_id
 
 GATE: dict[str, threading.Event] = {}

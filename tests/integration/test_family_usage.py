@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.storage.sql_files import migrations
-from dbos_agent.storage.steps import ModelUsage
+from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.sql_files import migrations
+from dbos_agent._storage.steps import ModelUsage
 from dbos_agent.testing import fresh_database
 
 NAMES = ["model:a", "model:b"]

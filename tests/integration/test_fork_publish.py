@@ -9,7 +9,7 @@ from collections import Counter
 import psycopg
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
+from dbos_agent._engine.runtime.core import Engine
 from tests.helpers import new_id
 
 SPOKEN: Counter[str] = Counter()

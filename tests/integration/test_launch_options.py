@@ -4,7 +4,7 @@ the fields they name): the same runtime either way."""
 from __future__ import annotations
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._engine.runtime.current import current_engine
 from tests.helpers import new_id
 
 

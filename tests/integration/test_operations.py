@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
+from dbos_agent._engine.runtime.core import Engine
 from tests.helpers import SimulatedCrash, new_id, per_test
 
 RUNS: Counter[str] = per_test(Counter())
@@ -213,7 +213,7 @@ def test_a_cancel_from_the_storage_layer_alone_stops_the_run(
     gate = _reach(wid, 0, in_step=True)
     handle = da.start(agent, wid, 2, workflow_id=wid)
     _wait(REACHED[f"{wid}:0"])
-    from dbos_agent.engine.operations import cancel_workflow
+    from dbos_agent._engine.operations import cancel_workflow
 
     assert cancel_workflow(engine.db, wid) == da.WorkflowStatus.PENDING  # no in-process flag
     started = time.monotonic()

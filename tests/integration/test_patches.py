@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 import dbos_agent as da
-from dbos_agent.limits import MAX_IDENTIFIER_BYTES
+from dbos_agent._limits import MAX_IDENTIFIER_BYTES
 from tests.helpers import SimulatedCrash, new_id, per_test
 
 CODE: dict[str, str] = {}

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.children import START_CHILD_STEP
+from dbos_agent._engine.children import START_CHILD_STEP
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, per_test, wait_until
 

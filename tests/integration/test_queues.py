@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import isolated_queues
+from dbos_agent._engine.queues import isolated_queues
 from dbos_agent.testing import Inspector, advance_clock, clock_offset, dispatch_once
 from tests.helpers import new_id, per_test, wait_until
 

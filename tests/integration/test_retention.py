@@ -16,8 +16,8 @@ from datetime import timedelta
 import pytest
 
 import dbos_agent as da
-from dbos_agent.durations import format_duration, parse_duration
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._durations import format_duration, parse_duration
+from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent.testing import fresh_database
 from tests.helpers import cli, new_id, ok, refused, wait_until
 from tests.processes import output
@@ -255,7 +255,7 @@ def test_the_worker_reads_retention_with_the_same_parser(dbos_agent_database_url
 def test_launch_with_retention_deletes_by_itself(
     dbos_agent_database_url: str, executor_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dbos_agent.engine.runtime.retention")
+    caplog.set_level(logging.INFO, logger="dbos_agent._engine.runtime.retention")
     rt = da.launch(dbos_agent_database_url, executor_id=executor_id, retention=timedelta(seconds=2))
     try:
         old, pending = finished(), finished()

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.schedules import forget_schedules, registered_schedules
-from dbos_agent.engine.schedules.operations import get_schedule_db
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._engine.schedules import forget_schedules, registered_schedules
+from dbos_agent._engine.schedules.operations import read_schedule
 from dbos_agent.records import ScheduleInfo
 from dbos_agent.testing import RestartablePostgres, advance_clock
 from tests.helpers import new_id, wait_until
@@ -107,7 +107,7 @@ def check_every_slot_ran_once(url: str, name: str, last: datetime, *, in_order: 
 
 
 def schedule_info(name: str) -> ScheduleInfo:
-    return get_schedule_db(current_engine().db, name)
+    return read_schedule(current_engine().db, name)
 
 
 @pytest.mark.parametrize("overlap", ["skip", "buffer_one", "allow"])

@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.storage.sql_files import schema
+from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.sql_files import schema
 from dbos_agent.testing import fresh_database
 
 CATALOG: dict[str, str] = {

@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.storage import jsonb
-from dbos_agent.storage.rows import NewWorkflow
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._storage import jsonb
+from dbos_agent._storage.rows import NewWorkflow
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, per_test
 

@@ -10,12 +10,12 @@ from concurrent.futures import Future
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.handle import WorkflowHandle
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.runtime.outcome import Outcome
-from dbos_agent.engine.runtime.plans import run_plan
-from dbos_agent.engine.runtime.waiting import finished_outcome
+from dbos_agent._engine.handle import WorkflowHandle
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._engine.runtime.outcome import Outcome
+from dbos_agent._engine.runtime.plans import run_plan
+from dbos_agent._engine.runtime.waiting import finished_outcome
 from tests.helpers import new_id
 
 GATES: dict[str, threading.Event] = {}

@@ -440,7 +440,7 @@ def test_the_dashboard_in_each_state(
 
     from playwright.sync_api import expect, sync_playwright
 
-    from dbos_agent.storage.database import SystemDatabase
+    from dbos_agent._storage.database import SystemDatabase
     from dbos_agent.testing.databases import fresh_database
 
     long = "customer-order-with-a-rather-long-reference-number-0123456789-abcdefghij"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
+from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.web.connections import ConnectionLimits
 from dbos_agent.web.limits import DEFAULT_MAX_STREAMS
 from tests.helpers import wait_until

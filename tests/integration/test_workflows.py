@@ -13,13 +13,13 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.admission import admit
-from dbos_agent.engine.runtime.collaborators import EngineOptions
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.runtime.recovery import take_over_once
-from dbos_agent.engine.runtime.registry import code_version
-from dbos_agent.storage.database import SystemDatabase
+from dbos_agent._engine.runtime.admission import admit
+from dbos_agent._engine.runtime.collaborators import EngineOptions
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._engine.runtime.recovery import take_over_once
+from dbos_agent._engine.runtime.registry import code_version
+from dbos_agent._storage.database import SystemDatabase
 from tests.helpers import SimulatedCrash, new_id, per_test, wait_until
 from tests.processes import output
 
@@ -249,7 +249,7 @@ def test_a_hung_owner_loses_its_workflow_and_can_no_longer_write(
 
 
 def _hung_owner_scenario(url: str, executor_id: str) -> None:
-    from dbos_agent.engine.runtime.recovery import claim_and_recover
+    from dbos_agent._engine.runtime.recovery import claim_and_recover
     from dbos_agent.records import RecoveryReport
 
     wid = new_id()
@@ -442,7 +442,7 @@ def test_migrations_are_idempotent_and_safe_concurrently(dbos_agent_postgres_url
             rows = conn.execute(
                 "SELECT version FROM dbos_agent.schema_migrations ORDER BY version"
             ).fetchall()
-        from dbos_agent.storage.sql_files import migrations
+        from dbos_agent._storage.sql_files import migrations
 
         assert [r[0] for r in rows] == [version for version, _, _ in migrations()]
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.runtime.registry import code_version
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._engine.runtime.registry import code_version
 from dbos_agent.testing import Inspector, RowCounts
 from dbos_agent.testing.plugin import fresh_database
 from tests.apps.diverging import hold_diverged

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.queues import dispatch_once, isolated_queues
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._engine.queues import dispatch_once, isolated_queues
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import new_id, per_test
 from tests.processes import ROOT, output

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.deploy_check import DeployCheck
-from dbos_agent.engine.runtime.engine import current_engine
+from dbos_agent._engine.deploy_check import DeployCheck
+from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent.testing import Inspector, check_replay, fresh_database
 from tests.helpers import SimulatedCrash, cli, new_id, ok, refused, wait_until
 from tests.processes import ROOT
@@ -237,7 +237,7 @@ def half_done(key: str) -> None:
 def test_adopt_is_refused_for_a_log_that_moved_since_the_check(
     runtime: da.Runtime, dbos_agent_database_url: str
 ) -> None:
-    from dbos_agent.engine.deploy_check import adopt
+    from dbos_agent._engine.deploy_check import adopt
 
     key = new_id("moved")
     CODE[key] = "crash"

@@ -18,11 +18,11 @@ import pytest
 if "dbos_agent.testing.plugin" not in sys.modules:  # package not installed: no entry point
     pytest_plugins = ["dbos_agent.testing.plugin"]
 
+from dbos_agent._storage.dsn import redact_url
 from dbos_agent.errors import PostgresNotFoundError
 from dbos_agent.postgres.binaries import find_postgres_bin
 from dbos_agent.postgres.embedded import embedded_database_url, release_embedded_database
 from dbos_agent.postgres.throwaway import LocalCluster
-from dbos_agent.storage.dsn import redact_url
 from dbos_agent.testing import fresh_database
 from tests.helpers import wait_until
 from tests.processes import output

@@ -22,10 +22,10 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.locks import SESSION_LOCK_CLASS
 from dbos_agent.agent import Budget, Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
-from dbos_agent.storage.database import SystemDatabase
-from dbos_agent.storage.locks import SESSION_LOCK_CLASS
 from dbos_agent.testing import (
     Inspector,
     RestartablePostgres,

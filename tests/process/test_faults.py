@@ -20,8 +20,8 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.storage.outages import Retrier
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._storage.outages import Retrier
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.apps.fault_app import chain, expected, note, read_log
 from tests.helpers import new_id, thread_stacks, wait_until

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.storage.history_checks import COLUMNS, OMITTED
+from dbos_agent._storage.history_checks import COLUMNS, OMITTED
 from tests.helpers import cli, dbos_agent_rows, migrated_database, ok
 
 T = "2026-12-05T10:11:12.5+00:00"

@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
+from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import output

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 import dbos_agent as da
+from dbos_agent._storage.sql_files import migrations
 from dbos_agent.errors import SchemaNotMigratedError, SchemaVersionError
-from dbos_agent.storage.sql_files import migrations
 from dbos_agent.testing import fresh_database
 from tests.helpers import cli, dbos_agent_rows, migrate, refused
 

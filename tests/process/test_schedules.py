@@ -21,19 +21,19 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.runtime.recovery import recover_pending
-from dbos_agent.engine.scheduler import FiredSlot, fire_due
-from dbos_agent.engine.schedules import (
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._engine.runtime.recovery import recover_pending
+from dbos_agent._engine.runtime.scheduler import FiredSlot
+from dbos_agent._engine.schedules import (
     forget_schedules,
     registered_schedules,
     slot_workflow_id,
 )
-from dbos_agent.engine.schedules.cron import CronTimes
-from dbos_agent.engine.schedules.operations import get_schedule_db
+from dbos_agent._engine.schedules.cron import CronTimes
+from dbos_agent._engine.schedules.operations import read_schedule
 from dbos_agent.records import SlotOutcome
-from dbos_agent.testing import Inspector, RestartablePostgres, advance_clock
+from dbos_agent.testing import Inspector, RestartablePostgres, advance_clock, fire_due
 from tests.helpers import cli, new_id, ok, refused, wait_until
 from tests.processes import start_worker, stop_workers
 
@@ -89,7 +89,7 @@ def record(engine: Engine) -> None:
 def to_next_slot(engine: Engine, name: str, *, later: timedelta = timedelta(0)) -> datetime:
     """Move the clock half a second past the schedule's next slot (plus ``later``): a
     whole minute from the slot after it, however slow the machine."""
-    slot = get_schedule_db(engine.db, name).next_slot
+    slot = read_schedule(engine.db, name).next_slot
     assert slot is not None
     advance_clock((slot + later - database_now(engine)).total_seconds() + 0.5)
     return slot + later
@@ -120,7 +120,7 @@ def test_a_slot_runs_once_under_its_id_with_its_time(engine: Engine, inspector: 
     assert RUNS[name] == [slot] and RUNS[name][0].utcoffset() == timedelta(0)
     # every later look, and the slot's transaction sent again, leave it alone
     assert fire_due(engine) == [] and fire_due(engine) == []
-    info = get_schedule_db(engine.db, name)
+    info = read_schedule(engine.db, name)
     assert (info.last_slot, info.last_workflow_id) == (slot, fired[0].workflow_id)
     assert info.last_status is da.WorkflowStatus.SUCCESS and info.next_slot == slot + MINUTE
     assert inspector.workflows(name=f"{name}-job") == [inspector.workflow(fired[0].workflow_id)]
@@ -142,9 +142,9 @@ def test_catch_up_after_downtime_latest_all_or_none(engine: Engine) -> None:
     assert fired[latest] == [first]
     assert fired[every] == [first - m * MINUTE for m in (4, 3, 2, 1, 0)]
     assert fired[none] == [first]  # half a second late: on time
-    passed = get_schedule_db(engine.db, every)  # older than the window: passed, counted
+    passed = read_schedule(engine.db, every)  # older than the window: passed, counted
     assert (passed.passed_slots, passed.last_passed_slot) == (5, first - 5 * MINUTE)
-    assert get_schedule_db(engine.db, latest).passed_slots == 0  # its promise is the latest
+    assert read_schedule(engine.db, latest).passed_slots == 0  # its promise is the latest
     for name, slots in fired.items():
         assert [result_of(name, s) for s in slots] == [f"{s:%H:%M:%S}" for s in slots]
     assert fire_due(engine) == []
@@ -153,10 +153,10 @@ def test_catch_up_after_downtime_latest_all_or_none(engine: Engine) -> None:
 def test_catch_up_none_passes_over_a_late_slot(engine: Engine) -> None:
     name = define("0 * * * *", catch_up="none")
     record(engine)
-    late = get_schedule_db(engine.db, name).next_slot
+    late = read_schedule(engine.db, name).next_slot
     to_next_slot(engine, name, later=timedelta(minutes=10))  # ten minutes late
     assert fire_due(engine) == []
-    info = get_schedule_db(engine.db, name)
+    info = read_schedule(engine.db, name)
     assert info.handled_through == late and info.last_slot is None
     on_time = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(on_time, FIRED, True)]
@@ -172,7 +172,7 @@ def test_overlap_skip_does_not_start_a_slot_while_a_run_is_unfinished(
     wait_until(lambda: RUNS[name] == [first], 30, "the first run to start")
     second = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(second, SKIPPED, False)]
-    info = get_schedule_db(engine.db, name)
+    info = read_schedule(engine.db, name)
     assert (info.skipped_slots, info.last_skipped_slot, info.last_slot) == (1, second, first)
     GATES[name].set()
     assert result_of(name, first)
@@ -203,14 +203,14 @@ def test_overlap_buffer_one_keeps_one_slot_that_starts_when_the_run_ends(engine:
     assert outcomes(fire_due(engine)) == [(second, BUFFERED, False)]
     third = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(third, SKIPPED, False)]  # one waits already
-    info = get_schedule_db(engine.db, name)
+    info = read_schedule(engine.db, name)
     assert (info.buffered_slot, info.skipped_slots) == (second, 1)
     GATES[name].set()
     assert result_of(name, first)
     buffered = fire_due(engine)
     assert outcomes(buffered) == [(second, FIRED, True)]  # runs the slot it waited with
     assert result_of(name, second) == f"{second:%H:%M:%S}"
-    assert get_schedule_db(engine.db, name).buffered_slot is None
+    assert read_schedule(engine.db, name).buffered_slot is None
     fourth = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(fourth, FIRED, True)]
     assert result_of(name, fourth) and RUNS[name] == [first, second, fourth]
@@ -230,11 +230,11 @@ def test_catch_up_all_runs_a_slot_due_during_a_run_after_it_within_the_window(
     assert outcomes(fire_due(engine)) == [(second, WAITING, False)]
     third = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(second, WAITING, False)]  # the oldest goes first
-    info = get_schedule_db(engine.db, name)
+    info = read_schedule(engine.db, name)
     assert (info.handled_through, info.skipped_slots, info.passed_slots) == (first, 0, 0)
     fourth = to_next_slot(engine, name)  # the second slot is now older than the window
     assert outcomes(fire_due(engine)) == [(third, WAITING, False)]
-    info = get_schedule_db(engine.db, name)
+    info = read_schedule(engine.db, name)
     assert (info.passed_slots, info.last_passed_slot, info.skipped_slots) == (1, second, 0)
     GATES[name].set()
     assert result_of(name, first)
@@ -251,11 +251,11 @@ def test_pause_and_resume(engine: Engine) -> None:
     record(engine)
     assert da.operations.pause_schedule(name) is True
     assert da.operations.pause_schedule(name) is False  # already paused: nothing changes
-    paused_at = get_schedule_db(engine.db, name)
+    paused_at = read_schedule(engine.db, name)
     assert paused_at.paused and paused_at.next_slot is None
     advance_clock(180)  # three slots come due while it is paused
     assert fire_due(engine) == []
-    assert get_schedule_db(engine.db, name).handled_through == paused_at.handled_through
+    assert read_schedule(engine.db, name).handled_through == paused_at.handled_through
     assert (
         da.operations.resume_schedule(name) is True and da.operations.resume_schedule(name) is False
     )
@@ -269,7 +269,7 @@ def test_pause_and_resume(engine: Engine) -> None:
 def test_backfill_runs_each_missed_slot_once(engine: Engine) -> None:
     name = define()
     record(engine)
-    first = get_schedule_db(engine.db, name).next_slot
+    first = read_schedule(engine.db, name).next_slot
     assert first is not None
     last = to_next_slot(engine, name, later=5 * MINUTE)  # six slots passed, none fired
     report = da.operations.backfill_schedule(name, first, first + 3 * MINUTE)
@@ -357,7 +357,7 @@ def test_the_cli_lists_pauses_resumes_and_backfills(
     url = dbos_agent_database_url
     name = define(timezone="Europe/Paris")
     record(engine)
-    registered = get_schedule_db(engine.db, name).handled_through
+    registered = read_schedule(engine.db, name).handled_through
     slot = to_next_slot(engine, name)
     assert outcomes(fire_due(engine)) == [(slot, FIRED, True)]
     assert result_of(name, slot)
@@ -378,9 +378,9 @@ def test_the_cli_lists_pauses_resumes_and_backfills(
     paused = json.loads(ok(cli(url, "schedules", "pause", name, "--json")))
     assert paused == {"name": name, "paused": True, "changed": True}
     assert "already paused" in ok(cli(url, "schedules", "pause", name))
-    assert get_schedule_db(engine.db, name).paused
+    assert read_schedule(engine.db, name).paused
     assert "resumed schedule" in ok(cli(url, "schedules", "resume", name))
-    assert not get_schedule_db(engine.db, name).paused
+    assert not read_schedule(engine.db, name).paused
 
     # a backfill of slots before the schedule existed (the CLI's clock is not moved)
     start, end = registered - 10 * MINUTE, registered - 6 * MINUTE

@@ -19,9 +19,9 @@ import anthropic
 import pytest
 
 import dbos_agent as da
+from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
-from dbos_agent.engine.runtime.core import Engine
 from tests.helpers import cli, new_id, wait_until
 from tests.processes import output
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.engine import current_engine
-from dbos_agent.engine.runtime.notifications import Waiter
-from dbos_agent.engine.runtime.registry import code_version
-from dbos_agent.storage.rows import Runner
+from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent._engine.runtime.notifications import Waiter
+from dbos_agent._engine.runtime.registry import code_version
+from dbos_agent._storage.rows import Runner
 from dbos_agent.testing import Inspector
 from tests.helpers import blocked_in, new_id, wait_until
 from tests.processes import ROOT, output

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.storage.database import SystemDatabase
+from dbos_agent._storage.database import SystemDatabase
 from dbos_agent.testing import Inspector, fresh_database, take_over_once
 from tests.helpers import new_id, wait_until
 from tests.processes import start_module, stop_workers

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.runtime.core import Engine
+from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.process.test_messaging import APP, app_env

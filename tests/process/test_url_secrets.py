@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import dbos_agent as da
 from dbos_agent import cli
-from dbos_agent.storage.dsn import URL_ENV
+from dbos_agent._storage.dsn import URL_ENV
 from tests.processes import ROOT, output
 from tests.support.secret_forms import FORMS, Secret, leaks, secrets, texts_of
 from tests.support.web import free_port

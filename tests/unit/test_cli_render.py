@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dbos_agent import documents, records
+from dbos_agent import _documents as documents
+from dbos_agent import records
 from dbos_agent.agent.describe import describe_model_step
 from dbos_agent.cli import render
 from dbos_agent.records import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbos_agent.storage.connector import Connector
+from dbos_agent._storage.connector import Connector
 
 
 class _Conn:

@@ -70,9 +70,9 @@ def test_the_agent_spend_is_the_budget_spend() -> None:
 
 
 def test_recorded_errors_have_their_own_module_and_keep_their_old_path() -> None:
-    import dbos_agent.serialization as serialization
+    import dbos_agent._serialization as serialization
 
-    codec = importlib.import_module("dbos_agent.errors_codec")
+    codec = importlib.import_module("dbos_agent._errors_codec")
     for name in ("dumps_error", "error_from_json", "loads_error"):
         assert getattr(serialization, name) is getattr(codec, name)
     assert "pydantic" not in codec.__dict__  # it needs no value codec

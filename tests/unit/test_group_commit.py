@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from dbos_agent.storage.group_commit import ALONE, GroupCommit
+from dbos_agent._storage.group_commit import ALONE, GroupCommit
 from tests.helpers import wait_until
 
 

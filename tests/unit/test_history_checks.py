@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from dbos_agent._limits import MAX_JSON_DEPTH
+from dbos_agent._storage.histories import read_histories
+from dbos_agent._storage.history_checks import load_history
 from dbos_agent.errors import InvalidHistoryError
-from dbos_agent.limits import MAX_JSON_DEPTH
-from dbos_agent.storage.histories import read_histories
-from dbos_agent.storage.history_checks import load_history
 from tests.process.test_import_checks import history
 
 

@@ -1,4 +1,4 @@
-"""launch()'s options said once (engine/launch_options.py, the engine's own in
+"""launch()'s options said once (_engine/launch_options.py, the engine's own in
 runtime/collaborators.py): the keyword form is the dataclass's constructor (launch's
 signature for type checkers), bad values fail when the options are made, an unknown option
 is a TypeError naming it.
@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.launch_options import LaunchOptions, _LaunchCall
-from dbos_agent.engine.runtime.collaborators import EngineOptions
+from dbos_agent._engine.launch_options import LaunchOptions, _LaunchCall
+from dbos_agent._engine.runtime.collaborators import EngineOptions
 
 #: launch()'s keywords before LaunchOptions: every one still works.
 KEYWORDS = {

@@ -1,11 +1,11 @@
-"""The advisory-lock keys of storage/locks.py are the ones the SQL reads and takes."""
+"""The advisory-lock keys of _storage/locks.py are the ones the SQL reads and takes."""
 
 from __future__ import annotations
 
 import re
 
-from dbos_agent.storage.locks import MIGRATION_LOCK_KEY, QUEUE_LOCK_CLASS, SESSION_LOCK_CLASS
-from dbos_agent.storage.sql_files import queries, schema
+from dbos_agent._storage.locks import MIGRATION_LOCK_KEY, QUEUE_LOCK_CLASS, SESSION_LOCK_CLASS
+from dbos_agent._storage.sql_files import queries, schema
 
 
 def test_the_sql_functions_read_the_session_lock_class() -> None:

@@ -13,14 +13,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbos_agent.engine.runtime.notifications import Waiter
-from dbos_agent.engine.runtime.plans import Io, Wait, run_plan, run_plan_async
-from dbos_agent.engine.runtime.registry import RetryPolicy
+from dbos_agent._engine.runtime.notifications import Waiter
+from dbos_agent._engine.runtime.plans import Io, Wait, run_plan, run_plan_async
+from dbos_agent._engine.runtime.registry import RetryPolicy
+from dbos_agent._processes import known_gone, process_key
+from dbos_agent._storage.dsn import redact_url, scrub
+from dbos_agent._storage.outages import OutageMonitor, Retrier, is_transient, is_value_error
+from dbos_agent._storage.sql_files import migrations, parse_named_queries, queries
 from dbos_agent.errors import DatabaseUnavailableError, DbosAgentError
-from dbos_agent.processes import known_gone, process_key
-from dbos_agent.storage.dsn import redact_url, scrub
-from dbos_agent.storage.outages import OutageMonitor, Retrier, is_transient, is_value_error
-from dbos_agent.storage.sql_files import migrations, parse_named_queries, queries
 
 
 def test_retry_policy_backs_off_within_bounds_and_never_retries_engine_signals() -> None:
@@ -64,7 +64,7 @@ def test_the_retrier_rides_out_failures_and_logs_the_outage_once(
         return "ok"
 
     retrier = Retrier(OutageMonitor("db"), timeout=5)
-    with caplog.at_level(logging.INFO, logger="dbos_agent.storage.outages"):
+    with caplog.at_level(logging.INFO, logger="dbos_agent._storage.outages"):
         assert retrier.call(flaky, "do it") == "ok"
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2 and "unavailable" in messages[0] and "again" in messages[1]
@@ -144,7 +144,7 @@ def test_this_process_is_alive_and_a_made_up_one_is_known_gone() -> None:
 
 
 def test_a_quiet_outage_monitor_logs_at_debug_only(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="dbos_agent.storage.outages")
+    caplog.set_level(logging.DEBUG, logger="dbos_agent._storage.outages")
     for warn, levels in ((True, {logging.WARNING, logging.INFO}), (False, {logging.DEBUG})):
         caplog.clear()
         monitor = OutageMonitor("db", warn=warn)
@@ -156,7 +156,7 @@ def test_a_quiet_outage_monitor_logs_at_debug_only(caplog: pytest.LogCaptureFixt
 def test_an_outage_right_after_another_is_not_announced_either_way(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="dbos_agent.storage.outages")
+    caplog.set_level(logging.DEBUG, logger="dbos_agent._storage.outages")
     monitor = OutageMonitor("db")
     monitor.failed(OSError("restart"))
     monitor.succeeded()

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from mcp import StdioServerParameters
 
-from dbos_agent.agent.mcp_sources import McpHttpServer, default_name, redact_url, transport_for
+from dbos_agent.agent.mcp_sources import McpHttpServer, default_name, shown_url, transport_for
 
 URL = "https://alice:pw-sekrit@tools.example.com:8443/fs/mcp?token=tok-sekrit&x=1#frag-sekrit"
 SECRETS = ("pw-sekrit", "tok-sekrit", "frag-sekrit", "hdr-sekrit", "alice")
 
 
 def test_a_url_is_shown_without_its_user_password_query_or_fragment() -> None:
-    assert redact_url(URL) == "https://tools.example.com:8443/fs/mcp?***"
-    assert redact_url("http://127.0.0.1:9/mcp") == "http://127.0.0.1:9/mcp"
+    assert shown_url(URL) == "https://tools.example.com:8443/fs/mcp?***"
+    assert shown_url("http://127.0.0.1:9/mcp") == "http://127.0.0.1:9/mcp"
     server = McpHttpServer(URL, headers={"Authorization": "Bearer hdr-sekrit"})
     assert not any(secret in repr(server) for secret in SECRETS)
     assert "Authorization" in repr(server)

@@ -81,6 +81,6 @@ def test_the_package_root_reaches_the_engine_only_through_its_api() -> None:
     reached = {
         module
         for module in graph.find_modules_directly_imported_by("dbos_agent")
-        if module.startswith("dbos_agent.engine.runtime")
+        if module.startswith("dbos_agent._engine.runtime")
     }
     assert reached == set()

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
+from dbos_agent._storage.pool import ConnectionPool, PoolExhausted
 from dbos_agent.errors import DatabaseClosedError
-from dbos_agent.storage.pool import ConnectionPool, PoolExhausted
 from tests.helpers import blocked_in, wait_until
 
 

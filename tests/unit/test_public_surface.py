@@ -26,7 +26,7 @@ AGENT_BUDGET = 25
 #: ``main``) and the pool's signal to the connector (a psycopg error, retried as an outage).
 INTERNAL_SIGNALS = {
     "dbos_agent.cli.building.UsageError",
-    "dbos_agent.storage.pool.PoolExhausted",
+    "dbos_agent._storage.pool.PoolExhausted",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dbos_agent.storage.sql_files import SCOPES, queries, queries_text, query_scopes
+from dbos_agent._storage.sql_files import SCOPES, queries, queries_text, query_scopes
 
 
 def test_every_named_query_has_exactly_one_valid_scope() -> None:

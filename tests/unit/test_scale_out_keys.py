@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dbos_agent.storage.sql_files import schema
+from dbos_agent._storage.sql_files import schema
 
 #: Tables distributed by workflow id: the column that holds the workflow they belong to.
 DISTRIBUTED: dict[str, str] = {

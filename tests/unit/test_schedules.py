@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import dbos_agent as da
-from dbos_agent.engine.scheduler import ON_TIME, plan_slots
-from dbos_agent.engine.schedules.cron import CronTimes
-from dbos_agent.engine.schedules.definitions import (
+from dbos_agent._engine.runtime.scheduler import ON_TIME, plan_slots
+from dbos_agent._engine.schedules.cron import CronTimes
+from dbos_agent._engine.schedules.definitions import (
     MAX_SLOTS,
     Schedule,
     define_schedule,
@@ -23,7 +23,7 @@ from dbos_agent.engine.schedules.definitions import (
     slot_inputs,
     slot_workflow_id,
 )
-from dbos_agent.engine.workflow import definition_of
+from dbos_agent._engine.workflow import definition_of
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)

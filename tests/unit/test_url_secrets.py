@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
 
 import dbos_agent as da
-from dbos_agent.storage.dsn import postgres_url, redact_url, scrub
-from dbos_agent.storage.redaction import secrets_of
+from dbos_agent._storage.dsn import postgres_url, redact_url, scrub
+from dbos_agent._storage.redaction import secrets_of
 from tests.support.secret_forms import FORMS, Secret, leaks, secrets, texts_of
 
 FAST = settings(max_examples=250, deadline=None, database=None)

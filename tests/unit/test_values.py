@@ -13,20 +13,20 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from dbos_agent._limits import (
+    MAX_IDENTIFIER_BYTES,
+    check_identifier,
+    check_topic,
+    derived_identifier,
+)
+from dbos_agent._serialization import codec_for, dumps_error, loads_error
+from dbos_agent._storage import jsonb
 from dbos_agent.errors import (
     CheckpointTooLargeError,
     InvalidIdentifierError,
     RecordedError,
     SerializationError,
 )
-from dbos_agent.limits import (
-    MAX_IDENTIFIER_BYTES,
-    check_identifier,
-    check_topic,
-    derived_identifier,
-)
-from dbos_agent.serialization import codec_for, dumps_error, loads_error
-from dbos_agent.storage import jsonb
 
 
 class Point(BaseModel):
@@ -101,7 +101,7 @@ def test_an_unannotated_lossy_value_warns_once(caplog: pytest.LogCaptureFixture)
     class Tagged(frozenset[int]):
         pass
 
-    with caplog.at_level(logging.WARNING, logger="dbos_agent.serialization"):
+    with caplog.at_level(logging.WARNING, logger="dbos_agent._serialization"):
         codec_for(Any).dumps(Tagged({1}), "step 1")
         codec_for(Any).dumps(Tagged({2}), "step 2")
     warnings = [r.getMessage() for r in caplog.records if "Tagged" in r.getMessage()]

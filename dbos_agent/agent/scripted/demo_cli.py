@@ -8,8 +8,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ...engine.handle import retrieve
-from ...engine.workflow import workflow_id
+from ..._engine.handle import retrieve
+from ..._engine.workflow import workflow_id
 from ...errors import WorkflowCancelledError, WorkflowIdConflictError, WorkflowNotFoundError
 from ..accounting import usage_totals
 from .demo_task import seed_coding_task

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
-from ...engine.approvals import Approval, ask_approval_async, wait_for_approval_async
+from ..._engine.approvals import Approval, ask_approval_async, wait_for_approval_async
 
 __all__ = ["decide_approvals", "denial_message"]
 

@@ -39,11 +39,7 @@ from pydantic_ai.durable_exec._toolset import CallToolResult, wrap_tool_call_res
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, ModelRetry, UserError
 from pydantic_ai.toolsets import ToolsetTool
 
-from ...agent.accounting import MODEL_STEP_NAMES
-from ...agent.budget import BudgetGuard
-from ...agent.replay import note_step
-from ...agent.tool_registry import too_large_text
-from ...engine.extending import (
+from ..._engine.extending import (
     NotDone,
     StepOptions,
     StepSettings,
@@ -53,8 +49,12 @@ from ...engine.extending import (
     in_step,
     layered,
 )
-from ...engine.step import step as engine_step
-from ...engine.step import step_info
+from ..._engine.step import step as engine_step
+from ..._engine.step import step_info
+from ...agent.accounting import MODEL_STEP_NAMES
+from ...agent.budget import BudgetGuard
+from ...agent.replay import note_step
+from ...agent.tool_registry import too_large_text
 from ...errors import (
     BudgetExceededError,
     CheckpointTooLargeError,

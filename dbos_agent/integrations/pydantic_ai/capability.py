@@ -40,10 +40,10 @@ from pydantic_ai.tools import (
     ToolDefinition,
 )
 
+from ..._engine.extending import WorkflowContext, current_context, in_step
+from ..._engine.timers import sleep_async
 from ...agent.accounting import register_tool_step_recogniser
 from ...agent.budget import Budget, BudgetGuard
-from ...engine.extending import WorkflowContext, current_context, in_step
-from ...engine.timers import sleep_async
 from ...errors import SerializationError, WorkflowCancelledError, WorkflowDivergedError
 from .approvals import decide_approvals
 from .backend import (

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from ..._engine.extending import current_context, in_step
 from ...agent.budget import BudgetGuard
-from ...engine.extending import current_context, in_step
 from ...errors import ConfigurationError
 
 __all__ = ["budget_in_force", "guard_for", "refuse_unrecorded_call"]

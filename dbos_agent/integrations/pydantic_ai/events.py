@@ -12,7 +12,7 @@ Where an event is written decides what a crash or a replay does to it:
 * **Model events** (part start, delta and end, the final result) are produced inside the
   model request's step, and written from there as they arrive: live, tagged with the
   step's attempt. An attempt that fails or is cut off by a crash is voided by a ``reset``
-  item before the next attempt's events (see :mod:`dbos_agent.engine.streams`); a
+  item before the next attempt's events (see :mod:`dbos_agent._engine.streams`); a
   recorded request replays without writing anything. Their copies that Pydantic AI
   replays in workflow code are not written again.
 * **Everything else** (tool calls and results, deferred calls, custom events...) happens
@@ -54,11 +54,11 @@ from pydantic_ai.durable_exec._base import MODEL_RESPONSE_STREAM_EVENT_TYPES
 from pydantic_ai.messages import AgentStreamEvent, FunctionToolCallEvent, FunctionToolResultEvent
 from pydantic_ai.tools import AgentDepsT, RunContext
 
+from ..._engine.extending import at_position, current_context, in_step
+from ..._engine.patches import patched_async
+from ..._engine.step import step_info
+from ..._engine.streams import write_stream_async
 from ...agent.accounting import MODEL_STEP_NAMES
-from ...engine.extending import at_position, current_context, in_step
-from ...engine.patches import patched_async
-from ...engine.step import step_info
-from ...engine.streams import write_stream_async
 from .backend import _Reservations, in_workflow_code
 
 __all__ = [

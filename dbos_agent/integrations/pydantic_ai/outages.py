@@ -3,7 +3,7 @@ servers being down.
 
 A model request's step and an MCP discovery or call step get, by default, a horizon of
 24 hours (``give_up_after``) during which a *transient* failure is tried again, durably
-(the workflow is suspended meanwhile, see ``engine/runtime/retries.py``), and say what
+(the workflow is suspended meanwhile, see ``_engine/runtime/retries.py``), and say what
 they wait for (``waits_for``). Which failures are transient is decided here:
 
 * a model error is, when Pydantic AI's category says the provider is rate-limited,

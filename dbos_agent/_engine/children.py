@@ -1,0 +1,80 @@
+"""The id of a workflow started from a workflow: a recorded step of the parent.
+
+A parent may start a child (a direct call, ``da.start``, ``Queue.enqueue``) under an id
+its body computes: given, set by ``with da.workflow_id(...)``, made up (``uuid4()``) or
+derived from the parent. Whatever the body computes, the id the live run chose is
+recorded as the step ``dbos_agent.start_child`` *before* the child is admitted, and a
+replay gets that recorded id back: a parent woken ten times starts its child once, and
+an id the body makes up differently on each run never starts a second child.
+
+Logs recorded before this step existed are read as the old code wrote them: a direct
+call or ``da.start`` without an explicit id took a position and recorded nothing there
+(its child is ``<parent>-<position>``); an explicit id or an enqueue took no position.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from .._limits import derived_identifier
+from .._serialization import codec_for
+from .runtime.checkpoints import builtin_step, checkpoint, recorded
+from .runtime.context import (
+    WorkflowContext,
+    assigned_workflow_id,
+    current_context,
+    in_step,
+    take_workflow_id,
+)
+from .runtime.outcome import Outcome
+from .runtime.plans import Io, Plan, run_plan, run_plan_async
+
+#: The step that records the id of a workflow started from a workflow.
+START_CHILD_STEP = "dbos_agent.start_child"
+
+_START_CHILD = builtin_step(START_CHILD_STEP, codec_for(str))
+
+
+def _child_plan(ctx: WorkflowContext, explicit: str | None, *, enqueue: bool) -> Plan[str]:
+    row = ctx.next_recorded()
+    if row is None and not ctx.live_from_here():
+        # A position that recorded nothing, inside the log: old code's direct start.
+        if explicit is None and not enqueue:
+            return derived_identifier(ctx.workflow_id, f"-{ctx.next_position()}")
+        return take_workflow_id(explicit)
+    if row is not None and row.name != START_CHILD_STEP and (explicit is not None or enqueue):
+        return take_workflow_id(explicit)  # old code's start that took no position
+    seq, row = ctx.begin_step(START_CHILD_STEP)
+    if row is not None:
+        return str(recorded(ctx, _START_CHILD, seq, row).unwrap())
+    if explicit is not None or assigned_workflow_id() is not None:
+        child_id = take_workflow_id(explicit)
+    else:
+        child_id = derived_identifier(ctx.workflow_id, f"-{seq}")
+    done = yield Io(
+        lambda: checkpoint(ctx, _START_CHILD, seq, Outcome(child_id), 1, datetime.now(UTC))
+    )
+    return str(done.unwrap())
+
+
+def _parent() -> WorkflowContext | None:
+    ctx = current_context()
+    return ctx if ctx is not None and not in_step() else None
+
+
+def workflow_id_for_start(explicit: str | None = None, *, enqueue: bool = False) -> str:
+    """The id of a workflow started here: in a workflow, the recorded child id (see the
+    module docstring); elsewhere, ``explicit``, the ``da.workflow_id`` block's or fresh."""
+    ctx = _parent()
+    if ctx is None:
+        return take_workflow_id(explicit)
+    return run_plan(_child_plan(ctx, explicit, enqueue=enqueue))
+
+
+async def workflow_id_for_start_async(explicit: str | None = None) -> str:
+    """:func:`workflow_id_for_start` for an async workflow's direct call of an async
+    workflow (the record is written off the event loop)."""
+    ctx = _parent()
+    if ctx is None:
+        return take_workflow_id(explicit)
+    return await run_plan_async(_child_plan(ctx, explicit, enqueue=False))

@@ -1,0 +1,142 @@
+"""Operator actions: cancel, resume and fork, each one guarded statement."""
+
+from __future__ import annotations
+
+import psycopg
+
+from ..errors import DuplicateEnqueueError
+from ..records import WorkflowStatus
+from .connector import Connector
+from .rows import CancelResult, ForkResult, ResumeResult, is_duplicate_enqueue, text_of
+from .sql_files import query
+
+
+class OperationStore:
+    """What operators do to workflows (see _engine/operations.py for the rules)."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def cancel(self, workflow_id: str) -> CancelResult | None:
+        """Cancel an unfinished (or stuck) workflow and notify its runner; None if unknown."""
+        row = self._db.one(
+            "cancel_workflow", f"cancel workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        if row is None:
+            return None
+        return CancelResult(bool(row["cancelled"]), WorkflowStatus(row["status"]))
+
+    def cancel_overdue(self, limit: int = 100) -> list[str]:
+        """Cancel up to ``limit`` workflows past their deadline (with the workflows they
+        started) and notify their runners; returns every id cancelled."""
+        rows = self._db.all(
+            "cancel_overdue_workflows", "cancel workflows past their deadline", limit=limit
+        )
+        return [row["workflow_id"] for row in rows]
+
+    def resume(
+        self, workflow_id: str, *, executor_id: str | None, owner_key: int | None
+    ) -> ResumeResult | None:
+        """Make a cancelled, dead-lettered or resolved in-doubt workflow PENDING; None if unknown.
+
+        ``owner_key`` is the session that will run it now (None: whoever claims it);
+        ``executor_id`` None keeps the workflow's executor.
+        """
+        params = {"workflow_id": workflow_id, "executor_id": executor_id, "owner_key": owner_key}
+        try:
+            row = self._db.run(
+                f"resume workflow {workflow_id!r}",
+                lambda c: c.execute(query("resume_workflow"), params).fetchone(),
+                resend=False,
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            if not is_duplicate_enqueue(exc):
+                raise
+            raise self._duplicate(workflow_id) from None
+        if row is None:
+            return None
+        return ResumeResult(
+            bool(row["resumed"]),
+            WorkflowStatus(row["status"]),
+            None if row["status_now"] is None else WorkflowStatus(row["status_now"]),
+            row["open_intent"],
+            row["name"],
+            text_of(row["inputs"]) or "{}",
+            row["executor_id"],
+        )
+
+    def _duplicate(self, workflow_id: str) -> DuplicateEnqueueError:
+        """The error of a resume refused because another unfinished workflow of its queue
+        holds its deduplication id meanwhile."""
+        row = self._db.one(
+            "get_workflow_dedup",
+            f"read the deduplication id of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+        )
+        queue_name, dedup_id = (None, None) if row is None else (row["queue_name"], row["dedup_id"])
+        return DuplicateEnqueueError(str(queue_name), str(dedup_id), workflow_id)
+
+    def fork(
+        self,
+        workflow_id: str,
+        *,
+        new_workflow_id: str,
+        from_step: int,
+        executor_id: str | None,
+        owner_key: int | None,
+    ) -> ForkResult | None:
+        """Copy a workflow and its recorded steps below the fork point under a new id,
+        PENDING, with what it published there and its approval requests (see
+        fork_workflow in queries.sql: the fork point may be below ``from_step``).
+
+        One statement: nothing is written unless everything is. None if the original is unknown.
+        """
+        params = {
+            "workflow_id": workflow_id,
+            "new_workflow_id": new_workflow_id,
+            "from_step": from_step,
+            "executor_id": executor_id,
+            "owner_key": owner_key,
+        }
+        row = self._db.run(
+            f"fork workflow {workflow_id!r}",
+            lambda c: c.execute(query("fork_workflow"), params).fetchone(),
+            resend=False,
+        )
+        if row is None:
+            return None
+        return ForkResult(
+            bool(row["forked"]),
+            row["copied"],
+            row["name"],
+            text_of(row["inputs"]) or "{}",
+            row["executor_id"],
+            row["last_seq"],
+            row["open_intent"],
+            row["from_step"],
+            row["stream_items"],
+            row["events"],
+            row["approvals"],
+        )
+
+    def retry_now(self, workflow_id: str) -> tuple[WorkflowStatus, int] | None:
+        """Make the workflow's steps that wait for a retry due now (waking it if it is
+        SUSPENDED for that, telling the process that waits for it otherwise); its status
+        and how many steps were waiting, or None if unknown."""
+        row = self._db.one(
+            "retry_workflow_now",
+            f"retry workflow {workflow_id!r} now",
+            workflow_id=workflow_id,
+        )
+        if row is None:
+            return None
+        return WorkflowStatus(row["status"]), int(row["retrying"])
+
+    def fork_origin(self, workflow_id: str) -> tuple[str, int] | None:
+        """``(original id, from_step)`` of a forked workflow, else None."""
+        row = self._db.one(
+            "get_fork_origin", f"read workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        if row is None or row["forked_from"] is None:
+            return None
+        return row["forked_from"], row["forked_from_step"]
