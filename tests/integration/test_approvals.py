@@ -12,6 +12,7 @@ import pytest
 from anthropic.types import ToolResultBlockParam, ToolUseBlock
 
 import dbos_agent as da
+from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.agent import ToolRegistry, tool
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, cli, new_id, per_test, wait_until
@@ -94,7 +95,7 @@ def test_a_workflow_that_no_longer_waits_takes_no_decision(runtime: da.Runtime) 
 
 
 def test_a_replayed_approval_is_neither_asked_for_nor_acted_on_twice(
-    runtime: da.Runtime,
+    runtime: da.Runtime, engine: Engine
 ) -> None:
     wid = new_id("replayed")
     CRASH.add("after-deploy")
@@ -102,6 +103,8 @@ def test_a_replayed_approval_is_neither_asked_for_nor_acted_on_twice(
     request = waiting_request(wid)
     da.operations.approve(wid, request.seq, request.digest)
     wait_until(lambda: RUNS["deploy:prod"] == 1, 15, "deployed once")
+    # the crashed run has ended here (else the call below would wait for the take-back)
+    wait_until(lambda: wid not in engine.active_ids(), 15, "the crashed run ended")
     with da.workflow_id(wid):  # the crashed run is continued from its log
         assert guarded_deploy("prod") == "deployed to prod"
     assert RUNS["deploy:prod"] == 1  # the recorded approval and deploy were replayed

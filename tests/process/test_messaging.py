@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,10 @@ def _wait_for_step(wid: str, name: str, timeout: float = 10.0) -> None:
 class Approval(BaseModel):
     approved: bool
     by: str
+
+
+#: Longer than any test: a wait that only the mechanism under test can end.
+NEVER = 3600.0
 
 
 @da.durable_workflow
@@ -205,22 +208,21 @@ def test_a_recv_that_loses_its_position_consumes_nothing(
 def test_recv_is_woken_by_notify_well_before_the_poll_interval(
     runtime: da.Runtime, engine: Engine
 ) -> None:
-    engine.notifications.poll_interval = 30.0
-    assert engine.notifications.listening.wait(10)
+    # no poll and no deadline within the test: only LISTEN/NOTIFY can wake the recv
+    engine.notifications.poll_interval = NEVER
+    assert engine.notifications.listening.wait(60)
     wid = new_id("notify")
-    handle = da.start(inbox, 1, None, 20.0, workflow_id=wid)
+    handle = da.start(inbox, 1, None, NEVER, workflow_id=wid)
     _wait_for_step(wid, "dbos_agent.recv")  # the deadline intent: it is waiting now
-    sent = time.monotonic()
     da.send(wid, "wake up")
-    assert handle.result(timeout=20) == ["wake up"]
-    assert time.monotonic() - sent < 15  # LISTEN/NOTIFY, not the 30 s poll
+    assert handle.result(timeout=120) == ["wake up"]
 
 
 def test_the_listener_reconnects_after_its_connection_is_killed(
     runtime: da.Runtime, engine: Engine
 ) -> None:
-    engine.notifications.poll_interval = 30.0
-    assert engine.notifications.listening.wait(10)
+    engine.notifications.poll_interval = NEVER  # only NOTIFY on a new connection wakes it
+    assert engine.notifications.listening.wait(60)
     with psycopg.connect(engine.db.url, autocommit=True) as conn:
         killed = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -228,32 +230,28 @@ def test_the_listener_reconnects_after_its_connection_is_killed(
         ).fetchall()
     assert killed
     wid = new_id("reconnect")
-    handle = da.start(inbox, 1, None, 20.0, workflow_id=wid)
+    handle = da.start(inbox, 1, None, NEVER, workflow_id=wid)
     _wait_for_step(wid, "dbos_agent.recv")
-    assert engine.notifications.listening.wait(10)
-    sent = time.monotonic()
+    assert engine.notifications.listening.wait(60)
     da.send(wid, "still heard")
-    assert handle.result(timeout=20) == ["still heard"]
-    assert time.monotonic() - sent < 15  # woken by NOTIFY on the new connection
+    assert handle.result(timeout=120) == ["still heard"]
 
 
 def test_polling_finds_a_message_whose_notify_was_lost(runtime: da.Runtime, engine: Engine) -> None:
     engine.notifications.poll_interval = 0.3
     wid = new_id("poll")
-    handle = da.start(inbox, 1, None, 20.0, workflow_id=wid)
+    handle = da.start(inbox, 1, None, NEVER, workflow_id=wid)  # no deadline to wake it
     _wait_for_step(wid, "dbos_agent.recv")
     with psycopg.connect(engine.db.url, autocommit=True) as conn:
         try:  # triggers off for this session only: the insert sends no NOTIFY
             conn.execute("SET session_replication_role = replica")
         except psycopg.errors.InsufficientPrivilege:
             pytest.skip("the test database role cannot switch off triggers")
-        sent = time.monotonic()
         conn.execute(
             "INSERT INTO dbos_agent.messages (destination_id, message) VALUES (%s, %s)",
             (wid, json.dumps("silent")),
         )
-    assert handle.result(timeout=20) == ["silent"]
-    assert time.monotonic() - sent < 15
+    assert handle.result(timeout=120) == ["silent"]
 
 
 def test_subscribe_delivers_notifications_of_other_channels(

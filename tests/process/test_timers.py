@@ -164,7 +164,7 @@ def _recorded_waits(wid: str) -> list[object]:
     """The wake-up times and deadlines ``wid`` recorded (its sleep and recv steps)."""
     return [
         (s.name, s.output)
-        for s in da.list_steps(wid)
+        for s in da.operations.list_steps(wid)
         if s.name in ("dbos_agent.sleep", "dbos_agent.recv")
     ]
 
@@ -214,17 +214,16 @@ def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_pat
 
 
 def test_a_cancel_ends_a_sleep_and_a_recv_at_once(runtime: da.Runtime) -> None:
-    sleeper = da.start(nap, 30.0, workflow_id=new_id("nap"))
-    receiver = da.start(wait_for_mail, 30.0, workflow_id=new_id("mail"))
+    # an hour each: only the cancel can end them within the test
+    sleeper = da.start(nap, 3600.0, workflow_id=new_id("nap"))
+    receiver = da.start(wait_for_mail, 3600.0, workflow_id=new_id("mail"))
     _wait_for_step(sleeper.workflow_id, "dbos_agent.sleep")
     _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
-    started = time.monotonic()
     for handle in (sleeper, receiver):
         da.operations.cancel(handle.workflow_id)
         with pytest.raises(da.WorkflowCancelledError):
-            handle.result(timeout=10)
+            handle.result(timeout=120)
         assert handle.status() == da.WorkflowStatus.CANCELLED
-    assert time.monotonic() - started < 15  # not their 30 s
 
 
 def test_the_database_clock_moves_for_tests_instead_of_sleeping(
@@ -249,12 +248,10 @@ def test_sleeps_and_timeouts_end_when_the_clock_is_moved(runtime: da.Runtime) ->
     receiver = da.start(wait_for_mail, 3600.0, workflow_id=new_id("hour-mail"))
     _wait_for_step(sleeper.workflow_id, "dbos_agent.sleep")
     _wait_for_step(receiver.workflow_id, "dbos_agent.recv")
-    started = time.monotonic()
     advance_clock(3600)
     try:
-        assert sleeper.result(timeout=10) < 60  # by the real clock: it did not sleep an hour
-        message, waited = receiver.result(timeout=10)
-        assert message is None and waited < 60  # timed out
+        assert sleeper.result(timeout=120) < 600  # by the real clock: it did not sleep an hour
+        message, waited = receiver.result(timeout=120)
+        assert message is None and waited < 600  # timed out
     finally:
         advance_clock(-3600)
-    assert time.monotonic() - started < 10

@@ -88,7 +88,7 @@ def test_sigterm_is_graceful_and_the_next_worker_takes_over_at_once(
     url, log = dbos_agent_database_url, tmp_path / "steps.log"
     log.touch()
     wid = new_id("graceful")
-    first = _worker(url, log, "--lease", "60", step_seconds=0.3)
+    first = _worker(url, log, "--lease", "3600", step_seconds=0.3)
     try:
         with da.Client(url) as client:
             client.enqueue("worker-tests", "job", 10, workflow_id=wid)
@@ -97,12 +97,10 @@ def test_sigterm_is_graceful_and_the_next_worker_takes_over_at_once(
         assert first.wait(timeout=20) == 0
         assert _statuses(url, [wid])[wid] == "PENDING"
         done_before = len(_executions(log))
-        # a 60 s lease, yet the next worker need not wait: the first one exited cleanly
-        second = _worker(url, log, "--lease", "60", step_seconds=0.05)
+        # an hour's lease, yet the next worker need not wait: the first one exited cleanly
+        second = _worker(url, log, "--lease", "3600", step_seconds=0.05)
         try:
-            started = time.monotonic()
-            assert _wait_all(url, [wid], 30)[wid] == "SUCCESS"
-            assert time.monotonic() - started < 15
+            assert _wait_all(url, [wid], 120)[wid] == "SUCCESS"
         finally:
             _stop([second])
     finally:
