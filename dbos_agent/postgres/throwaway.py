@@ -13,7 +13,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -56,12 +56,21 @@ def _scratch_directory(bin_dir: Path, user: ServiceUser | None) -> Iterator[Path
 class LocalCluster:
     """A throwaway server in a temporary directory, for tests and benchmarks."""
 
-    def __init__(self, directory: Path, port: int, bin_dir: Path, user: ServiceUser | None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int,
+        bin_dir: Path,
+        user: ServiceUser | None,
+        settings: Mapping[str, str] = LOCAL_CLUSTER_SETTINGS,
+    ) -> None:
         """Use `LocalCluster.start()`; this only records an already running cluster."""
         self.directory = directory
         self.port = port
         self._bin_dir = bin_dir
         self._user = user
+        #: The server's settings, kept for every start of it (and its standbys').
+        self._settings = settings
         self._stopped = False
         self._owner_pid = os.getpid()
         atexit.register(self._stop_at_exit)  # a crashed test run must not leak servers
@@ -77,8 +86,16 @@ class LocalCluster:
         return self.directory / "pgdata"
 
     @classmethod
-    def start(cls, bin_dir: Path | None = None) -> LocalCluster:
-        """initdb and start a fresh server; `bin_dir` defaults to `find_postgres_bin()`."""
+    def start(
+        cls, bin_dir: Path | None = None, *, settings: Mapping[str, str] | None = None
+    ) -> LocalCluster:
+        """initdb and start a fresh server; `bin_dir` defaults to `find_postgres_bin()`.
+
+        ``settings`` are server settings over the defaults (``max_connections=300``,
+        durability as Postgres ships it): a test session may turn ``fsync`` off, a
+        benchmark keeps it.
+        """
+        merged = {**LOCAL_CLUSTER_SETTINGS, **(settings or {})}
         user = service_user()
         if bin_dir is None:
             bin_dir = find_postgres_bin()
@@ -87,8 +104,8 @@ class LocalCluster:
         with _scratch_directory(bin_dir, user) as directory:
             pgdata, log_file = directory / "pgdata", directory / "postgres.log"
             init_cluster(pgdata, bin_dir, user, log_file)
-            port = start_server(pgdata, bin_dir, user, log_file, settings=LOCAL_CLUSTER_SETTINGS)
-        return cls(directory, port, bin_dir, user)
+            port = start_server(pgdata, bin_dir, user, log_file, settings=merged)
+        return cls(directory, port, bin_dir, user, merged)
 
     @classmethod
     def standby_of(cls, primary: LocalCluster, *, synchronous: bool = True) -> LocalCluster:
@@ -119,9 +136,9 @@ class LocalCluster:
             )
             if result.returncode != 0:
                 raise RuntimeError(f"pg_basebackup failed: {result.stdout}{result.stderr}")
-            port = start_server(pgdata, bin_dir, user, log_file, settings=LOCAL_CLUSTER_SETTINGS)
+            port = start_server(pgdata, bin_dir, user, log_file, settings=primary._settings)
             _wait_replicating(primary.url, name, synchronous=synchronous)
-        return cls(directory, port, bin_dir, user)
+        return cls(directory, port, bin_dir, user, primary._settings)
 
     def promote(self) -> None:
         """Make a standby a primary (``pg_ctl promote -w``): it accepts writes on a new
@@ -153,7 +170,7 @@ class LocalCluster:
 
     def start_server(self) -> None:
         """Start a server stopped by :meth:`stop_server`, on the same port."""
-        options = server_options(self.port, LOCAL_CLUSTER_SETTINGS)
+        options = server_options(self.port, self._settings)
         self._pg_ctl("start", "-l", self.directory / "postgres.log", "-o", options)
 
     def _pg_ctl(self, command: str, *args: str | Path) -> None:

@@ -57,6 +57,11 @@ _HELP = (
     "databases."
 )
 
+#: A test session's local server writes to the OS, not through to the disk: a crash of
+#: the server (``restart("immediate")``) still loses nothing committed, only a crash of the
+#: machine would, and no test needs that; the suite spends its time on its tests.
+TEST_SERVER_SETTINGS = {"fsync": "off", "full_page_writes": "off"}
+
 
 class _BackendUnavailable(Exception):
     """This backend cannot be used here; the reason is shown if no backend works."""
@@ -100,7 +105,7 @@ def _docker_server(stack: contextlib.ExitStack) -> str:
 
 def _local_server(stack: contextlib.ExitStack) -> str:
     try:
-        cluster = LocalCluster.start()
+        cluster = LocalCluster.start(settings=TEST_SERVER_SETTINGS)
     except PostgresNotFoundError as exc:
         raise _BackendUnavailable(str(exc)) from exc
     stack.callback(cluster.stop)
@@ -216,7 +221,7 @@ def dbos_agent_inspector(dbos_agent_database_url: str) -> Iterator[Inspector]:
 def dbos_agent_restartable_postgres() -> Iterator[RestartablePostgres]:
     """A server of this test module alone that tests may restart (a LocalCluster)."""
     try:
-        cluster = LocalCluster.start()
+        cluster = LocalCluster.start(settings=TEST_SERVER_SETTINGS)
     except PostgresNotFoundError as exc:
         pytest.skip(f"fault tests need local PostgreSQL server binaries: {exc}")
     try:
