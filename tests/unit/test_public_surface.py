@@ -136,3 +136,11 @@ def test_the_async_forms_keep_the_sync_names() -> None:
     for name in dbos_agent.aio.__all__:
         assert getattr(dbos_agent.aio, name).__name__ == f"{name}_async"
         assert name in dbos_agent.__all__, f"aio.{name} has no sync form at the top level"
+
+
+def test_the_documented_engine_path_of_fire_due_warns_and_is_the_same_object() -> None:
+    import dbos_agent.engine.scheduler as old
+    import dbos_agent.testing
+
+    with pytest.warns(DeprecationWarning, match=r"use dbos_agent\.testing\.fire_due"):
+        assert old.fire_due is dbos_agent.testing.fire_due
