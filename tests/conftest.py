@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -12,6 +13,11 @@ from dbos_agent._engine.runtime.core import Engine
 from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.helpers import PER_TEST
+
+# The suite starts hundreds of Python processes (apps, workers, the CLI): they write and
+# share compiled bytecode (in the checkout's ignored __pycache__/) instead of compiling
+# dbos_agent again in each one where the environment says not to write it (~0.1 s each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
