@@ -25,6 +25,7 @@ import importlib
 import warnings
 from typing import Any
 
+from . import _moved
 from . import aio as aio
 from . import errors as errors
 from . import operations as operations
@@ -233,3 +234,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*__all__, *_MODULES])
+
+
+_moved.install()  # the old paths of the modules that became private

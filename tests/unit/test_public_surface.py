@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 import warnings
 
 import pytest
@@ -139,8 +140,32 @@ def test_the_async_forms_keep_the_sync_names() -> None:
 
 
 def test_the_documented_engine_path_of_fire_due_warns_and_is_the_same_object() -> None:
-    import dbos_agent.engine.scheduler as old
     import dbos_agent.testing
 
-    with pytest.warns(DeprecationWarning, match=r"use dbos_agent\.testing\.fire_due"):
-        assert old.fire_due is dbos_agent.testing.fire_due
+    with pytest.warns(DeprecationWarning) as said:
+        old = importlib.import_module("dbos_agent.engine.scheduler")
+    assert old.fire_due is dbos_agent.testing.fire_due
+    assert any("dbos_agent.testing.fire_due" in str(w.message) for w in said)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("dbos_agent.engine.runtime.core", "dbos_agent._engine.runtime.core"),
+        ("dbos_agent.engine.runtime.engine", "dbos_agent._engine.runtime.current"),
+        ("dbos_agent.engine.schedule_operations", "dbos_agent._engine.schedules.operations"),
+        ("dbos_agent.storage.database", "dbos_agent._storage.database"),
+        ("dbos_agent.serialization", "dbos_agent._serialization"),
+    ],
+)
+def test_a_module_that_became_private_is_the_same_module_under_its_old_name(
+    old: str, new: str
+) -> None:
+    """One module object under both names (one set of registries), its own name kept."""
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning) as said:  # the old parent packages warn too
+        module = importlib.import_module(old)
+    assert any(f"{old} is private now and moved: {new} " in str(w.message) for w in said)
+    assert module is importlib.import_module(new)
+    assert module.__name__ == new and module.__spec__ is not None
+    assert module.__spec__.name == new
