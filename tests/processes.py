@@ -115,7 +115,8 @@ def start_module(
 
 def stop_workers(procs: list[subprocess.Popen[str]]) -> str:
     """SIGTERM each (after SIGCONT, in case one is paused), wait, and return what they
-    wrote on stderr; one that does not stop within 30 s is killed."""
+    wrote on stderr; one that does not stop within 30 s is killed. Called while a failure
+    passes (a ``finally:``), it adds what they wrote to the failure's message."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGCONT)
@@ -128,7 +129,11 @@ def stop_workers(procs: list[subprocess.Popen[str]]) -> str:
             p.kill()
             _, err = p.communicate()
         logs.append(err or "")
-    return "\n".join(logs)
+    text = "\n".join(logs)
+    failure = sys.exc_info()[1]  # called from a finally: block a failure passes through
+    if failure is not None:
+        failure.add_note(f"what the workers wrote on stderr:\n{text or '(nothing)'}")
+    return text
 
 
 #: One step run as tests.apps.worker_app logs it: pid, workflow id, position, start, end.

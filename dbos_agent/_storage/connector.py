@@ -56,6 +56,13 @@ class _OutcomeUnknown(Exception):
     """A statement that must not run twice lost its connection after it was sent."""
 
 
+#: A pooled connection left idle inside a transaction this long is ended by the server:
+#: a process paused (SIGSTOP, a VM stall) between two statements of a transaction would
+#: otherwise hold its row locks, and block whoever takes its workflows over, until it
+#: wakes. The library's transactions hold no wait of their own between statements.
+IDLE_IN_TRANSACTION_S = 15
+
+
 def connection_options(application_name: str, keepalives_idle: int = 30) -> dict[str, Any]:
     """The options of every connection: a bounded connect, and dead peers noticed."""
     return {
@@ -124,8 +131,10 @@ class Connector:
 
     def _connect_pooled(self) -> Connection:
         options = connection_options(self.application_name)
+        settings = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S}s"
         if self.read_only:
-            options["options"] = "-c default_transaction_read_only=on"
+            settings += " -c default_transaction_read_only=on"
+        options["options"] = settings
         return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, **options)
 
     # -- lifecycle -------------------------------------------------------------------
