@@ -73,8 +73,8 @@ def test_a_replay_check_runs_nothing_live_writes_nothing_and_finds_a_divergence(
 ) -> None:
     key = new_id("busy")
     handle = da.start(busy, key, workflow_id=key)
-    with Inspector(dbos_agent_database_url) as db:
-        wait_until(lambda: waits(db, key), 30, "waiting")
+    with Inspector(dbos_agent_database_url) as db:  # in its last recv, not the first one
+        wait_until(lambda: RUNS[f"{key}:b"] == 1 and waits(db, key), 30, "waiting")
     RUNS.clear()
     before = _rows(dbos_agent_database_url, key)
 
