@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
@@ -111,11 +112,25 @@ def blocked_in(thread: threading.Thread, function: Callable[..., object]) -> boo
     return False
 
 
+#: Commands that run as a subprocess even without ``cwd``: daemons, and the deploy
+#: check, which imports the app in a child of its own.
+_OWN_PROCESS = frozenset({"worker", "serve", "check-deploy"})
+
+
 def cli(
     url: str | None, *args: str, cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """``python -m dbos_agent ARGS`` with $DBOS_AGENT_DATABASE_URL set to ``url``, this
-    checkout first on its path (then ``cwd``, where an app under test may be)."""
+    checkout first on its path (then ``cwd``, where an app under test may be).
+
+    A command that needs no app (``cwd`` is None) and is no daemon runs in this process
+    through :func:`dbos_agent.cli.main`, its output captured: the same code as the
+    console script without the interpreter's start-up, which most of the suite's CLI
+    calls would otherwise spend their time in.
+    """
+    command = [sys.executable, "-m", "dbos_agent", *args]
+    if cwd is None and not _OWN_PROCESS.intersection(args):
+        return _cli_here(url, command)
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
     if url is not None:
         env["DBOS_AGENT_DATABASE_URL"] = url
@@ -123,13 +138,50 @@ def cli(
         [str(CHECKOUT), *([str(cwd)] if cwd is not None else []), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
     return subprocess.run(
-        [sys.executable, "-m", "dbos_agent", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
+        command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
     )
+
+
+_CLI_LOCK = threading.Lock()
+
+
+def _cli_here(url: str | None, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """:func:`cli` in this process: $DBOS_AGENT_DATABASE_URL set for the call only, and
+    the exit status argparse raises (``--help``, a usage error) taken as a return."""
+    from dbos_agent.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        _CLI_LOCK,
+        _environment("DBOS_AGENT_DATABASE_URL", url),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            status = main(command[3:])
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+    return subprocess.CompletedProcess(command, status, stdout.getvalue(), stderr.getvalue())
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` (unset if None) inside, as it was after."""
+    before = os.environ.get(name)
+    _set(name, value)
+    try:
+        yield
+    finally:
+        _set(name, before)
+
+
+def _set(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
