@@ -99,6 +99,9 @@ async def slow(i: int) -> int:
     note(f"slow {i} start")
     if i % 2 and hangs_at("slow:odd"):
         await asyncio.Event().wait()
+    if i == 1 and hangs_at("slow:1-after-2"):  # the order, whatever the machine's load
+        while "slow 2 end" not in side_log().read_text():
+            await asyncio.sleep(0.01)
     await asyncio.sleep(0.05 * (4 - i))
     note(f"slow {i} end")
     return i * 10

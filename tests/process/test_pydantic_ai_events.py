@@ -324,11 +324,12 @@ def test_without_events_the_run_writes_no_stream(runtime: da.Runtime, inspector:
 
 
 def test_tool_results_take_the_positions_their_calls_reserved_whichever_finishes_first(
-    runtime: da.Runtime, inspector: Inspector, side_log: Path
+    runtime: da.Runtime, inspector: Inspector, side_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two calls of one reply run at once and the second finishes first: its result is
     the first in the stream (live), but each result's write is at the position reserved
     with its call's event, so a replay finds each where the run wrote it."""
+    monkeypatch.setenv("HANG_AT", "slow:1-after-2")
     slow = "narrator__function_toolset__math.call_tool:slow"
     both = Reply((tool_use("slow", {"i": 1}), tool_use("slow", {"i": 2})))
     server = ScriptedServer([both, Reply((text("done"),)), Reply((text("done"),))]).start()
