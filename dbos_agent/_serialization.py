@@ -79,7 +79,7 @@ def _non_finite_error(where: str, path: str) -> SerializationError:
 
 
 #: Types that JSON turns into something else: without an annotation saying what they
-#: are, replay returns a list, a string or a number instead (see the README).
+#: are, replay returns a list, a string or a number instead (docs/failures/limits.md).
 _LOSSY_WITHOUT_ANNOTATION = (
     set,
     frozenset,

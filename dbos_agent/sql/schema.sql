@@ -534,7 +534,7 @@ CREATE TABLE dbos_agent.messages (
     -- index (destination_id first) also serves retention.
     CONSTRAINT messages_idempotency_key UNIQUE (destination_id, idempotency_key),
     -- Keyed by the workflow it belongs to, as every workflow's table is (see
-    -- docs/scale-out.md: a table distributed by workflow id needs it in every key).
+    -- docs/operating/scale-out.md: a table distributed by workflow id needs it in every key).
     CONSTRAINT messages_pkey PRIMARY KEY (destination_id, message_id)
 );
 -- recv: the oldest unconsumed message of (workflow, topic).

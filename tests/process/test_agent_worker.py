@@ -1,7 +1,7 @@
 """The coding agent finished by a worker daemon: the module configures its model on import.
 
 A run of ``examples/coding_agent.py`` killed -9 half way is taken over by
-``dbos-agent worker --app examples.coding_agent``, as the README suggests: the worker
+``dbos-agent worker --app examples.coding_agent``, as docs/index.md suggests: the worker
 imports the module, which picks its model client (here the offline scripted model), and
 the tools work in the run's own work directory (a workflow input), not the worker's cwd.
 """

@@ -34,7 +34,7 @@ from psycopg import sql
 from dbos_agent.postgres.users import ServiceUser, make_traversable, run_as, service_user, start_as
 
 #: The monitor's settings (milliseconds) for a failover in seconds instead of most of a
-#: minute: what each one does, and the defaults, in docs/high-availability.md
+#: minute: what each one does, and the defaults, in docs/operating/high-availability.md
 #: (*pg_auto_failover's timings*).
 FAST_MONITOR_SETTINGS: Mapping[str, int] = {
     "pgautofailover.health_check_period": 1000,

@@ -1,4 +1,4 @@
-"""schema.sql stays ready to be distributed by workflow id (docs/scale-out.md).
+"""schema.sql stays ready to be distributed by workflow id (docs/operating/scale-out.md).
 
 Citus enforces a primary key or a unique constraint only within a shard, so on a table
 distributed by a column each of them must contain that column; and a foreign key must
@@ -35,7 +35,7 @@ DISTRIBUTED: dict[str, str] = {
 REFERENCE: set[str] = {"executors", "schedules", "server_epochs"}
 
 #: Unique indexes across workflows, which Citus cannot enforce on a distributed table,
-#: and why they may stay on one Postgres (docs/scale-out.md says what replaces them).
+#: and why they may stay on one Postgres (docs/operating/scale-out.md says what replaces them).
 CROSS_WORKFLOW_UNIQUE: dict[str, str] = {
     "workflows_queue_dedup": "an enqueue's dedup id is unique per queue: on Citus it "
     "moves to a table keyed by (queue, dedup id) or the workflow id is derived from it",
