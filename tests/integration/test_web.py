@@ -78,6 +78,7 @@ def test_the_api_is_documented_by_what_its_routes_act_on(api: httpx.Client) -> N
     assert tags["/api/approvals"] == {"approvals"}
     assert tags["/api/workflows/{workflow_id}/approvals/{seq}"] == {"approvals"}
     assert tags["/api/workflows/{workflow_id}/streams/{key}"] == {"streams"}
+    assert tags["/api/workflows/{workflow_id}/streams"] == {"streams"}
     assert "/" not in paths  # the dashboard's page is not part of the API
 
 
@@ -179,6 +180,31 @@ def test_a_stream_as_server_sent_events_resumes_from_last_event_id(api: httpx.Cl
     ]
     resumed = events({"Last-Event-ID": values[1][0]})
     assert [e[2]["offset"] for e in resumed if e[1] == "value"] == [2, 3, 4]
+
+
+@da.durable_workflow(name="web_two_streams")
+def two_streams() -> int:
+    da.write_stream("output", "a")
+    da.write_stream("progress", {"done": 1})
+    da.close_stream("progress")
+    return 1
+
+
+def test_a_workflows_stream_keys_are_listed(api: httpx.Client) -> None:
+    """What the dashboard's stream picker offers: the keys written, in order, with their
+    length and whether they are closed; none for a workflow that never streamed."""
+    handle = da.start(two_streams)
+    assert handle.result(timeout=30) == 1
+    assert api.get(f"/api/workflows/{handle.workflow_id}/streams").json() == [
+        {"key": "output", "next_offset": 1, "closed": False},
+        {"key": "progress", "next_offset": 2, "closed": True},
+    ]
+    quiet = new_id("web")
+    with da.workflow_id(quiet):
+        assert quick(1) == 2
+    assert api.get(f"/api/workflows/{quiet}/streams").json() == []
+    missing = api.get("/api/workflows/no-such-workflow/streams")
+    assert missing.status_code == 404 and missing.json()["type"] == "WorkflowNotFoundError"
 
 
 def test_serve_refuses_a_public_address_without_a_token() -> None:
