@@ -23,6 +23,7 @@ from .._serialization import InputsCodec, codec_for
 from .._storage.database import SystemDatabase
 from .._storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
 from .._storage.rows import ForkResult, NewWorkflow, ResumeResult
+from .._storage.streams import StreamKey
 from ..errors import WorkflowNotFoundError
 from ..postgres.opening import open_system_database
 from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
@@ -238,6 +239,13 @@ class Client:
     ) -> AsyncIterator[StreamItem]:
         """:meth:`read_stream` as an async iterator, for a web handler."""
         return follow_async(self.db, None, workflow_id, key, offset, timeout)
+
+    def stream_keys(self, workflow_id: str) -> list[StreamKey]:
+        """The keys ``workflow_id`` has written streams under (what :meth:`read_stream`
+        may follow), each with its length and whether it is closed; WorkflowNotFoundError
+        for an unknown id."""
+        self.get_workflow(workflow_id)
+        return self.db.streams.keys(workflow_id)
 
     def approvals(self, workflow_id: str | None = None) -> list[ApprovalRequest]:
         """A workflow's approval requests, or every PENDING one (``operations.list_approvals``)."""

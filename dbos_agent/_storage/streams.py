@@ -26,6 +26,20 @@ class StreamRow:
     attempt: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class StreamKey:
+    """A key a workflow has written a stream under: how many items it holds (values,
+    resets and its close: the offset the next item would take) and whether it is closed."""
+
+    key: str
+    next_offset: int
+    closed: bool
+
+
+#: The most stream keys :meth:`StreamStore.keys` answers for one workflow.
+MAX_STREAM_KEYS = 1000
+
+
 class StreamStore:
     """Appends to and reads from durable streams."""
 
@@ -164,3 +178,14 @@ class StreamStore:
             if r["offset"] is not None
         ]
         return items, None if status is None else WorkflowStatus(status)
+
+    def keys(self, workflow_id: str, limit: int = MAX_STREAM_KEYS) -> list[StreamKey]:
+        """The keys ``workflow_id`` has written streams under, in order (at most
+        ``limit``): what a reader may follow (none for a workflow that never streamed)."""
+        rows = self._db.all(
+            "list_stream_keys",
+            f"list the streams of workflow {workflow_id!r}",
+            workflow_id=workflow_id,
+            limit=limit,
+        )
+        return [StreamKey(r["key"], int(r["next_offset"]), bool(r["closed"])) for r in rows]

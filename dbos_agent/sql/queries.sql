@@ -1612,6 +1612,34 @@ FROM (SELECT 1) AS one
 LEFT JOIN page AS s ON true
 ORDER BY s."offset";
 
+-- name: list_stream_keys
+-- scope: one workflow
+-- The keys a workflow has written streams under (at most %(limit)s, in order), each
+-- with its next offset (how many items it holds: values, resets and its close) and
+-- whether it is closed (its last item is the close). A walk by the primary key: one
+-- index probe per key and one for its last item, however many items each holds.
+WITH RECURSIVE keys AS (
+    (SELECT key, 1 AS n FROM dbos_agent.streams
+     WHERE workflow_id = %(workflow_id)s ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT next.key, keys.n + 1
+    FROM keys
+    CROSS JOIN LATERAL (
+        SELECT s.key FROM dbos_agent.streams AS s
+        WHERE s.workflow_id = %(workflow_id)s AND s.key > keys.key
+        ORDER BY s.key LIMIT 1
+    ) AS next
+    WHERE keys.n < %(limit)s
+)
+SELECT keys.key, last."offset" + 1 AS next_offset, last.kind = 'close' AS closed
+FROM keys
+CROSS JOIN LATERAL (
+    SELECT s."offset", s.kind FROM dbos_agent.streams AS s
+    WHERE s.workflow_id = %(workflow_id)s AND s.key = keys.key
+    ORDER BY s."offset" DESC LIMIT 1
+) AS last
+ORDER BY keys.key;
+
 -- == approvals ==
 
 -- name: request_approval

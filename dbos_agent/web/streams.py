@@ -1,4 +1,5 @@
-"""The stream route: a workflow's durable stream as Server-Sent Events, resumable.
+"""The stream routes: the keys a workflow streams under, and a durable stream as
+Server-Sent Events, resumable.
 
 Within the server's limits (:mod:`.limits`): at most ``max_streams`` answers at once (one
 more is 503 ``TooManyStreams``); each holds one page of items at a time, at most
@@ -10,16 +11,17 @@ an item's text is relayed as stored, never rebuilt as Python values, in slices.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from .._engine.streams import StreamItem, follow_async
-from .common import CHECKED, ONE, ClientOf
+from .common import CHECKED, ONE, ClientOf, json_response
 from .guard import SEGMENT
 from .limits import STREAM_SLICE_CHARS
 
@@ -124,6 +126,14 @@ async def _events(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
         yield b"event: end\ndata: {}\n\n"
     finally:
         await _close(items)
+
+
+@router.get(ONE + "/streams")
+def stream_keys(workflow_id: str, client: ClientOf) -> Response:
+    """The keys the workflow has written streams under, in order, each with
+    ``next_offset`` (how many items it holds) and ``closed``: what may be followed
+    (an empty list for a workflow that never streamed)."""
+    return json_response([dataclasses.asdict(k) for k in client.stream_keys(workflow_id)])
 
 
 @router.get(ONE + f"/streams/{{key:{SEGMENT}}}")

@@ -70,20 +70,21 @@ def test_the_dashboard_says_what_a_workflow_waits_for_and_retries_it_now(
     handle = da.start(pay, order, workflow_id=order)
     wait_until(lambda: _retrying(order), 30, "the charge to wait")
     with sync_playwright() as pw, dashboard(pw, server) as page:
-        expect(page.locator(f'tr[data-for="{order}"]')).to_contain_text(
-            "waiting for the payments API since", timeout=15_000
-        )
+        row = page.locator(f'tr[data-id="{order}"]')
+        expect(row.get_by_test_id("wait-badge")).to_have_text("dependency", timeout=15_000)
+        expect(row.get_by_test_id("row-waiting")).to_contain_text("the payments API")
         screenshot(page, tmp_path / "retrying-list.png")
         page.locator(f'tr[data-id="{order}"]').click()
         expect(page.get_by_test_id("waiting-for")).to_contain_text(
-            "the payments API since", timeout=15_000
+            "the payments API", timeout=15_000
         )
-        expect(page.get_by_test_id("waiting-for")).to_contain_text("last error: ConnectionError")
         expect(page.get_by_test_id("step-0")).to_contain_text("RETRYING")
+        expect(page.get_by_test_id("step-0")).to_contain_text("last error: ConnectionError")
         expect(page.get_by_test_id("retry")).to_be_visible()
         screenshot(page, tmp_path / "retrying-detail.png")
         DOWN.discard(order)
         page.get_by_test_id("retry").click()
+        expect(page.get_by_test_id("ack")).to_contain_text("Retrying now")
         expect(page.get_by_test_id("detail-status")).to_have_text("SUCCESS", timeout=30_000)
         expect(page.get_by_test_id("retry")).to_be_hidden()
         screenshot(page, tmp_path / "retried.png")
