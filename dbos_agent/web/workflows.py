@@ -15,14 +15,7 @@ from .._engine.operations import CANCELLABLE, RESUMABLE
 from .._limits import check_identifier
 from .._storage.rows import ForkResult, ResumeResult
 from ..records import WorkflowStatus, describe_step
-from .common import (
-    CHECKED,
-    ONE,
-    ClientOf,
-    json_response,
-    temporary_orphans,
-    workflow_document,
-)
+from .common import CHECKED, ONE, ClientOf, json_response, workflow_document
 
 router = APIRouter(tags=["workflows"], dependencies=CHECKED)
 
@@ -64,8 +57,7 @@ def list_workflows(
         created_before=None if until is None else parse_moment(until),
         limit=limit,
     )
-    lost = temporary_orphans(client, found)
-    return json_response([workflow_document(i, i.workflow_id in lost) for i in found])
+    return json_response([workflow_document(info) for info in found])
 
 
 @router.get(ONE)
@@ -75,7 +67,7 @@ def show(workflow_id: str, client: ClientOf) -> Response:
     steps = client.list_steps(workflow_id)
     digests = [describe_step(step) for step in steps]
     origin = client.fork_origin(workflow_id)
-    document = workflow_document(info, bool(temporary_orphans(client, [info])))
+    document = workflow_document(info)
     document["forked_from"] = origin[0] if origin else None
     document["forked_from_step"] = origin[1] if origin else None
     document["actions"] = {  # what the dashboard offers: what the status allows
