@@ -62,7 +62,10 @@ def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
     """A workflow as in ``--json`` documents. ``diverged`` (None unless its log and its
     code ever parted) also says it in words: ``summary`` (one short line) and ``why``
     (the sentence ``workflows show`` and the dashboard print); so does ``retrying`` (None
-    unless a step waits out a failing dependency): ``summary``."""
+    unless a step waits out a failing dependency): ``summary``. ``waiting`` is what it
+    waits for, ``{"kind", "text", "step", "until"}`` (see ``records.Waiting``), or None
+    while it runs and once it finished; ``waiting_for`` stays a SUSPENDED workflow's
+    wake-up condition as stored."""
     data = dataclasses.asdict(info)
     data["duration_seconds"] = wall_seconds(info)
     if info.diverged is not None:
@@ -74,9 +77,11 @@ def workflow_json(info: WorkflowInfo) -> dict[str, Any]:
 
 
 def step_json(step: StepInfo, digest: StepDigest | None) -> dict[str, Any]:
-    """A step as in ``--json`` documents; ``tokens`` for a model call, else None."""
+    """A step as in ``--json`` documents; ``tokens`` for a model call, else None;
+    ``internal`` for a step the library records for itself (``dbos_agent.*``)."""
     data = dataclasses.asdict(step)
     data["duration_ms"] = step.duration_ms
+    data["internal"] = step.internal
     data["waiting"] = step.wait_text() if step.waiting else None
     tokens = tokens_of(digest)
     data["tokens"] = None if tokens is None else {"input": tokens[0], "output": tokens[1]}

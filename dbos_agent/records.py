@@ -86,6 +86,11 @@ class WorkflowInfo:
     #: attempt and its last error. Set whether the workflow is SUSPENDED meanwhile or
     #: waits in the process that runs it.
     retrying: RetryInfo | None = None
+    #: What it waits for, in the one classification every tool shows (see
+    #: :class:`Waiting`); None while it runs or once it finished. Read by the reads for
+    #: people and tools (a handle's ``get_info``, the Client's, the CLI, the web API),
+    #: None from the engine's own reads of a row.
+    waiting: Waiting | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""
@@ -128,6 +133,9 @@ class Divergence:
 #: N is this prefix + N (_engine/approvals.py): shown as the approval it is.
 APPROVAL_TOPIC_PREFIX = "dbos_agent.approval:"
 
+#: The names of the steps the library records for itself (see ``StepInfo.internal``).
+INTERNAL_STEP_PREFIX = "dbos_agent."
+
 #: The built-in steps whose intent (a PENDING row, with the wait's deadline) is a wait in
 #: progress, not an effect in doubt: a message (``recv``, approvals' decisions included)
 #: and another workflow's event (``get_event``). Nothing to resolve: they wait again.
@@ -162,6 +170,46 @@ class WaitInfo:
         if self.kind == "retry":
             return f"the next attempt of {self.name}{until}"
         return f"event {self.name!r} of {self.target}{until}"
+
+
+#: The kinds of :class:`Waiting`, as the CLI's ``--json``, the web API and the dashboard
+#: name them.
+WAITING_KINDS = (
+    "message",
+    "approval",
+    "timer",
+    "child",
+    "event",
+    "dependency",
+    "divergence",
+    "orphan",
+    "queue",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What an unfinished workflow waits for, one classification for every tool, whether
+    it waits SUSPENDED or in the process that runs it. ``kind`` is one of
+    :data:`WAITING_KINDS`: ``message`` (a ``recv``), ``approval`` (a human's decision on
+    a tool call), ``timer`` (a ``sleep``, or a delayed start), ``child`` (a workflow it
+    started, to finish), ``event`` (another workflow's ``set_event``), ``dependency`` (a
+    step waiting out a failing dependency: ``WorkflowInfo.retrying``), ``divergence``
+    (held DIVERGED until code that fits its log takes it), ``orphan`` (PENDING, but no
+    live process owns it) or ``queue`` (ENQUEUED: its turn, or its delay). ``text`` says
+    it in words (what would follow "waiting for"); ``step`` is the position of the step
+    that waits, where one does (for an approval: the ``recv`` that waits for the
+    decision, not the request); ``until`` is when the wait ends by itself (a deadline,
+    a timer, the next attempt, a delayed start), else None."""
+
+    kind: str
+    text: str
+    step: int | None = None
+    until: datetime | None = None
+
+    def line(self) -> str:
+        """``kind: text``, as ``workflows list`` and ``workflows show`` print it."""
+        return f"{self.kind}: {self.text}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +271,13 @@ class StepInfo:
     inputs: Any = None
     #: A RETRYING step's wait for its next attempt (else None).
     retry: RetryInfo | None = None
+
+    @property
+    def internal(self) -> bool:
+        """A step the library records for itself (``dbos_agent.*``: a stream's write, a
+        patch's marker, a message received...), not one the user's code defines: the
+        tools fold these away unless asked (``workflows steps --all``)."""
+        return self.name.startswith(INTERNAL_STEP_PREFIX)
 
     @property
     def waiting(self) -> bool:

@@ -108,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, database_url: bool = True)
         "their steps, messages and events, every AGE/10 (at most hourly); default: never",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log other libraries' INFO lines too (httpx's line per HTTP request...); by "
+        "default only those of dbos_agent and of the app are",
+    )
     parser.add_argument("--version", action="version", version=f"dbos-agent {__version__}")
 
 
@@ -145,16 +152,47 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv))
 
 
+class _OwnLines(logging.Filter):
+    """Lets through warnings and errors from anyone, and the INFO lines of the worker, of
+    dbos_agent and of the app (the top-level packages in ``own``): not those of the
+    libraries below them (httpx logs a line per HTTP request: each model call)."""
+
+    def __init__(self, own: set[str]) -> None:
+        super().__init__()
+        self._own = own
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] in self._own
+
+
+def configure_logging(*, quiet: bool, verbose: bool, app: str | None = None) -> None:
+    """Log on stderr: INFO and up (WARNING and up with ``quiet``), other libraries' INFO
+    lines left out unless ``verbose`` (those of dbos_agent, of the worker and of ``app``,
+    the module given to ``--app``, kept). Logging the app configured while it was
+    imported (a handler on the root logger) is left as it is."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if verbose:
+        return
+    own = {"dbos_agent", "__main__"}
+    if app:
+        own.add(app.split(":", 1)[0].split(".", 1)[0])
+    for handler in root.handlers:
+        handler.addFilter(_OwnLines(own))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the daemon with the options of :func:`add_arguments` until a signal; returns
     the exit status."""
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     executor_id = args.executor_id or f"{socket.gethostname()}:{os.getpid()}"
     try:
         import_app(args.app)
+        configure_logging(quiet=args.quiet, verbose=args.verbose, app=args.app)
         runtime = launch(
             getattr(args, "database_url", None),
             executor_id=executor_id,

@@ -61,6 +61,7 @@ from dbos_agent.agent import (
 from dbos_agent.agent.replay import next_step_replays, note_step, replaying
 from dbos_agent.agent.scripted_server import (
     CrashPlan,
+    GuardAnswers,
     ScriptedServer,
     appended_already,
     coding_task_prompt,
@@ -80,6 +81,7 @@ def workdir() -> Path:
 
 
 CRASH = CrashPlan()
+GUARDED = GuardAnswers()  # what the guard answered, for the demo to say so
 
 
 # --------------------------------------------------------------------------- tools
@@ -125,7 +127,10 @@ def already_appended(command: str) -> object:
     then returns what the command returned the first time; anything else (e.g. running the
     tests) is safe to run again, so it answers NotDone.
     """
-    return bash_result(0, "") if appended_already(command, workdir()) else NotDone
+    if not appended_already(command, workdir()):
+        return NotDone
+    GUARDED.note(command)
+    return bash_result(0, "")
 
 
 @tool(idempotent=False, guard=already_appended)
@@ -190,7 +195,10 @@ def show_tool_calls(reply: Message, results: list[ToolResultBlockParam]) -> None
         mark = "✗" if result.get("is_error") else "→"
         command = block.input.get("command") if isinstance(block.input, dict) else None
         call = f"$ {command}" if isinstance(command, str) else short(block.input, 120)
-        print(f"  ⚙ {block.name}({call}) {mark} {short(first_line)}")
+        if isinstance(command, str) and GUARDED.took(command):  # the command did not run
+            print(GUARDED.line(block.name, call, short(first_line)))
+        else:
+            print(f"  ⚙ {block.name}({call}) {mark} {short(first_line)}")
 
 
 def short(value: object, limit: int = 60) -> str:

@@ -59,6 +59,7 @@ from dbos_agent.agent import ReplayReport, replay_report, track_replay
 from dbos_agent.agent.replay import replaying
 from dbos_agent.agent.scripted_server import (
     CrashPlan,
+    GuardAnswers,
     ScriptedServer,
     appended_already,
     coding_task_prompt,
@@ -77,6 +78,7 @@ _WORKDIR: ContextVar[Path | None] = ContextVar("pydantic_ai_agent_workdir", defa
 
 
 CRASH = CrashPlan()
+GUARDED = GuardAnswers()  # what the guard answered, for the demo to say so
 
 
 # --------------------------------------------------------------------------- the model
@@ -133,8 +135,10 @@ def already_appended(command: str) -> object:
     then returns what the command returned the first time; anything else (e.g. running the
     tests) is safe to run again, so it answers NotDone.
     """
-    workdir = _WORKDIR.get() or Path.cwd()
-    return "exit code 0\n" if appended_already(command, workdir) else NotDone
+    if not appended_already(command, _WORKDIR.get() or Path.cwd()):
+        return NotDone
+    GUARDED.note(command)
+    return "exit code 0\n"
 
 
 #: Step options of the MCP tools that are not safe to repeat, by tool name.
@@ -223,7 +227,10 @@ def show_tool_results(request: ModelRequest, reply: ModelResponse) -> None:
         args = call.args_as_dict()
         shown = f"$ {args['command']}" if "command" in args else short(args, 120)
         first = (results.get(call.tool_call_id, "").strip().splitlines() or [""])[0]
-        print(f"  ⚙ {call.tool_name}({shown}) → {short(first)}", flush=True)
+        if GUARDED.took(str(args.get("command"))):  # the command did not run
+            print(GUARDED.line(call.tool_name, shown, short(first)), flush=True)
+        else:
+            print(f"  ⚙ {call.tool_name}({shown}) → {short(first)}", flush=True)
 
 
 @da.durable_workflow(name="pydantic_ai_coding_agent")

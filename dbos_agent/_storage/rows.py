@@ -6,6 +6,7 @@ back through ``jsonb.from_db`` so NUL-escaped values come back as written.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,7 @@ from ..records import (
     WorkflowStatus,
 )
 from . import jsonb
+from .waiting import waiting
 
 Row = dict[str, Any]
 
@@ -222,7 +224,8 @@ def text_of(value: Any) -> str | None:
 
 
 def workflow_info(row: Row) -> WorkflowInfo:
-    return WorkflowInfo(
+    """A workflow row as a record; read by ``list_workflows``, with what it waits for."""
+    info = WorkflowInfo(
         workflow_id=row["workflow_id"],
         name=row["name"],
         status=WorkflowStatus(row["status"]),
@@ -256,6 +259,8 @@ def workflow_info(row: Row) -> WorkflowInfo:
             row.get("retry_state"),
         ),
     )
+    found = waiting(row, info)
+    return info if found is None else dataclasses.replace(info, waiting=found)
 
 
 def retry_info(

@@ -17,6 +17,7 @@ from .sql_files import query
 #: list_workflows' filters, each a fixed fragment: only the given ones go in the
 #: statement, so its plan is the one for those filters (see list_workflows).
 _LIST_FILTERS: dict[str, LiteralString] = {
+    "workflow_id": "workflow_id = %(workflow_id)s",
     "status": "status = %(status)s",
     "name": "name = %(name)s",
     "executor_id": "executor_id = %(executor_id)s",
@@ -168,13 +169,20 @@ class WorkflowStore:
         )
         return None if row is None else workflow_info(row)
 
+    def _read(self, what: str, given: dict[str, Any], limit: int) -> list[WorkflowInfo]:
+        """``list_workflows`` with the filters ``given`` (and only those)."""
+        filters = " AND ".join(f for key, f in _LIST_FILTERS.items() if key in given)
+        sql = query("list_workflows").replace("{filters}", filters or "true")
+        params = {**given, "limit": limit}
+        rows = self._db.run(what, lambda c: c.execute(sql, params).fetchall())
+        return [workflow_info(row) for row in rows]
+
     def describe(self, workflow_id: str) -> WorkflowInfo | None:
-        """The stored workflow for people and tools: with what a step of it waits for
-        (``WorkflowInfo.retrying``), or None."""
-        row = self._db.one(
-            "describe_workflow", f"read workflow {workflow_id!r}", workflow_id=workflow_id
-        )
-        return None if row is None else workflow_info(row)
+        """The stored workflow for people and tools, or None: with what it waits for
+        (``WorkflowInfo.waiting``, and ``retrying`` for a step waiting out a failing
+        dependency), read by the statement that lists workflows."""
+        found = self._read(f"read workflow {workflow_id!r}", {"workflow_id": workflow_id}, 1)
+        return found[0] if found else None
 
     def first_finished(self, workflow_ids: list[str]) -> str | None:
         """Of ``workflow_ids``, the one that finished first, or None while none has."""
@@ -196,7 +204,8 @@ class WorkflowStore:
         limit: int = 100,
         queue_name: str | None = None,
     ) -> list[WorkflowInfo]:
-        """Workflows matching every given filter, newest first."""
+        """Workflows matching every given filter, newest first, with what each waits for
+        (``WorkflowInfo.waiting``), in one statement."""
         given: dict[str, Any] = {
             key: value
             for key, value in {
@@ -209,8 +218,4 @@ class WorkflowStore:
             }.items()
             if value is not None
         }
-        filters = " AND ".join(f for key, f in _LIST_FILTERS.items() if key in given)
-        sql = query("list_workflows").replace("{filters}", filters or "true")
-        params = {**given, "limit": limit}
-        rows = self._db.run("list workflows", lambda c: c.execute(sql, params).fetchall())
-        return [workflow_info(row) for row in rows]
+        return self._read("list workflows", given, limit)

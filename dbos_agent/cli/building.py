@@ -26,7 +26,13 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors ``parser.parse`` reports, as text or as JSON."""
 
+    #: Said after an unknown action of this command (``dbos-agent steps ID``: where
+    #: what was likely meant is).
+    hint: str | None = None
+
     def error(self, message: str) -> NoReturn:
+        if self.hint is not None and "invalid choice" in message:
+            message = f"{message}; {self.hint}"
         raise UsageError(self, message)
 
 
@@ -40,8 +46,11 @@ def add_command(
     help_text: str,
     run: Run | None,
     description: str | None = None,
+    *,
+    hint: str | None = None,
 ) -> argparse.ArgumentParser:
-    """A (sub)command that accepts the common options; ``run`` is what it does."""
+    """A (sub)command that accepts the common options; ``run`` is what it does; ``hint``
+    is said after an unknown action of it."""
     command: argparse.ArgumentParser = group.add_parser(
         name,
         help=help_text,
@@ -50,6 +59,8 @@ def add_command(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.set_defaults(run=run)
+    if isinstance(command, Parser):
+        command.hint = hint
     return command
 
 

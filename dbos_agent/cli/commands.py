@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from typing import Any
 
 from .. import _documents as documents
@@ -26,10 +27,12 @@ from .._durations import format_duration
 from .._engine.client import Client
 from .._engine.retention import DEFAULT_STATUSES, check_statuses
 from .._engine.schedules import backfill_schedule_slots, read_schedules, set_schedule_paused
+from .._limits import check_identifier
 from .._serialization import codec_for
 from .._storage.database import SystemDatabase
 from .._storage.rows import ForkResult, ResumeResult
 from .._storage.sql_files import migrations
+from ..errors import WorkflowNotFoundError
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from . import render
 from .arguments import PROG
@@ -103,15 +106,10 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
     ]
     headers = ["WORKFLOW ID", "NAME", "STATUS", "EXECUTOR", "CREATED (UTC)", "DURATION"]
     headers += ["RECOVERIES", "APP VERSION"]
-    if any(render.waits(info) for info in found):  # what suspended or retrying ones wait for
+    if any(info.waiting for info in found):  # what unfinished ones wait for
         headers.append("WAITING FOR")
         for row, info in zip(rows, found, strict=True):
             row.append(render.waits(info))
-    held = [info.diverged if info.status is WorkflowStatus.DIVERGED else None for info in found]
-    if any(held):  # why diverged ones are held
-        headers.append("DIVERGED")
-        for row, divergence in zip(rows, held, strict=True):
-            row.append(divergence.describe() if divergence else "")
     render.print_table(headers, rows, status_column=2)
 
 
@@ -166,19 +164,20 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     print()
     if steps:
         print(f"Steps ({len(steps)})")
-        render.print_steps(steps, digests)
+        render.print_steps(steps, digests, show_all=args.all)
     else:
         print("No steps recorded.")
 
 
 def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """The recorded steps of a workflow."""
+    """The recorded steps of a workflow: the library's own folded unless ``--all`` (the
+    JSON document has every step, each saying whether it is ``internal``)."""
     found = Client.over(db).list_steps(args.workflow_id)
     digests = [describe_step(step) for step in found]
     if args.json:
         render.print_json([documents.step_json(s, d) for s, d in zip(found, digests, strict=True)])
     elif found:
-        render.print_steps(found, digests)
+        render.print_steps(found, digests, show_all=args.all)
     else:
         print("no steps recorded")
 
@@ -371,9 +370,39 @@ def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
         print(f"deleted {what}, in {report.batches:,} batch(es) ({took})")
 
 
+#: How often ``stream --follow`` looks for a workflow not started yet, at most.
+_APPEAR_POLL_S = 0.5
+
+
+def _appeared(db: SystemDatabase, workflow_id: str, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``workflow_id`` to be started (a reader started
+    a moment before its writer), saying so once on stderr (stdout is the stream's);
+    WorkflowNotFoundError if it is not by then."""
+    deadline = time.monotonic() + timeout
+    pause = 0.02
+    check_identifier(workflow_id, "workflow id")
+    if db.workflows.owner(workflow_id) is not None:
+        return
+    print(
+        f"{PROG}: waiting for workflow {workflow_id!r} to start (up to {timeout:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    while db.workflows.owner(workflow_id) is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WorkflowNotFoundError(workflow_id)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _APPEAR_POLL_S)
+
+
 def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Print a stream's items (waiting for more with --follow, until it ends)."""
-    _get(db, args.workflow_id)
+    """Print a stream's items (waiting for more with --follow, until it ends; and, with
+    --follow, up to --timeout seconds for a workflow not started yet)."""
+    if args.follow:
+        _appeared(db, args.workflow_id, args.timeout)
+    else:
+        _get(db, args.workflow_id)
     items = Client.over(db).read_stream(
         args.workflow_id, args.key, args.offset, timeout=None if args.follow else 0
     )

@@ -12,6 +12,7 @@ import json
 import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -166,24 +167,31 @@ def print_fields(fields: Sequence[Field], *, file: TextIO | None = None) -> None
 
 
 def waits(info: WorkflowInfo) -> str:
-    """What an unfinished workflow waits for, for a table: the dependency a step waits out
-    (SUSPENDED meanwhile, or waiting in its process), else a suspended wait's condition."""
-    if info.retrying is not None:
-        return info.retrying.summary()
-    return info.waiting_for.describe() if info.waiting_for is not None else ""
+    """What a workflow waits for, for a table: ``kind: text`` (see ``records.Waiting``),
+    empty while it runs and once it finished."""
+    return "" if info.waiting is None else info.waiting.line()
 
 
 def waiting_fields(info: WorkflowInfo) -> list[Field]:
-    """What ``workflows show`` says a workflow waits for, and how an operator tries now."""
-    if info.retrying is not None:
-        command = f"{PROG} retry {shlex.quote(info.workflow_id)}"
-        return [
-            ("Waiting for", info.retrying.describe()),
-            ("Try now", f"{command} (or cancel it)"),
-        ]
-    if info.waiting_for is not None:
-        return [("Waiting for", info.waiting_for.describe())]
-    return []
+    """What ``workflows show`` says a workflow waits for, and what an operator may do
+    about a dependency (try now) or an orphan (run a process that takes it over)."""
+    found = info.waiting
+    if found is None:
+        return []
+    fields: list[Field] = [("Waiting for", found.line())]
+    wid = shlex.quote(info.workflow_id)
+    if found.kind == "dependency":
+        fields.append(("Try now", f"{PROG} retry {wid} (or cancel it)"))
+    elif found.kind == "orphan":
+        fields.append(
+            (
+                "What now",
+                f"run a process with its function ({PROG} worker --app MODULE, or your app's "
+                f"launch()): it takes it over and continues it from its log; or cancel it: "
+                f"{PROG} workflows cancel {wid}",
+            )
+        )
+    return fields
 
 
 def diverged_fields(info: WorkflowInfo) -> list[Field]:
@@ -216,10 +224,34 @@ def diverged_fields(info: WorkflowInfo) -> list[Field]:
     ]
 
 
-def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None]) -> None:
-    """The steps table: what each step did, in log order, one line each."""
+def folded(step: StepInfo) -> bool:
+    """Whether the steps table leaves ``step`` out unless asked (``--all``): a step the
+    library recorded for itself (``dbos_agent.*``: two stream writes per tool call, a
+    patch's marker...) once it has its outcome. A wait in progress, an intent in doubt
+    and a step waiting for its next attempt are always shown."""
+    return step.internal and step.status.finished
+
+
+def fold_line(steps: Sequence[StepInfo]) -> str:
+    """What the table left out, e.g. ``3 library steps folded: dbos_agent.write_stream
+    (2), dbos_agent.patch:x; --all shows them``; empty when nothing was."""
+    names = Counter(step.name for step in steps if folded(step))
+    if not names:
+        return ""
+    count = sum(names.values())
+    which = ", ".join(name if n == 1 else f"{name} ({n})" for name, n in names.items())
+    return f"{count} library step{'s' if count > 1 else ''} folded: {which}; --all shows them"
+
+
+def print_steps(
+    steps: Sequence[StepInfo], digests: Sequence[StepDigest | None], *, show_all: bool = True
+) -> None:
+    """The steps table: what each step did, in log order, one line each; without
+    ``show_all`` the library's own finished steps are folded into one line below it."""
     rows = []
     for step, digest in zip(steps, digests, strict=True):
+        if not show_all and folded(step):
+            continue
         if step.waiting:
             result = step.wait_text()
         elif step.status is StepStatus.PENDING:
@@ -246,7 +278,10 @@ def print_steps(steps: Sequence[StepInfo], digests: Sequence[StepDigest | None])
             ]
         )
     headers = ["SEQ", "NAME", "STATUS", "ATTEMPTS", "STARTED (UTC)", "DURATION", "TOKENS IN/OUT"]
-    print_table([*headers, "RESULT"], rows, status_column=2)
+    if rows:
+        print_table([*headers, "RESULT"], rows, status_column=2)
+    if not show_all and (line := fold_line(steps)):
+        print(line)
 
 
 # -- tokens ------------------------------------------------------------------------------

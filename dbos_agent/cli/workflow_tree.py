@@ -36,12 +36,29 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         wf,
         common,
         "show",
-        "one workflow: inputs, status, outcome, timings, steps, tokens",
+        "one workflow: inputs, status, what it waits for, outcome, timings, steps, tokens",
         commands.show,
     )
     show.add_argument("workflow_id", metavar="ID", help="workflow id")
-    steps = add_command(wf, common, "steps", "the recorded steps of a workflow", commands.steps)
+    steps = add_command(
+        wf,
+        common,
+        "steps",
+        "the recorded steps of a workflow",
+        commands.steps,
+        "The recorded steps of workflow ID, in log order: what each did, its attempts,\n"
+        "timings and tokens. The steps the library records for itself (dbos_agent.*: a\n"
+        "stream's writes, a patch's marker, a message received...) are folded into one line\n"
+        "once they have their outcome; --all shows them. --json has every step, each with\n"
+        '"internal" (true for those).',
+    )
     steps.add_argument("workflow_id", metavar="ID", help="workflow id")
+    for command in (show, steps):
+        command.add_argument(
+            "--all",
+            action="store_true",
+            help="show the library's own steps too (dbos_agent.*), folded by default",
+        )
 
     cancel = add_command(
         wf,
@@ -98,7 +115,18 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
 
 
 def add_steps(tree: Group[Any], common: argparse.ArgumentParser) -> None:
-    st = add_actions(add_command(tree, common, "steps", "resolve in-doubt steps", None))
+    listing = "a workflow's steps are listed by `dbos-agent workflows steps ID`"
+    st = add_actions(
+        add_command(
+            tree,
+            common,
+            "steps",
+            "resolve in-doubt steps",
+            None,
+            f"Resolve in-doubt steps ({listing}).",
+            hint=listing,
+        )
+    )
     resolve = add_command(
         st,
         common,
@@ -198,11 +226,19 @@ def add_stream(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         "comes, other values as JSON lines, and a marked line where a step's earlier output\n"
         "was voided (a retried or re-run step). Without --follow it prints what is there and\n"
         "exits; with --follow it waits for more until the stream is closed or the workflow\n"
-        "has finished. --json prints one JSON object per item (JSON Lines).",
+        "has finished, and first, up to --timeout seconds, for a workflow not started yet.\n"
+        "--json prints one JSON object per item (JSON Lines).",
     )
     stream.add_argument("workflow_id", metavar="ID", help="workflow id")
     stream.add_argument("key", metavar="KEY", help="stream key")
     stream.add_argument("--follow", "-f", action="store_true", help="wait for more items")
+    stream.add_argument(
+        "--timeout",
+        type=types.positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --follow: how long to wait for a workflow not started yet (default 60)",
+    )
     stream.add_argument(
         "--from",
         dest="offset",

@@ -313,39 +313,68 @@ SELECT workflow_id, name, status, inputs::text, output::text, error::text, execu
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
--- name: describe_workflow
--- scope: one workflow
--- get_workflow for people and tools (a handle's get_info, Client.get_workflow): with
--- the first of its steps waiting for a retry, if any (retrying_step).
+-- name: list_workflows
+-- scope: many
+-- Newest first, matching every given filter: the reads for people and tools (the
+-- CLI, the web API, the Client's and a handle's, by id with the filter workflow_id).
+-- storage/workflows.py puts the filters given, and only those, in place of {filters}
+-- (each a fixed fragment there, joined with AND): each combination is its own
+-- statement with its own plan, which walks the index of its filter (workflows_by_status,
+-- workflows_by_name, workflows_by_created) instead of a generic plan for "the parameter
+-- is NULL or matches" that can use none.
+-- Each one found comes with what tells what it waits for (storage/waiting.py), in the
+-- same snapshot and a few index probes each, never a scan: an unfinished one's first
+-- step waiting for a retry (a dependency waited out, migration 023: retrying_step,
+-- through the small steps_retrying index) and its last step (a recv or get_event
+-- intent is a wait in progress, a sleep's output its wake-up time, a start_child's the
+-- child's id), the tool of the approval such a recv waits for, whether that child is
+-- finished, and a PENDING one's owner: its session, whether it is dead
+-- (dead_sessions(), read once for the statement) and what tells, on the caller's host,
+-- whether its process is gone (its process key, its lock free).
+WITH found AS (
+    SELECT *
+    FROM dbos_agent.workflows
+    WHERE {filters}
+    ORDER BY created_at DESC, workflow_id DESC
+    LIMIT %(limit)s
+)
 SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
-       w.wake_at, w.run_started_at, w.diverged, r.*
-FROM dbos_agent.workflows AS w
+       w.wake_at, w.run_started_at, w.diverged, w.queue_name, r.*,
+       last.seq AS last_seq, last.name AS last_name, last.status AS last_status,
+       last.inputs::text AS last_inputs, last.output::text AS last_output,
+       a.tool AS approval_tool, c.status AS child_status,
+       w.owner_key, e.executor_id AS owner_executor, e.hostname AS owner_host,
+       e.pid AS owner_pid, e.process_key AS owner_process_key,
+       w.status = 'PENDING'
+           AND (e.session_key IS NULL
+                OR e.session_key IN (SELECT dbos_agent.dead_sessions())) AS owner_dead,
+       e.session_key IS NOT NULL
+           AND e.session_key NOT IN (SELECT dbos_agent.locked_sessions()) AS owner_lock_free,
+       extract(epoch FROM dbos_agent.now())::float8 AS db_now
+FROM found AS w
 LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
     ON w.status IN ('PENDING', 'SUSPENDED')
-WHERE w.workflow_id = %(workflow_id)s;
-
--- name: list_workflows
--- scope: many
--- Newest first, matching every given filter. storage/workflows.py puts the filters
--- given, and only those, in place of {filters} (each a fixed fragment there, joined
--- with AND): each combination is its own statement with its own plan, which walks the
--- index of its filter (workflows_by_status, workflows_by_name, workflows_by_created)
--- instead of a generic plan for "the parameter is NULL or matches" that can use none.
--- An unfinished workflow comes with the first of its steps waiting for a retry (a
--- dependency waited out, migration 023: retrying_step, through the small steps_retrying
--- index).
-SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
-       app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
-       r.*
-FROM dbos_agent.workflows AS w
-LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
-    ON w.status IN ('PENDING', 'SUSPENDED')
-WHERE {filters}
-ORDER BY created_at DESC, workflow_id DESC
-LIMIT %(limit)s;
+LEFT JOIN LATERAL (
+    SELECT s.seq, s.name, s.status,
+           CASE WHEN s.status = 'PENDING' THEN s.inputs END AS inputs,
+           CASE WHEN s.name IN ('dbos_agent.sleep', 'dbos_agent.start_child')
+                THEN s.output END AS output
+    FROM dbos_agent.steps AS s
+    WHERE s.workflow_id = w.workflow_id AND w.status IN ('PENDING', 'SUSPENDED')
+    ORDER BY s.seq DESC
+    LIMIT 1
+) AS last ON true
+LEFT JOIN dbos_agent.approvals AS a
+    ON last.name = 'dbos_agent.recv' AND a.workflow_id = w.workflow_id
+   AND a.seq = CASE WHEN last.inputs ->> 'topic' ~ '^dbos_agent\.approval:[0-9]{1,9}$'
+                    THEN substr(last.inputs ->> 'topic', 21)::integer END
+LEFT JOIN dbos_agent.workflows AS c
+    ON last.name = 'dbos_agent.start_child' AND c.workflow_id = last.output #>> '{}'
+LEFT JOIN dbos_agent.executors AS e
+    ON w.status = 'PENDING' AND e.session_key = w.owner_key
+ORDER BY w.created_at DESC, w.workflow_id DESC;
 
 -- name: first_finished_workflow
 -- scope: many

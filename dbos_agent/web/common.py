@@ -49,8 +49,10 @@ def json_response(document: Any) -> Response:
 
 
 def workflow_document(info: WorkflowInfo) -> dict[str, Any]:
-    """A workflow as the API answers it: the CLI's document and what it waits for (the
-    dependency a step waits out, else a suspended wait's condition), in words."""
+    """A workflow as the API answers it: the CLI's document, with ``waiting`` (what it
+    waits for: ``{"kind", "text", "step", "until"}`` or None, see ``records.Waiting``),
+    and ``waiting_for`` in words (the dependency a step waits out, else a suspended
+    wait's condition), as it always said."""
     document = documents.workflow_json(info)
     if info.retrying is not None:
         document["waiting_for"] = info.retrying.describe()

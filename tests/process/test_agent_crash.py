@@ -311,6 +311,9 @@ def test_killed_agent_resumes_without_paying_or_acting_twice(
     assert (work / "calc.py").read_text() == (ref.dir / "work" / "calc.py").read_text()
     changelog = (work / "CHANGELOG.md").read_text().splitlines()
     assert changelog.count(CHANGELOG_LINE) == 1, changelog
+    if name == "in-tool-after-effect":  # the append in doubt: its guard answered, and says so
+        last = result.runs[-1].stdout
+        assert "↩ not run again: its guard found it done (exit code 0)" in last, last
 
     # from the server's log: every turn paid once; only a call cut off in flight twice
     lines = log_lines(result.dir / "requests.jsonl")

@@ -68,3 +68,6 @@ def test_a_worker_finishes_a_crashed_agent_run_in_its_work_directory(
     assert changelog.count(CHANGELOG_LINE) == 1  # appended in the run's work directory
     assert not (ROOT / "CHANGELOG.md").exists()  # not in the worker's cwd
     assert "Traceback" not in logs
+    # its own lines, but not the HTTP client's line per model call (INFO, left out)
+    assert " INFO __main__: worker " in logs and " started (session " in logs, logs
+    assert "httpx" not in logs and "HTTP Request" not in logs, logs

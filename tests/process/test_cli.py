@@ -399,9 +399,10 @@ def test_a_diverged_workflow_is_listed_and_shown_with_why_and_what_now(
 
     table = ok(cli(url, "workflows", "list", "--name", "diverging_order", "--status", "DIVERGED"))
     header, *rows = table.splitlines()
-    assert header.split()[-1] == "DIVERGED" and "WAITING" not in header
+    assert header.split()[-2:] == ["WAITING", "FOR"]
     (row,) = (line for line in rows if line.startswith(key + " "))
-    assert row.split()[2] == "DIVERGED" and row.endswith("step 0: log 'prepare', code 'audit'")
+    assert row.split()[2] == "DIVERGED"
+    assert row.endswith("divergence: code that fits its log (step 0: log 'prepare', code 'audit')")
     listed = json.loads(ok(cli(url, "workflows", "list", "--status", "diverged", "--json")))
     (document,) = (w for w in listed if w["workflow_id"] == key)
     diverged = document["diverged"]
@@ -419,9 +420,11 @@ def test_a_diverged_workflow_is_listed_and_shown_with_why_and_what_now(
     assert datetime.fromisoformat(diverged["at"]).tzinfo is not None
 
     shown = ok(cli(url, "workflows", "show", key))
-    assert "Status      DIVERGED" in shown
-    assert f"Diverged    {why}, since " in shown and " UTC" in shown
-    assert "What now    deploy code that fits its log (the change made with da.patched)" in shown
+    assert "Status       DIVERGED" in shown
+    waits = "Waiting for  divergence: code that fits its log (step 0: log 'prepare', code 'audit')"
+    assert waits in shown
+    assert f"Diverged     {why}, since " in shown and " UTC" in shown
+    assert "What now     deploy code that fits its log (the change made with da.patched)" in shown
     assert f"dbos-agent workflows fork {key} --from-step 0" in shown
     assert f"or cancel it: dbos-agent workflows cancel {key}" in shown
     assert json.loads(ok(cli(url, "workflows", "show", key, "--json")))["diverged"] == diverged

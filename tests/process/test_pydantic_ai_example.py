@@ -205,3 +205,6 @@ def test_the_append_in_doubt_is_not_made_again(
         steps = db.steps(result.task_id)
     intents = [s.inputs["arguments"]["command"] for s in steps if s.inputs is not None]
     assert len(intents) == 3 and intents[2].endswith(">> CHANGELOG.md")
+    # and the run that continued says the guard answered, not that the command ran
+    [line] = [line for line in finished.output.splitlines() if ">> CHANGELOG.md" in line]
+    assert "↩ not run again: its guard found it done (exit code 0)" in line, finished.output

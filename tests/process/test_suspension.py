@@ -206,14 +206,16 @@ def test_the_cli_tells_suspended_workflows_and_what_they_wait_for(
 
     listed = cli("workflows", "list", "--status", "SUSPENDED", "--limit", "1000")
     assert "WAITING FOR" in listed
-    assert any(wid in line and "recv 'approval'" in line for line in listed.splitlines())
+    waits = "message: a message on topic 'approval'"
+    assert any(wid in line and waits in line for line in listed.splitlines())
     shown = cli("workflows", "show", wid)
-    assert "Waiting for" in shown and "recv 'approval'" in shown
+    assert f"Waiting for  {waits}" in shown
     document = json.loads(cli("workflows", "show", wid, "--json"))
     assert document["status"] == "SUSPENDED"
     assert (
         document["waiting_for"]["kind"] == "recv" and document["waiting_for"]["name"] == "approval"
     )
+    assert document["waiting"]["kind"] == "message" and document["waiting"]["step"] == 0
     da.send(wid, "yes", topic="approval")
     assert handle.result(timeout=10) == "YES"
 

@@ -276,6 +276,31 @@ def _echo_script(body: JSONDict) -> ScriptItem:
 # --------------------------------------------------------------------------- demo aid
 
 
+class GuardAnswers:
+    """Demo aid: the calls a guard answered in this process instead of running them again
+    (a call left in doubt by a crash, found done), so that the demo says so where it shows
+    the call's result: the result reads the same either way."""
+
+    def __init__(self) -> None:
+        self._answered: set[str] = set()
+
+    def note(self, call: str) -> None:
+        """The guard answered ``call`` (e.g. the shell command) from what it found."""
+        self._answered.add(call)
+
+    def took(self, call: str) -> bool:
+        """Whether the guard answered ``call``, said once."""
+        if call not in self._answered:
+            return False
+        self._answered.discard(call)
+        return True
+
+    @staticmethod
+    def line(tool: str, shown: str, result: str) -> str:
+        """The demo's line for a call its guard answered."""
+        return f"  ⚙ {tool}({shown}) ↩ not run again: its guard found it done ({result})"
+
+
 class CrashPlan:
     """Demo aid: kill this process with SIGKILL at a chosen point, only in a live run."""
 
