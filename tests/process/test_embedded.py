@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -135,15 +137,20 @@ class Children:
 
 
 @pytest.fixture
-def embedded_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory for `embedded_database_url`; its server is shut down after the test."""
-    directory = tmp_path / "embedded"
+def embedded_dir() -> Iterator[Path]:
+    """A directory for `embedded_database_url`; its server is shut down after the test.
+
+    Not under pytest's ``tmp_path``: a pytest session that starts meanwhile (another
+    checkout's) takes the other users' access to that tree away again, and the server,
+    run as ``postgres`` when the tests run as root, then loses its data directory."""
+    directory = Path(tempfile.mkdtemp(prefix="dbos-agent-embedded-")) / "embedded"
     yield directory
     release_embedded_database(directory)  # this process's registration, if any
     pid = _server_pid(directory)
     if pid is not None and _alive(pid):
         os.kill(pid, signal.SIGQUIT)  # immediate shutdown
         wait_until(lambda: not _alive(pid), 15, f"postmaster {pid} to exit")
+    shutil.rmtree(directory.parent, ignore_errors=True)
 
 
 @pytest.fixture
