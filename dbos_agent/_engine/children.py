@@ -7,6 +7,10 @@ recorded as the step ``dbos_agent.start_child`` *before* the child is admitted, 
 replay gets that recorded id back: a parent woken ten times starts its child once, and
 an id the body makes up differently on each run never starts a second child.
 
+An enqueue refused for its deduplication id (DuplicateEnqueueError) records the refusal as
+the step ``dbos_agent.enqueue_refused`` right after the start: a replay raises it again,
+even once the id is free, instead of enqueuing a child the first run never had.
+
 Logs recorded before this step existed are read as the old code wrote them: a direct
 call or ``da.start`` without an explicit id took a position and recorded nothing there
 (its child is ``<parent>-<position>``); an explicit id or an enqueue took no position.
@@ -18,6 +22,7 @@ from datetime import UTC, datetime
 
 from .._limits import derived_identifier
 from .._serialization import codec_for
+from ..errors import DuplicateEnqueueError
 from .runtime.checkpoints import builtin_step, checkpoint, recorded
 from .runtime.context import (
     WorkflowContext,
@@ -33,6 +38,11 @@ from .runtime.plans import Io, Plan, run_plan, run_plan_async
 START_CHILD_STEP = "dbos_agent.start_child"
 
 _START_CHILD = builtin_step(START_CHILD_STEP, codec_for(str))
+
+#: The step that records an enqueue refused for its deduplication id.
+ENQUEUE_REFUSED_STEP = "dbos_agent.enqueue_refused"
+
+_ENQUEUE_REFUSED = builtin_step(ENQUEUE_REFUSED_STEP, codec_for(str))
 
 
 def _child_plan(ctx: WorkflowContext, explicit: str | None, *, enqueue: bool) -> Plan[str]:
@@ -78,3 +88,26 @@ async def workflow_id_for_start_async(explicit: str | None = None) -> str:
     if ctx is None:
         return take_workflow_id(explicit)
     return await run_plan_async(_child_plan(ctx, explicit, enqueue=False))
+
+
+def raise_recorded_refusal() -> None:
+    """After an enqueue's start: raise the refusal the log recorded for it, if any."""
+    ctx = _parent()
+    if ctx is None:
+        return
+    row = ctx.next_recorded()
+    if row is None or row.name != ENQUEUE_REFUSED_STEP:
+        return
+    seq, row = ctx.begin_step(ENQUEUE_REFUSED_STEP)
+    assert row is not None
+    recorded(ctx, _ENQUEUE_REFUSED, seq, row).unwrap()
+
+
+def record_refusal(refused: DuplicateEnqueueError) -> None:
+    """Record a live enqueue's refusal in the parent's log (outside a workflow: nothing)."""
+    ctx = _parent()
+    if ctx is None:
+        return
+    seq, row = ctx.begin_step(ENQUEUE_REFUSED_STEP)
+    if row is None:
+        checkpoint(ctx, _ENQUEUE_REFUSED, seq, Outcome(error=refused), 1, datetime.now(UTC))
