@@ -115,7 +115,7 @@ class Queue:
         definition = definition_of(workflow)
         check_priority(priority, self.name)
         engine = current_engine()
-        wid = workflow_id_for_start(workflow_id, enqueue=True)
+        wid, recorded = workflow_id_for_start(workflow_id, enqueue=True)
         raise_recorded_refusal()
         try:
             admission = admit(
@@ -128,6 +128,7 @@ class Queue:
                 priority=priority or 0,
                 dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
                 delay=check_delay(delay),
+                recorded_start=recorded,
             )
         except DuplicateEnqueueError as refused:
             record_refusal(refused)

@@ -3,11 +3,12 @@ calls whose answer a peer (DBOS Transact) defines: each case a peer's own suite 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import dbos_agent as da
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id
+from tests.helpers import new_id, wait_until
 
 DEDUP_QUEUE = da.Queue(f"dedup-{uuid.uuid4().hex[:8]}")
 
@@ -44,3 +45,76 @@ def test_a_refused_deduplicated_enqueue_is_refused_again_on_replay(
     assert da.operations.fork(tag, len(steps)).result(timeout=30) == f"refused {tag}"
     children = [w for w in inspector.workflows() if w.name.endswith("deduplicated_child")]
     assert not [w for w in children if tag in str(w.inputs)]  # no child ran, then or now
+
+
+@da.durable_workflow
+def waits_for_go(tag: str, made_up: dict[str, str]) -> str:
+    return f"{made_up['id']}:{da.recv('go', timeout=60)}"
+
+
+@da.durable_workflow
+def parent_of_a_made_up_child(tag: str) -> str:
+    """Starts a child whose id and input it makes up on every run, and waits on it."""
+    made_up = str(uuid.uuid4())
+    child = da.start(waits_for_go, tag, {"id": made_up}, workflow_id=f"{tag}-{made_up}")
+    return child.result()
+
+
+@da.durable_workflow
+def enqueues_a_made_up_child(tag: str) -> str:
+    made_up = str(uuid.uuid4())
+    return str(DEDUP_QUEUE.enqueue(deduplicated_child, f"{tag}-{made_up}").result())
+
+
+def _children(inspector: Inspector, tag: str) -> list[str]:
+    return [w.workflow_id for w in inspector.workflows() if w.workflow_id.startswith(f"{tag}-")]
+
+
+def test_a_recorded_child_start_returns_the_recorded_child_whatever_the_replay_computes(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    tag = new_id("made-up")
+    parent = da.start(parent_of_a_made_up_child, tag, workflow_id=tag)
+    wait_until(lambda: len(_children(inspector, tag)) == 1, 30, "the child started")
+    wait_until(
+        lambda: inspector.statuses([tag])[tag] is da.WorkflowStatus.SUSPENDED,
+        30,
+        "the parent suspended on its child's result",
+    )
+    (child_id,) = _children(inspector, tag)
+    da.send(child_id, "done", topic="go")
+    # Woken, the parent replays its body: another input, the recorded child.
+    assert parent.result(timeout=30) == f"{child_id.removeprefix(tag + '-')}:done"
+    steps = da.operations.list_steps(tag)
+    assert da.operations.fork(tag, len(steps)).result(timeout=30) == parent.result()
+    assert _children(inspector, tag) == [child_id]
+
+
+def test_a_recorded_enqueue_returns_the_recorded_child_whatever_the_replay_computes(
+    runtime: da.Runtime,
+) -> None:
+    tag = new_id("made-up-enqueue")
+    with da.workflow_id(tag):
+        first = enqueues_a_made_up_child(tag)
+    steps = da.operations.list_steps(tag)
+    assert da.operations.fork(tag, len(steps)).result(timeout=30) == first
+
+
+@da.durable_workflow
+async def async_child(made_up: str) -> str:
+    return made_up
+
+
+@da.durable_workflow
+async def calls_an_async_child_with_made_up_input(tag: str) -> str:
+    return await async_child(str(uuid.uuid4()))
+
+
+def test_a_recorded_direct_call_of_an_async_child_replays_whatever_the_input(
+    runtime: da.Runtime,
+) -> None:
+    tag = new_id("made-up-async")
+    with da.workflow_id(tag):
+        first = asyncio.run(calls_an_async_child_with_made_up_input(tag))
+    steps = da.operations.list_steps(tag)
+    assert da.operations.fork(tag, len(steps)).result(timeout=30) == first
