@@ -24,7 +24,7 @@ INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
      owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at)
 VALUES
-    (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
+    (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::json, %(executor_id)s,
      %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
      %(priority)s, %(parent_id)s,
      dbos_agent.now() + make_interval(secs => %(timeout)s::float8),
@@ -2015,7 +2015,7 @@ ORDER BY s.name;
 INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
      owner_key)
-SELECT s.workflow_id, %(workflow_name)s, 'PENDING', s.inputs::jsonb, %(executor_id)s,
+SELECT s.workflow_id, %(workflow_name)s, 'PENDING', s.inputs::json, %(executor_id)s,
        %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s
 FROM unnest(%(workflow_ids)s::text[], %(inputs)s::text[]) AS s(workflow_id, inputs)
 ON CONFLICT (workflow_id) DO NOTHING

@@ -4,7 +4,10 @@ calls whose answer a peer (DBOS Transact) defines: each case a peer's own suite 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+
+import pytest
 
 import dbos_agent as da
 from dbos_agent.testing import Inspector
@@ -118,3 +121,28 @@ def test_a_recorded_direct_call_of_an_async_child_replays_whatever_the_input(
         first = asyncio.run(calls_an_async_child_with_made_up_input(tag))
     steps = da.operations.list_steps(tag)
     assert da.operations.fork(tag, len(steps)).result(timeout=30) == first
+
+
+ORDERED = {"zeta": 1, "a": {"yy": 2, "b": [{"z": 1, "c": 2}]}, "mid": None}
+
+
+@da.durable_workflow
+def dumps_its_argument(arg: dict[str, object]) -> str:
+    return json.dumps(arg)
+
+
+@pytest.mark.parametrize("how", ["client", "queue", "start"])
+def test_the_order_of_an_arguments_keys_is_the_callers(runtime: da.Runtime, how: str) -> None:
+    if how == "client":
+        with da.Client(runtime.database_url) as client:
+            handle = client.enqueue(DEDUP_QUEUE.name, dumps_its_argument.__qualname__, ORDERED)
+            assert handle.result(timeout=30) == json.dumps(ORDERED)
+        return
+    if how == "queue":
+        assert DEDUP_QUEUE.enqueue(dumps_its_argument, ORDERED).result(timeout=30) == json.dumps(
+            ORDERED
+        )
+        return
+    assert da.start(dumps_its_argument, ORDERED, delay=0.01).result(timeout=30) == json.dumps(
+        ORDERED
+    )
