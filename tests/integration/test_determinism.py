@@ -146,3 +146,18 @@ def test_the_order_of_an_arguments_keys_is_the_callers(runtime: da.Runtime, how:
     assert da.start(dumps_its_argument, ORDERED, delay=0.01).result(timeout=30) == json.dumps(
         ORDERED
     )
+
+
+@pytest.mark.parametrize("blank", [" ", "\t\n", "\u3000"])
+def test_a_workflow_id_of_only_whitespace_is_refused(runtime: da.Runtime, blank: str) -> None:
+    with pytest.raises(da.errors.InvalidIdentifierError, match="whitespace"):
+        da.start(deduplicated_child, "x", workflow_id=blank)
+    with pytest.raises(da.errors.InvalidIdentifierError, match="whitespace"), da.workflow_id(blank):
+        deduplicated_child("x")
+    with pytest.raises(da.errors.InvalidIdentifierError, match="whitespace"):
+        DEDUP_QUEUE.enqueue(deduplicated_child, "x", workflow_id=blank)
+    with (
+        da.Client(runtime.database_url) as client,
+        pytest.raises(da.errors.InvalidIdentifierError, match="whitespace"),
+    ):
+        client.enqueue(DEDUP_QUEUE.name, "deduplicated_child", workflow_id=blank)
