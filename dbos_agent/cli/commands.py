@@ -372,8 +372,10 @@ def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Print a stream's items (waiting for more with --follow, until it ends)."""
-    _get(db, args.workflow_id)
+    """Print a stream's items (waiting for more with --follow, until it ends; a workflow
+    that does not exist yet is waited for too)."""
+    if not args.follow:
+        _get(db, args.workflow_id)
     items = Client.over(db).read_stream(
         args.workflow_id, args.key, args.offset, timeout=None if args.follow else 0
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 import uuid
 
 import pytest
@@ -161,3 +163,49 @@ def test_a_workflow_id_of_only_whitespace_is_refused(runtime: da.Runtime, blank:
         pytest.raises(da.errors.InvalidIdentifierError, match="whitespace"),
     ):
         client.enqueue(DEDUP_QUEUE.name, "deduplicated_child", workflow_id=blank)
+
+
+@da.durable_workflow
+def publishes(tag: str) -> str:
+    da.set_event("ready", tag)
+    da.write_stream("out", tag)
+    da.close_stream("out")
+    return tag
+
+
+def _start_soon(tag: str) -> threading.Thread:
+    """Start ``publishes`` a moment from now: the reader asks before it exists (a loaded
+    machine may start the reader later, which only makes the case easier)."""
+
+    def start() -> None:
+        time.sleep(0.5)
+        da.start(publishes, tag, workflow_id=tag)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    return thread
+
+
+def test_client_get_event_waits_for_a_workflow_that_does_not_exist_yet(
+    runtime: da.Runtime,
+) -> None:
+    tag = new_id("event-later")
+    with da.Client(runtime.database_url) as client:
+        assert client.get_event(new_id("never"), "ready", "none", timeout=0.2) == "none"
+        thread = _start_soon(tag)
+        assert client.get_event(tag, "ready", timeout=30) == tag
+        thread.join()
+
+
+def test_read_stream_waits_for_a_workflow_that_does_not_exist_yet(runtime: da.Runtime) -> None:
+    tag = new_id("stream-later")
+    with pytest.raises(da.errors.WorkflowNotFoundError):
+        list(da.read_stream(new_id("never"), "out", timeout=0.2))
+    thread = _start_soon(tag)
+    assert [item.value for item in da.read_stream(tag, "out", timeout=30)] == [tag]
+    with da.Client(runtime.database_url) as client:
+        other = new_id("stream-later")
+        thread.join()
+        thread = _start_soon(other)
+        assert [item.value for item in client.read_stream(other, "out", timeout=30)] == [other]
+    thread.join()
