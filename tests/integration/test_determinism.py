@@ -209,3 +209,19 @@ def test_read_stream_waits_for_a_workflow_that_does_not_exist_yet(runtime: da.Ru
         thread = _start_soon(other)
         assert [item.value for item in client.read_stream(other, "out", timeout=30)] == [other]
     thread.join()
+
+
+@da.durable_workflow
+async def patches_concurrently(tag: str) -> list[bool]:
+    return list(await asyncio.gather(da.patched_async("first"), da.patched_async("second")))
+
+
+@da.durable_workflow
+async def patches_in_turn(tag: str) -> list[bool]:
+    return [await da.patched_async("first"), await da.patched_async("second")]
+
+
+def test_concurrent_patched_async_calls_are_refused(runtime: da.Runtime) -> None:
+    with pytest.raises(da.errors.PatchError, match="in progress"):
+        asyncio.run(patches_concurrently(new_id("gather")))
+    assert asyncio.run(patches_in_turn(new_id("in-turn"))) == [True, True]
