@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 
+import psycopg
 import pytest
 
 import dbos_agent as da
@@ -53,7 +54,7 @@ def test_a_refused_deduplicated_enqueue_is_refused_again_on_replay(
 
 
 @da.durable_workflow
-def waits_for_go(tag: str, made_up: dict[str, str]) -> str:
+def child_waits_for_go(tag: str, made_up: dict[str, str]) -> str:
     return f"{made_up['id']}:{da.recv('go', timeout=60)}"
 
 
@@ -61,7 +62,7 @@ def waits_for_go(tag: str, made_up: dict[str, str]) -> str:
 def parent_of_a_made_up_child(tag: str) -> str:
     """Starts a child whose id and input it makes up on every run, and waits on it."""
     made_up = str(uuid.uuid4())
-    child = da.start(waits_for_go, tag, {"id": made_up}, workflow_id=f"{tag}-{made_up}")
+    child = da.start(child_waits_for_go, tag, {"id": made_up}, workflow_id=f"{tag}-{made_up}")
     return child.result()
 
 
@@ -166,7 +167,7 @@ def test_a_workflow_id_of_only_whitespace_is_refused(runtime: da.Runtime, blank:
 
 
 @da.durable_workflow
-def publishes(tag: str) -> str:
+def publishes_later(tag: str) -> str:
     da.set_event("ready", tag)
     da.write_stream("out", tag)
     da.close_stream("out")
@@ -174,12 +175,12 @@ def publishes(tag: str) -> str:
 
 
 def _start_soon(tag: str) -> threading.Thread:
-    """Start ``publishes`` a moment from now: the reader asks before it exists (a loaded
+    """Start ``publishes_later`` a moment from now: the reader asks before it exists (a loaded
     machine may start the reader later, which only makes the case easier)."""
 
     def start() -> None:
         time.sleep(0.5)
-        da.start(publishes, tag, workflow_id=tag)
+        da.start(publishes_later, tag, workflow_id=tag)
 
     thread = threading.Thread(target=start)
     thread.start()
@@ -225,3 +226,65 @@ def test_concurrent_patched_async_calls_are_refused(runtime: da.Runtime) -> None
     with pytest.raises(da.errors.PatchError, match="in progress"):
         asyncio.run(patches_concurrently(new_id("gather")))
     assert asyncio.run(patches_in_turn(new_id("in-turn"))) == [True, True]
+
+
+@da.durable_workflow
+def two_children(tag: str) -> list[str]:
+    return [deduplicated_child(f"{tag}-a"), deduplicated_child(f"{tag}-b")]
+
+
+def test_a_fork_past_the_end_of_the_log_runs_from_its_end(runtime: da.Runtime) -> None:
+    tag = new_id("fork-past")
+    with da.workflow_id(tag):
+        first = two_children(tag)
+    end = len(da.operations.list_steps(tag))
+    fork = da.operations.fork(tag, end + 7)
+    assert fork.from_step == end and fork.result(timeout=30) == first
+    with da.Client(runtime.database_url) as client:
+        assert client.fork(tag, end + 1).result(30) == first
+
+
+def test_resume_starts_an_enqueued_or_delayed_workflow_now(runtime: da.Runtime) -> None:
+    queued = DEDUP_QUEUE.enqueue(deduplicated_child, new_id("queued"), delay=3600)
+    delayed = da.start(deduplicated_child, new_id("delayed"), delay=3600)
+    for handle in (queued, delayed):
+        assert handle.get_info().status in (da.WorkflowStatus.ENQUEUED, da.WorkflowStatus.SUSPENDED)
+        resumed = da.operations.resume(handle.workflow_id)
+        assert resumed.result(timeout=30) == handle.get_info().inputs["tag"]
+    with da.Client(runtime.database_url) as client:
+        later = client.enqueue(DEDUP_QUEUE.name, "deduplicated_child", "by-client", delay=3600)
+        client.resume(later.workflow_id)
+        assert later.result(30) == "by-client"
+
+
+def test_resume_of_a_finished_workflow_returns_its_handle(runtime: da.Runtime) -> None:
+    tag = new_id("finished")
+    with da.workflow_id(tag):
+        first = two_children(tag)
+    assert da.operations.resume(tag).result(timeout=30) == first
+    with da.Client(runtime.database_url) as client:
+        assert client.resume(tag).result(30) == first
+    assert len(da.operations.list_steps(tag)) == 2  # nothing ran again
+
+
+@da.durable_workflow
+def starts_a_child_under_a_deadline(tag: str) -> str:
+    return da.start(deduplicated_child, tag).workflow_id
+
+
+def _deadline(url: str, workflow_id: str) -> object:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT deadline_at FROM dbos_agent.workflows WHERE workflow_id = %s", (workflow_id,)
+        ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_child_inherits_its_parents_deadline(runtime: da.Runtime) -> None:
+    tag = new_id("deadline")
+    with da.workflow_timeout(3600):
+        parent = da.start(starts_a_child_under_a_deadline, tag, workflow_id=tag)
+    child_id = parent.result(timeout=30)
+    deadline = _deadline(runtime.database_url, tag)
+    assert deadline is not None and _deadline(runtime.database_url, child_id) == deadline
