@@ -40,6 +40,8 @@ def check_identifier(value: object, what: str) -> str:
         raise InvalidIdentifierError(f"a {what} must be a string, got {type(value).__name__}")
     if not value:
         raise InvalidIdentifierError(f"a {what} must not be empty")
+    if value.isspace():  # as DBOS refuses it: an id no one can tell from another when shown
+        raise InvalidIdentifierError(f"a {what} must not be only whitespace: {value!r}")
     if "\x00" in value:
         raise InvalidIdentifierError(
             f"a {what} must not contain a NUL character (\\x00): {value[:60]!r}"

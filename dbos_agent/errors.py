@@ -188,14 +188,17 @@ class DuplicateEnqueueError(DbosAgentError):
     already holds (``Queue.enqueue(..., dedup_id=)``): nothing was enqueued."""
 
     def __init__(self, queue_name: str, dedup_id: str, workflow_id: str) -> None:
-        super().__init__(
-            f"refused to enqueue workflow {workflow_id!r} on queue {queue_name!r}: "
-            f"deduplication id {dedup_id!r} is held by an unfinished workflow of that queue "
-            f"(it may be used again once that one finishes)"
-        )
+        super().__init__(queue_name, dedup_id, workflow_id)  # the args rebuild it when replayed
         self.queue_name = queue_name
         self.dedup_id = dedup_id
         self.workflow_id = workflow_id
+
+    def __str__(self) -> str:
+        return (
+            f"refused to enqueue workflow {self.workflow_id!r} on queue {self.queue_name!r}: "
+            f"deduplication id {self.dedup_id!r} is held by an unfinished workflow of that "
+            f"queue (it may be used again once that one finishes)"
+        )
 
 
 class WorkflowIdConflictError(DbosAgentError):

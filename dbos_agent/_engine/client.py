@@ -203,8 +203,9 @@ class Client:
     ) -> Any:
         """The value workflow ``workflow_id`` published last under ``key`` (``da.set_event``),
         waiting up to ``timeout`` seconds for one (a client polls every 0.1 s); ``default``
-        when none came. WorkflowNotFoundError for an unknown id."""
-        self.get_workflow(workflow_id)
+        when none came. An id that does not exist yet is waited for like any event (as
+        ``da.get_event`` and DBOS do): its workflow may be started a moment later."""
+        check_identifier(workflow_id, "workflow id")
         check_identifier(key, "event key")
         seconds = check_seconds(timeout, "get_event timeout")
         return run_plan(poll_event(self.db, None, workflow_id, key, seconds, _ANY, default))

@@ -91,7 +91,9 @@ def resume_workflow(
     executor_id: str | None = None,
     owner_key: int | None = None,
 ) -> ResumeResult:
-    """Make a cancelled, dead-lettered or resolved in-doubt workflow PENDING again.
+    """Make a cancelled, dead-lettered or resolved in-doubt workflow PENDING again; start an
+    ENQUEUED or delayed one now; leave a finished one as it is (``result.resumed`` False),
+    as DBOS does.
 
     ``owner_key`` None leaves it to whichever process claims it;
     ``executor_id`` None keeps its executor.
@@ -108,13 +110,10 @@ def resume_workflow(
             f"its step {result.open_intent} is still in doubt; resolve it with "
             f"{_resolve_hint(workflow_id, result.open_intent)}, which also resumes it"
         )
-    elif not status.finished:
-        detail = "it has not stopped: it runs, or its executor recovers it"
+    elif status.finished:  # nothing to do: its handle answers with its outcome
+        return result
     else:
-        detail = (
-            f"only {', '.join(RESUMABLE)} and resolved IN_DOUBT workflows can be resumed; "
-            f"to run it again from some step, fork it"
-        )
+        detail = "it has not stopped: it runs, or its executor recovers it"
     raise WorkflowStatusError(
         workflow_id, status, f"cannot resume workflow {workflow_id!r}: it is {status}; {detail}"
     )
@@ -135,9 +134,9 @@ def fork_workflow(
     point (events, stream items) is the fork's too. The fork point (``result.from_step``)
     is ``from_step`` moved back over the approval steps just below it, so that the fork
     asks for those approvals again rather than waiting for a decision nobody can give, or
-    running the approved tool again on the original's decision. Refused, writing nothing, when
-    ``from_step`` is past the end of the log or an earlier step is in doubt
-    (the fork would silently repeat an effect that may have happened).
+    running the approved tool again on the original's decision. A ``from_step`` past the end
+    of the log forks from its end (as DBOS does). Refused, writing nothing, when an earlier
+    step is in doubt (the fork would silently repeat an effect that may have happened).
     """
     if from_step < 0:
         raise ValueError(f"from_step must be >= 0, got {from_step}")
@@ -169,15 +168,14 @@ def fork_workflow(
             f"{result.open_intent} or earlier to run it again on purpose",
         )
     end = 0 if result.last_seq is None else result.last_seq + 1
-    if from_step > end:
-        raise WorkflowStatusError(
+    if from_step > end:  # past the end of the log: from its end, as DBOS does
+        return fork_workflow(
+            db,
             workflow_id,
-            status,
-            f"cannot fork workflow {workflow_id!r} from step {from_step}: its log ends "
-            f"at step {end} (steps 0..{end - 1} recorded); choose a step from 0 to {end}"
-            if end
-            else f"cannot fork workflow {workflow_id!r} from step {from_step}: it has no "
-            f"recorded steps; only step 0 is possible",
+            end,
+            new_workflow_id=new_id,
+            executor_id=executor_id,
+            owner_key=owner_key,
         )
     raise WorkflowIdConflictError(f"workflow id {new_id!r} is already taken")
 
@@ -312,7 +310,9 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
     the workflow's function it runs here now (and this executor owns it); otherwise it
     is PENDING without an owner, and a live process with the function takes it over at
     once. An IN_DOUBT workflow is resolved (and so resumed) with
-    :func:`resolve_in_doubt` instead.
+    :func:`resolve_in_doubt` instead. As in DBOS, an ENQUEUED workflow or a delayed start
+    starts now (outside its queue's limits), and a finished one is left as it is: its
+    handle answers with its outcome.
     """
     engine = current_engine()
     definition = _definition_of(engine, workflow_id)

@@ -21,17 +21,21 @@ call with ``da.deprecate_patch(name)``, which accepts logs with or without the m
 (it consumes the marker when there is one, records nothing live) and always returns
 True; later, drop it. One name is one place: the same name at two call sites of one
 run is a :class:`PatchError`; called again at its site (a loop) it returns what it
-returned the first time.
+returned the first time. Two ``patched_async`` calls of one run at once (tasks of one
+``asyncio.gather``) are a :class:`PatchError` too, as DBOS refuses them: which of them
+meets which position would depend on the tasks' timing, not on the code.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 from datetime import UTC, datetime
 
 from .._limits import MAX_IDENTIFIER_BYTES, check_identifier
 from .._serialization import codec_for
-from ..errors import InvalidIdentifierError
+from ..errors import InvalidIdentifierError, PatchError
 from .runtime.checkpoints import builtin_step, checkpoint
 from .runtime.context import WorkflowContext
 from .runtime.outcome import Outcome
@@ -45,6 +49,10 @@ _MARKER = codec_for(bool)
 #: The longest patch name: its marker step's name (the prefix and the name) must be an
 #: identifier.
 MAX_PATCH_NAME_BYTES = MAX_IDENTIFIER_BYTES - len(PATCH_PREFIX)
+
+#: The runs with a ``patched_async`` call in progress.
+_patching: set[WorkflowContext] = set()
+_patching_lock = threading.Lock()
 
 
 def marker_name(name: str) -> str:
@@ -105,7 +113,24 @@ def patched(name: str) -> bool:
 async def patched_async(name: str) -> bool:
     """:func:`patched` for ``async`` workflows (the marker is written off the event loop)."""
     ctx = workflow_only("patched_async()")
-    return await run_plan_async(_patch_plan(ctx, name, _call_site(), deprecated=False))
+    site = _call_site()
+    with _patching_lock:
+        if ctx in _patching:
+            raise PatchError(
+                f"patched_async({name!r}) was called while another patched_async of workflow "
+                f"{ctx.workflow_id!r} is in progress (concurrent tasks, e.g. one "
+                "asyncio.gather): which patch meets which position would depend on timing; "
+                "await each patched_async before the next"
+            )
+        _patching.add(ctx)
+    try:
+        # A scheduling point, live or replayed alike (a replay may write nothing): a
+        # concurrent call is refused on every run, not only on those that wrote a marker.
+        await asyncio.sleep(0)
+        return await run_plan_async(_patch_plan(ctx, name, site, deprecated=False))
+    finally:
+        with _patching_lock:
+            _patching.discard(ctx)
 
 
 def deprecate_patch(name: str) -> bool:

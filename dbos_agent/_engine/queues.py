@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._limits import check_delay, check_identifier, check_priority
-from ..errors import QueueConflictError
+from ..errors import DuplicateEnqueueError, QueueConflictError
 from .handle import WorkflowHandle
 from .runtime.admission import admit
 from .runtime.current import current_engine
@@ -109,24 +109,30 @@ class Queue:
         another unfinished workflow of this queue holds that id. With ``delay``
         (seconds) it is not dequeued before that long from now (database clock).
         """
-        from .children import workflow_id_for_start
+        from .children import raise_recorded_refusal, record_refusal, workflow_id_for_start
         from .workflow import definition_of
 
         definition = definition_of(workflow)
         check_priority(priority, self.name)
         engine = current_engine()
-        wid = workflow_id_for_start(workflow_id, enqueue=True)
-        admission = admit(
-            engine,
-            definition,
-            wid,
-            args,
-            kwargs,
-            queue_name=self.name,
-            priority=priority or 0,
-            dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
-            delay=check_delay(delay),
-        )
+        wid, recorded = workflow_id_for_start(workflow_id, enqueue=True)
+        raise_recorded_refusal()
+        try:
+            admission = admit(
+                engine,
+                definition,
+                wid,
+                args,
+                kwargs,
+                queue_name=self.name,
+                priority=priority or 0,
+                dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
+                delay=check_delay(delay),
+                recorded_start=recorded,
+            )
+        except DuplicateEnqueueError as refused:
+            record_refusal(refused)
+            raise
         engine.wake_dispatcher()
         return WorkflowHandle(engine, wid, admission.future())
 

@@ -212,8 +212,6 @@ def _next_page(
         rows, status = yield Io(
             partial(db.streams.read, workflow_id, key, offset, _PAGE, page_bytes)
         )
-        if status is None:
-            raise WorkflowNotFoundError(workflow_id)
         items: list[StreamItem] = []
         for row in rows:
             if row.kind == "close":
@@ -226,10 +224,12 @@ def _next_page(
             )
         if items:
             return items, False
-        if status.finished:
+        if status is not None and status.finished:
             return items, True
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
+            if status is None:  # waited for, as DBOS does: it may start a moment later
+                raise WorkflowNotFoundError(workflow_id)
             raise TimeoutError(
                 f"no new item in stream {key!r} of workflow {workflow_id!r} within {timeout}s"
             )
@@ -450,7 +450,8 @@ def read_stream(
 ) -> Iterator[StreamItem]:
     """Follow stream ``key`` of a workflow from ``offset``: items as they are written,
     until the stream is closed or the workflow has finished. ``timeout`` bounds the wait
-    for each next item (TimeoutError).
+    for each next item (TimeoutError). A workflow that does not exist yet is waited for,
+    as DBOS does (WorkflowNotFoundError if it still does not when the timeout passes).
 
     From a workflow body each item read, the end and a timeout are steps
     (``dbos_agent.read_stream``): a replay returns what the run read without reading the

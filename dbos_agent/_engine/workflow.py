@@ -67,8 +67,8 @@ def durable_workflow(
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 engine = current_engine()
-                wid = await workflow_id_for_start_async()
-                return await call_here_async(engine, definition, wid, args, kwargs)
+                wid, recorded = await workflow_id_for_start_async()
+                return await call_here_async(engine, definition, wid, args, kwargs, recorded)
 
             wrapper = async_wrapper
         else:
@@ -76,7 +76,8 @@ def durable_workflow(
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 engine = current_engine()
-                return call_here(engine, definition, workflow_id_for_start(), args, kwargs)
+                wid, recorded = workflow_id_for_start()
+                return call_here(engine, definition, wid, args, kwargs, recorded)
 
             wrapper = sync_wrapper
         wrapper.__dbos_agent_workflow__ = definition
@@ -96,14 +97,17 @@ def call_here(
     workflow_id: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    recorded_start: bool = False,
 ) -> Any:
     """A direct call of a sync workflow: run it here, now, durably."""
-    admission = admit(engine, definition, workflow_id, args, kwargs)
+    admission = admit(engine, definition, workflow_id, args, kwargs, recorded_start=recorded_start)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
             return engine.wait_for_outcome(workflow_id, _READMIT_EVERY_S, direct=True).unwrap()
         except TimeoutError:
-            admission = admit(engine, definition, workflow_id, args, kwargs)
+            admission = admit(
+                engine, definition, workflow_id, args, kwargs, recorded_start=recorded_start
+            )
     if admission.run is not None:
         outcome = engine.execute(admission.run)
     else:
@@ -121,9 +125,13 @@ async def call_here_async(
     workflow_id: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    recorded_start: bool = False,
 ) -> Any:
     """A direct call of an async workflow: run it on this event loop, durably."""
-    admission = await asyncio.to_thread(admit, engine, definition, workflow_id, args, kwargs)
+    readmit = functools.partial(
+        admit, engine, definition, workflow_id, args, kwargs, recorded_start=recorded_start
+    )
+    admission = await asyncio.to_thread(readmit)
     while admission.remote:  # another session runs it: wait, or take it once it died
         try:
             found = await asyncio.to_thread(
@@ -131,9 +139,7 @@ async def call_here_async(
             )
             return found.unwrap()
         except TimeoutError:
-            admission = await asyncio.to_thread(
-                admit, engine, definition, workflow_id, args, kwargs
-            )
+            admission = await asyncio.to_thread(readmit)
     future = admission.future()
     if admission.run is not None:
         outcome = await engine.execute_async(admission.run)
@@ -186,8 +192,10 @@ def start(
     """
     definition = definition_of(fn)
     engine = current_engine()
-    wid = workflow_id_for_start(workflow_id)
-    admission = admit(engine, definition, wid, args, kwargs, delay=check_delay(delay))
+    wid, recorded = workflow_id_for_start(workflow_id)
+    admission = admit(
+        engine, definition, wid, args, kwargs, delay=check_delay(delay), recorded_start=recorded
+    )
     future = engine.submit(admission.run) if admission.run is not None else admission.future()
     return WorkflowHandle(engine, wid, future)
 

@@ -205,15 +205,22 @@ def cancel(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Make a cancelled or dead-lettered workflow PENDING again."""
+    """Make a cancelled or dead-lettered workflow PENDING again (an ENQUEUED or delayed one:
+    start it now; a finished one: nothing to do)."""
     report = Client.over(db).resume(args.workflow_id, executor_id=args.executor).report
     assert isinstance(report, ResumeResult)
     result = report
+    if not result.resumed:  # finished: nothing to do, as DBOS does
+        if args.json:
+            render.print_json({"workflow_id": args.workflow_id, "status": result.previous})
+        else:
+            print(f"{args.workflow_id} already finished ({result.previous}): nothing to resume")
+        return
     if args.json:
         render.print_json(
             {
                 "workflow_id": args.workflow_id,
-                "status": WorkflowStatus.PENDING,
+                "status": result.now or WorkflowStatus.PENDING,
                 "previous_status": result.previous,
                 "executor_id": result.executor_id,
             }

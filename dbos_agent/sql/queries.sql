@@ -12,9 +12,10 @@
 -- to jsonb here, so Python never parses a checkpoint twice.
 
 -- name: insert_workflow
--- scope: one workflow
+-- scope: a family
 -- Record a new workflow (PENDING and owned by the caller's session, or
--- ENQUEUED and owned by nobody), with its deadline if it has a timeout. No row
+-- ENQUEUED and owned by nobody), with its deadline if it has a timeout; a child
+-- inherits its parent's deadline (the earlier one of the two), as in DBOS. No row
 -- back: the id is taken, and find_workflow_call reads what holds it (idempotent
 -- start: the first start's deadline stays). The common case is this one statement.
 -- A delayed call has wake_at (SUSPENDED 'sleep' until then, or ENQUEUED and not
@@ -24,10 +25,12 @@ INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
      owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at)
 VALUES
-    (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
+    (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::json, %(executor_id)s,
      %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
      %(priority)s, %(parent_id)s,
-     dbos_agent.now() + make_interval(secs => %(timeout)s::float8),
+     least(dbos_agent.now() + make_interval(secs => %(timeout)s::float8),
+           (SELECT p.deadline_at FROM dbos_agent.workflows AS p
+            WHERE p.workflow_id = %(parent_id)s)),
      %(dedup_id)s, %(wait_kind)s,
      dbos_agent.now() + make_interval(secs => %(delay)s::float8))
 ON CONFLICT (workflow_id) DO NOTHING
@@ -1140,19 +1143,26 @@ RETURNING w.workflow_id, pg_notify('dbos_agent_cancel', w.workflow_id);
 -- which code versions diverged on it, so that every process may try it again (a
 -- fix whose code version the digest did not change, see registry.code_version). A NULL executor_id keeps its
 -- executor. A queued workflow that never left its queue goes back to it
--- (ENQUEUED, owned by nobody), so that the queue's limits still hold.
+-- (ENQUEUED, owned by nobody), so that the queue's limits still hold. An ENQUEUED
+-- workflow, or one whose delayed start has not come (SUSPENDED on a timer, no step
+-- recorded), starts now, as DBOS does: PENDING for the caller's session (or nobody).
 -- Returns whether it was resumed, the status before and after, the first
 -- open intent (why an IN_DOUBT one was refused), and what a runner needs.
 WITH target AS (
     SELECT w.workflow_id, w.status,
            (SELECT min(s.seq) FROM dbos_agent.steps AS s
-            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING') AS open_intent
+            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING') AS open_intent,
+           (w.status = 'ENQUEUED'
+            OR (w.status = 'SUSPENDED' AND w.wait_kind = 'sleep'
+                AND NOT EXISTS (SELECT 1 FROM dbos_agent.steps AS s
+                                WHERE s.workflow_id = w.workflow_id))) AS not_started
     FROM dbos_agent.workflows AS w
     WHERE w.workflow_id = %(workflow_id)s
     FOR UPDATE OF w
 ), resumed AS (
     UPDATE dbos_agent.workflows AS w
     SET status = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
+                           AND NOT target.not_started
                       THEN 'ENQUEUED' ELSE 'PENDING' END,
         output = NULL, error = NULL, finished_at = NULL, updated_at = now(),
         recovery_attempts = CASE WHEN target.status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'
@@ -1162,10 +1172,15 @@ WITH target AS (
         executor_id = COALESCE(%(executor_id)s::text, w.executor_id),
         run_started_at = now(),
         owner_key = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
-                         THEN NULL ELSE %(owner_key)s::integer END
+                              AND NOT target.not_started
+                         THEN NULL ELSE %(owner_key)s::integer END,
+        dequeued_at = CASE WHEN target.status = 'ENQUEUED' THEN now() ELSE w.dequeued_at END,
+        wait_kind = CASE WHEN target.not_started THEN NULL ELSE w.wait_kind END,
+        wake_at = CASE WHEN target.not_started THEN NULL ELSE w.wake_at END
     FROM target
     WHERE w.workflow_id = target.workflow_id
       AND (target.status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'DIVERGED')
+           OR target.not_started
            OR (target.status = 'IN_DOUBT' AND target.open_intent IS NULL))
     RETURNING w.workflow_id, w.status
 )
@@ -2044,7 +2059,7 @@ ORDER BY s.name;
 INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
      owner_key)
-SELECT s.workflow_id, %(workflow_name)s, 'PENDING', s.inputs::jsonb, %(executor_id)s,
+SELECT s.workflow_id, %(workflow_name)s, 'PENDING', s.inputs::json, %(executor_id)s,
        %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s
 FROM unnest(%(workflow_ids)s::text[], %(inputs)s::text[]) AS s(workflow_id, inputs)
 ON CONFLICT (workflow_id) DO NOTHING

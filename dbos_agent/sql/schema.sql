@@ -29,8 +29,9 @@ CREATE TABLE dbos_agent.workflows (
     name                  text        NOT NULL,
     -- SUSPENDED: waiting without a thread or a session, see wait_kind below.
     status                text        NOT NULL,
-    -- {"param": value, ...}: the bound arguments, JSON through pydantic.
-    inputs                jsonb       NOT NULL,
+    -- {"param": value, ...}: the bound arguments, JSON through pydantic; json, not jsonb:
+    -- the text as the caller wrote it, so a dict argument keeps the order of its keys.
+    inputs                json        NOT NULL,
     output                jsonb,
     -- {"type": "module.Class", "message": "...", "args": [...], "traceback": "..."}
     error                 jsonb,

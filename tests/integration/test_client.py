@@ -86,8 +86,7 @@ def test_cancel_then_resume_continue_the_workflow(client: da.Client) -> None:
 
     with pytest.raises(da.errors.WorkflowStatusError):
         client.cancel(handle.workflow_id)  # finished: its outcome stays
-    with pytest.raises(da.errors.WorkflowStatusError):
-        client.resume(handle.workflow_id)
+    assert client.resume(handle.workflow_id).result(30) == "got it"  # as DBOS: a no-op
 
 
 def test_fork_reuses_the_steps_below(client: da.Client) -> None:
@@ -98,8 +97,8 @@ def test_fork_reuses_the_steps_below(client: da.Client) -> None:
     assert isinstance(forked.report, ForkResult) and forked.report.copied_steps == 1
     assert forked.result(60) == 20
     assert len(client.list_steps(forked.workflow_id)) == 2
-    with pytest.raises(da.DbosAgentError, match="log ends"):
-        client.fork(wid, 7)
+    past_the_end = client.fork(wid, 7)  # from the end of the log, as DBOS does
+    assert isinstance(past_the_end.report, ForkResult) and past_the_end.report.from_step == 2
 
 
 def test_garbage_collect_counts_and_deletes(client: da.Client) -> None:
@@ -152,6 +151,6 @@ def test_send_get_event_and_fork_origin(client: da.Client) -> None:
     fork = client.fork(wid, 1)
     assert client.fork_origin(fork.workflow_id) == (wid, 1)
     assert client.get_event(fork.workflow_id, "progress") == {"at": "half"}  # copied
-    with pytest.raises(da.WorkflowNotFoundError):
-        client.get_event("nobody", "progress")
+    # an id that does not exist (yet) is waited for, as da.get_event and DBOS do
+    assert client.get_event("nobody", "progress", "none", timeout=0.1) == "none"
     client.cancel(fork.workflow_id)

@@ -20,7 +20,7 @@ from .context import current_context, current_workflow_id, current_workflow_time
 from .core import Engine
 from .outcome import Outcome, held_error, stored_outcome, workflow_outcome
 from .registry import WorkflowDefinition
-from .runs import Admission, WorkflowRun, check_same_call
+from .runs import Admission, SameCall, WorkflowRun, check_same_call, check_same_function
 
 
 def admit(
@@ -34,6 +34,7 @@ def admit(
     priority: int = 0,
     dedup_id: str | None = None,
     delay: float | None = None,
+    recorded_start: bool = False,
 ) -> Admission:
     """Record the call (or find it recorded) and decide who runs it.
 
@@ -43,12 +44,15 @@ def admit(
     its recorded outcome. A pending one running here is attached to; one
     whose session is alive elsewhere is waited for; one whose session is
     gone is taken over and continued from its log by the caller. Another
-    function or other inputs under the id raise :class:`WorkflowIdConflictError`.
+    function or other inputs under the id raise :class:`WorkflowIdConflictError`; but a
+    child whose start the parent's log recorded (``recorded_start``) is that child whatever
+    inputs the replayed body computed.
     """
     if engine.stopping:
         raise NotLaunchedError("the dbos_agent engine is shutting down")
     check_identifier(workflow_id, "workflow id")
     inputs = definition.inputs.dumps(args, kwargs)
+    same = check_same_call if not recorded_start else check_same_function
     if engine.replay_only:
         return _admit_replayed(engine, definition, workflow_id)
     new = NewWorkflow(
@@ -67,18 +71,18 @@ def admit(
         delay=delay,
     )
     if new.status is not WorkflowStatus.PENDING:
-        return _enqueue(engine, definition, new)
+        return _enqueue(engine, definition, new, same)
     run = WorkflowRun(definition, workflow_id, args, kwargs, {})
     active = engine.runs.claim(run, inputs)
     if active is not None:
-        check_same_call(workflow_id, definition.name, inputs, active.name, active.inputs)
+        same(workflow_id, definition.name, inputs, active.name, active.inputs)
         return Admission(attached=active.future)
     try:
         run.owned_streak = engine.ownership_mark()
         inserted, row = engine.db.workflows.insert(new)
         if inserted:
             return Admission(run=run)
-        check_same_call(workflow_id, definition.name, inputs, row.name, row.inputs)
+        same(workflow_id, definition.name, inputs, row.name, row.inputs)
         if row.status.finished:
             outcome = stored_outcome(
                 workflow_id, row.status, row.output, row.error, definition.result
@@ -146,7 +150,9 @@ def _admit_diverged(engine: Engine, run: WorkflowRun) -> Admission:
     raise held_error(run.workflow_id, None if info is None else info.diverged)
 
 
-def _enqueue(engine: Engine, definition: WorkflowDefinition, new: NewWorkflow) -> Admission:
+def _enqueue(
+    engine: Engine, definition: WorkflowDefinition, new: NewWorkflow, same: SameCall
+) -> Admission:
     """Record a call ENQUEUED, or delayed (or find it recorded): a dispatcher or the
     waker runs it, never the caller, so the call takes no place in this process's run
     table (where it would hide the workflow from the dispatcher that dequeues it
@@ -156,7 +162,7 @@ def _enqueue(engine: Engine, definition: WorkflowDefinition, new: NewWorkflow) -
         if new.queue_name is None:  # a timer: the waker sleeps until the earliest one
             engine.note_suspended(new.delay)
         return Admission(remote=True)
-    check_same_call(new.workflow_id, definition.name, new.inputs, row.name, row.inputs)
+    same(new.workflow_id, definition.name, new.inputs, row.name, row.inputs)
     if row.status.finished:
         return Admission(
             finished=stored_outcome(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,15 +37,28 @@ class WorkflowRun:
     background: bool = False
 
 
+#: A check of a second call under a workflow id against the first one:
+#: ``(workflow_id, name, inputs, other_name, other_inputs)``.
+SameCall = Callable[[str, str, str, str, str], None]
+
+
+def check_same_function(
+    workflow_id: str, name: str, inputs: str, other_name: str, other_inputs: str
+) -> None:
+    """A second call under a workflow id must be of the same function, else it is a
+    WorkflowIdConflictError (its inputs are not compared: a replayed child start)."""
+    if name != other_name:
+        raise WorkflowIdConflictError(
+            f"workflow id {workflow_id!r} already belongs to workflow {other_name!r}, not {name!r}"
+        )
+
+
 def check_same_call(
     workflow_id: str, name: str, inputs: str, other_name: str, other_inputs: str
 ) -> None:
     """A second call under a workflow id must be of the same function with the same
     inputs (JSON-equal), else it is a WorkflowIdConflictError."""
-    if name != other_name:
-        raise WorkflowIdConflictError(
-            f"workflow id {workflow_id!r} already belongs to workflow {other_name!r}, not {name!r}"
-        )
+    check_same_function(workflow_id, name, inputs, other_name, other_inputs)
     if inputs != other_inputs and json.loads(inputs) != json.loads(other_inputs):
         raise WorkflowIdConflictError(
             f"workflow id {workflow_id!r} was already used for {name!r} with other inputs "
