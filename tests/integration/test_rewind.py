@@ -1,0 +1,180 @@
+"""Rewind in place and edited forks: what a rewind undoes (messages, events, streams), what
+it refuses, and edits checked against the code and the log before anything is written."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import dbos_agent as da
+from dbos_agent._engine.runtime.core import Engine
+from dbos_agent._storage.rows import RewindResult
+from dbos_agent.errors import ForkEditError, WorkflowStatusError
+from tests.helpers import new_id, per_test
+
+RUNS: Counter[str] = per_test(Counter())
+#: key -> the re-run waits for it after its recv; REACHED[key] is set when it does
+GATES: dict[str, threading.Event] = per_test({})
+REACHED: dict[str, threading.Event] = per_test({})
+
+
+def _wait(event: threading.Event) -> None:
+    assert event.wait(15), "the test gate was never opened"
+
+
+@da.step
+def count(key: str, i: int) -> int:
+    RUNS[f"{key}:{i}"] += 1
+    return i
+
+
+@da.durable_workflow
+def mailbox(key: str) -> list[Any]:
+    first = count(key, 0)  # 0
+    da.set_event("stage", "one")  # 1
+    message = da.recv("in", timeout=15)  # 2
+    if (gate := GATES.get(key)) is not None:
+        REACHED[key].set()
+        _wait(gate)
+    da.set_event("stage", "two")  # 3
+    da.write_stream("out", message)  # 4
+    da.close_stream("out")  # 5
+    return [first, message, count(key, 1)]  # 6
+
+
+class Plan(BaseModel):
+    n: int
+
+
+@da.step
+def plan(key: str) -> Plan:
+    RUNS[f"{key}:plan"] += 1
+    return Plan(n=2)
+
+
+@da.step
+def act(key: str, n: int) -> int:
+    RUNS[f"{key}:act"] += 1
+    return n
+
+
+@da.durable_workflow
+def planner(key: str, factor: int) -> int:
+    return act(key, plan(key).n * factor)
+
+
+def _finished_mailbox(client: da.Client) -> str:
+    wid = new_id()
+    handle = da.start(mailbox, wid, workflow_id=wid)
+    client.send(wid, "hello", topic="in")
+    assert handle.result(timeout=30) == [0, "hello", 1]
+    return wid
+
+
+def test_rewind_reruns_from_the_step_with_its_messages_unconsumed(engine: Engine) -> None:
+    client = da.Client.over(engine.db)
+    wid = _finished_mailbox(client)
+    GATES[wid], REACHED[wid] = threading.Event(), threading.Event()
+    handle = da.operations.rewind(wid, 2, by="tester")
+    _wait(REACHED[wid])  # the re-run took the message back and stops before step 3
+    assert [s.seq for s in client.list_steps(wid)] == [0, 1, 2]
+    assert client.list_steps(wid)[2].output == "hello", "the message came back to recv"
+    assert client.get_event(wid, "stage") == "one", "the deleted set_event is undone"
+    assert [k.key for k in client.stream_keys(wid)] == [], "the deleted writes are gone"
+    GATES[wid].set()
+    assert handle.result(timeout=30) == [0, "hello", 1]
+    assert RUNS[f"{wid}:0"] == 1, "a kept step is replayed, not run"
+    assert RUNS[f"{wid}:1"] == 2, "a deleted step runs again"
+    assert [i.value for i in client.read_stream(wid, "out", timeout=5)] == ["hello"]
+    (edit,) = client.edits(wid)
+    assert edit["kind"] == "rewind" and edit["to_step"] == 2 and edit["by"] == "tester"
+    assert edit["deleted_steps"] == 5 and edit["status"] == "SUCCESS" and edit["at"]
+
+
+def test_rewind_from_a_client_is_run_by_a_live_process(engine: Engine) -> None:
+    client = da.Client.over(engine.db)
+    wid = _finished_mailbox(client)
+    handle = client.rewind(wid, 6)
+    report = handle.report
+    assert isinstance(report, RewindResult) and report.deleted_steps == 1
+    assert handle.result(timeout=30) == [0, "hello", 1]
+    assert RUNS[f"{wid}:1"] == 2 and RUNS[f"{wid}:0"] == 1
+
+
+def test_rewind_refusals_write_nothing(engine: Engine) -> None:
+    client = da.Client.over(engine.db)
+    wid = _finished_mailbox(client)
+    with pytest.raises(WorkflowStatusError, match="its log ends at step 7"):
+        client.rewind(wid, 8)
+    running = new_id()
+    GATES[running], REACHED[running] = threading.Event(), threading.Event()
+    handle = da.start(mailbox, running, workflow_id=running)
+    client.send(running, "hi", topic="in")
+    _wait(REACHED[running])
+    with pytest.raises(WorkflowStatusError, match="cancel it first"):
+        client.rewind(running, 0)
+    GATES[running].set()
+    assert handle.result(timeout=30) == [0, "hi", 1]
+    assert client.edits(wid) == [] and client.edits(running) == []
+    assert len(client.list_steps(wid)) == 7
+
+
+def test_edited_fork_replays_the_replaced_output_with_the_edited_inputs(
+    engine: Engine,
+) -> None:
+    wid = new_id()
+    assert da.start(planner, wid, 10, workflow_id=wid).result(timeout=30) == 20
+    fork = da.operations.fork(wid, 1, inputs={"factor": 3}, replace={"0:plan": {"n": 5}}, by="me")
+    assert fork.result(timeout=30) == 15
+    assert RUNS[f"{wid}:plan"] == 1 and RUNS[f"{wid}:act"] == 2
+    client = da.Client.over(engine.db)
+    assert client.get_workflow(fork.workflow_id).inputs == {"key": wid, "factor": 3}
+    assert client.list_steps(fork.workflow_id)[0].output == {"n": 5}
+    inputs, output = client.edits(fork.workflow_id)
+    assert inputs["kind"] == "inputs" and inputs["names"] == ["factor"] and inputs["checked"]
+    assert (output["kind"], output["seq"], output["name"], output["by"]) == (
+        "output",
+        0,
+        "plan",
+        "me",
+    )
+
+
+@pytest.mark.parametrize(
+    ("edits", "where", "text"),
+    [
+        ({"replace": {0: {"n": "many"}}}, "step 0", "return type"),
+        ({"replace": {"0:act": {"n": 1}}}, "step 0", "it is 'plan', not 'act'"),
+        ({"replace": {1: 3}}, "step 1", "not below the fork point"),
+        ({"replace": {"x": 3}}, None, "is not a step"),
+        ({"inputs": {"factor": "ten"}}, "inputs.factor", "factor"),
+        ({"inputs": {"nope": 1}}, "inputs", "nope"),
+    ],
+)
+def test_bad_edits_are_refused_by_name_and_write_nothing(
+    engine: Engine, edits: dict[str, Any], where: str | None, text: str
+) -> None:
+    wid, new = new_id(), new_id("fork")
+    assert da.start(planner, wid, 10, workflow_id=wid).result(timeout=30) == 20
+    client = da.Client.over(engine.db)
+    error: type[Exception] = ForkEditError if where else ValueError
+    with pytest.raises(error, match=text) as caught:
+        client.fork(wid, 1, new_workflow_id=new, **edits)
+    if where is not None:
+        assert isinstance(caught.value, ForkEditError) and caught.value.where == where
+    with pytest.raises(da.WorkflowNotFoundError):
+        client.get_workflow(new)
+
+
+def test_bookkeeping_steps_cannot_be_replaced(engine: Engine) -> None:
+    client = da.Client.over(engine.db)
+    wid = _finished_mailbox(client)
+    with pytest.raises(ForkEditError, match="bookkeeping") as caught:
+        client.fork(wid, 6, replace={1: None})
+    assert caught.value.where == "step 1"
+    fork = client.fork(wid, 3, replace={"2:dbos_agent.recv": "edited"})
+    assert fork.result(timeout=30) == [0, "edited", 1]
