@@ -28,7 +28,7 @@ from ..errors import WorkflowNotFoundError
 from ..postgres.opening import open_system_database
 from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from .approvals import ApprovalRequest, decide
-from .edits import check_edits, rewind_workflow
+from .edits import Replacements, check_edits, rewind_workflow
 from .messaging import poll_event, send_plain
 from .operations import (
     cancel_workflow,
@@ -334,7 +334,7 @@ class Client:
         new_workflow_id: str | None = None,
         executor_id: str | None = None,
         inputs: Mapping[str, Any] | None = None,
-        replace: Mapping[int | str, Any] | None = None,
+        replace: Replacements | None = None,
         by: str | None = None,
     ) -> ClientHandle:
         """Start a new workflow (same function and inputs) that reuses ``workflow_id``'s

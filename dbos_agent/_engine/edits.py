@@ -43,6 +43,10 @@ from .runtime.registry import WorkflowDefinition, find_workflow, step_results
 REPLACEABLE_BUILTINS = frozenset({RECV_STEP, "dbos_agent.get_event"})
 _ANY = codec_for(Any)
 
+#: ``replace=``: replayed steps by position (``3``, ``"3"``) or position and name
+#: (``"3:search"``), each with the output it is given.
+Replacements = Mapping[int, Any] | Mapping[str, Any]
+
 
 def editor(by: str | None) -> str:
     """Who an edit is recorded as: ``by``, else the operating system's user."""
@@ -138,7 +142,7 @@ def check_edits(
     from_step: int,
     *,
     inputs: Mapping[str, Any] | None,
-    replace: Mapping[int | str, Any] | None,
+    replace: Replacements | None,
     by: str | None,
     definition: WorkflowDefinition | None = None,
 ) -> ForkEdits | None:

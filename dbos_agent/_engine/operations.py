@@ -31,7 +31,7 @@ from ..errors import (
     WorkflowStatusError,
 )
 from ..records import StepStatus, WorkflowStatus
-from .edits import ForkEdits, check_edits, rewind_workflow
+from .edits import ForkEdits, Replacements, check_edits, rewind_workflow
 from .handle import WorkflowHandle
 from .runtime.core import Engine
 from .runtime.current import current_engine
@@ -54,6 +54,16 @@ RESUMABLE = (
     WorkflowStatus.CANCELLED,
     WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
     WorkflowStatus.DIVERGED,
+)
+#: What a rewind accepts: workflows no process runs (rewind_workflow in queries.sql).
+REWINDABLE = (
+    WorkflowStatus.SUCCESS,
+    WorkflowStatus.ERROR,
+    WorkflowStatus.CANCELLED,
+    WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
+    WorkflowStatus.DIVERGED,
+    WorkflowStatus.IN_DOUBT,
+    WorkflowStatus.SUSPENDED,
 )
 
 
@@ -385,7 +395,7 @@ def fork(
     *,
     new_workflow_id: str | None = None,
     inputs: Mapping[str, Any] | None = None,
-    replace: Mapping[int | str, Any] | None = None,
+    replace: Replacements | None = None,
     by: str | None = None,
 ) -> ForkHandle:
     """Start a new workflow (same function and inputs) that reuses the steps below ``from_step``.

@@ -3,10 +3,12 @@ it refuses, and edits checked against the code and the log before anything is wr
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
@@ -14,7 +16,7 @@ import dbos_agent as da
 from dbos_agent._engine.runtime.core import Engine
 from dbos_agent._storage.rows import RewindResult
 from dbos_agent.errors import ForkEditError, WorkflowStatusError
-from tests.helpers import new_id, per_test
+from tests.helpers import cli, new_id, per_test
 
 RUNS: Counter[str] = per_test(Counter())
 #: key -> the re-run waits for it after its recv; REACHED[key] is set when it does
@@ -178,3 +180,47 @@ def test_bookkeeping_steps_cannot_be_replaced(engine: Engine) -> None:
     assert caught.value.where == "step 1"
     fork = client.fork(wid, 3, replace={"2:dbos_agent.recv": "edited"})
     assert fork.result(timeout=30) == [0, "edited", 1]
+
+
+def test_cli_forks_with_edits_rewinds_and_shows_the_edits(
+    engine: Engine, dbos_agent_database_url: str
+) -> None:
+    url, wid = dbos_agent_database_url, new_id()
+    assert da.start(planner, wid, 10, workflow_id=wid).result(timeout=30) == 20
+    fork = ["workflows", "fork", wid, "--from-step", "1", "--json", "--by", "ops"]
+    bad = cli(url, *fork, "--replace", '0={"n": "x"}')
+    assert bad.returncode != 0 and "step 0" in bad.stderr and "return type" in bad.stderr, bad
+    done = cli(url, *fork, "--inputs", '{"factor": 3}', "--replace", '0:plan={"n": 5}')
+    assert done.returncode == 0, done
+    new = json.loads(done.stdout)["workflow_id"]
+    client = da.Client.over(engine.db)
+    assert client.retrieve(new).result(timeout=30) == 15
+    shown = json.loads(cli(url, "workflows", "show", new, "--json").stdout)
+    assert [e["kind"] for e in shown["edits"]] == ["inputs", "output"]
+    assert [s["edited"] for s in shown["steps"]] == [True, False]
+    rewound = cli(url, "workflows", "rewind", wid, "--to-step", "1", "--json")
+    assert rewound.returncode == 0, rewound
+    assert json.loads(rewound.stdout)["deleted_steps"] == 1
+    assert client.retrieve(wid).result(timeout=30) == 20
+    text = cli(url, "workflows", "show", wid).stdout
+    assert "rewound to step 1 from SUCCESS" in text, text
+
+
+def test_api_rewinds_and_forks_with_edits(engine: Engine, api: httpx.Client) -> None:
+    wid = new_id()
+    assert da.start(planner, wid, 10, workflow_id=wid).result(timeout=30) == 20
+    bad = api.post(f"/api/workflows/{wid}/fork", json={"from_step": 1, "replace": {"0": "x"}})
+    assert bad.status_code == 400 and bad.json()["type"] == "ForkEditError", bad.text
+    forked = api.post(
+        f"/api/workflows/{wid}/fork",
+        json={"from_step": 1, "inputs": {"factor": 4}, "replace": {"0": {"n": 1}}},
+    )
+    assert forked.status_code == 200, forked.text
+    client = da.Client.over(engine.db)
+    assert client.retrieve(forked.json()["workflow_id"]).result(timeout=30) == 4
+    shown = api.get(f"/api/workflows/{forked.json()['workflow_id']}").json()
+    assert shown["edits"][0]["by"] == "api" and shown["actions"]["rewind"]
+    rewound = api.post(f"/api/workflows/{wid}/rewind", json={"to_step": 0})
+    assert rewound.status_code == 200 and rewound.json()["deleted_steps"] == 2, rewound.text
+    assert client.retrieve(wid).result(timeout=30) == 20
+    assert RUNS[f"{wid}:plan"] == 2
