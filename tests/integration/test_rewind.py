@@ -17,6 +17,7 @@ from dbos_agent._engine.runtime.core import Engine
 from dbos_agent._storage.rows import RewindResult
 from dbos_agent.errors import ForkEditError, WorkflowStatusError
 from tests.helpers import cli, new_id, per_test
+from tests.support.web import NEEDS_CHROMIUM, Server, dashboard
 
 RUNS: Counter[str] = per_test(Counter())
 #: key -> the re-run waits for it after its recv; REACHED[key] is set when it does
@@ -224,3 +225,21 @@ def test_api_rewinds_and_forks_with_edits(engine: Engine, api: httpx.Client) -> 
     assert rewound.status_code == 200 and rewound.json()["deleted_steps"] == 2, rewound.text
     assert client.retrieve(wid).result(timeout=30) == 20
     assert RUNS[f"{wid}:plan"] == 2
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboard_rewinds_and_shows_the_edit(engine: Engine, server: Server) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    wid = _finished_mailbox(da.Client.over(engine.db))
+    with sync_playwright() as pw, dashboard(pw, server) as page:
+        page.locator(f'tr[data-id="{wid}"]').click()
+        expect(page.locator("#detail h2.id")).to_have_text(wid, timeout=15_000)
+        page.locator("#fork-step").fill("6")
+        page.get_by_test_id("rewind").click()
+        expect(page.get_by_test_id("ack")).to_contain_text("Rewound to step 6", timeout=15_000)
+        expect(page.get_by_test_id("edits")).to_contain_text(
+            "rewound to step 6 from SUCCESS", timeout=15_000
+        )
+    assert da.retrieve(wid).result(timeout=30) == [0, "hello", 1]
+    assert RUNS[f"{wid}:1"] == 2
