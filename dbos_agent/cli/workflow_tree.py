@@ -13,7 +13,7 @@ from .building import Group, add_actions, add_command
 
 
 def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
-    group = "list, inspect, cancel, resume and fork workflows"
+    group = "list, inspect, cancel, resume, fork and rewind workflows"
     wf = add_actions(add_command(tree, common, "workflows", group, None))
     listing = add_command(
         wf, common, "list", "list workflows, newest first", commands.list_workflows
