@@ -132,3 +132,8 @@ def json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def edited_steps(edits: list[dict[str, Any]]) -> set[int]:
+    """The positions whose recorded output an edit replaced (an edited fork's steps)."""
+    return {e["seq"] for e in edits if e.get("kind") == "output" and isinstance(e.get("seq"), int)}

@@ -273,14 +273,22 @@ class InputsCodec:
         except TypeError as exc:
             raise WorkflowInputsError(f"{where}: the enqueued arguments do not fit: {exc}") from exc
 
-    def loads(self, text: str, workflow_id: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """Rebuild ``(args, kwargs)`` from recorded inputs, or raise WorkflowInputsError."""
+    def bound_data(self, text: str, workflow_id: str) -> dict[str, Any]:
+        """Recorded inputs as ``{"param": JSON value}``, an enqueued call's unbound
+        ``$args``/``$kwargs`` bound to the signature; WorkflowInputsError if they do not
+        bind."""
         where = f"workflow {workflow_id!r} ({self._qualname})"
         data = json.loads(text)
         if not isinstance(data, dict):
             raise WorkflowInputsError(f"{where}: recorded inputs are not a JSON object")
         if set(data) <= {"$args", "$kwargs"} and data:
-            data = self._bind_unbound(data, where)
+            return self._bind_unbound(data, where)
+        return dict(data)
+
+    def loads(self, text: str, workflow_id: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Rebuild ``(args, kwargs)`` from recorded inputs, or raise WorkflowInputsError."""
+        where = f"workflow {workflow_id!r} ({self._qualname})"
+        data = self.bound_data(text, workflow_id)
         unknown = sorted(set(data) - set(self._codecs))
         if unknown:
             raise WorkflowInputsError(

@@ -343,6 +343,22 @@ class WorkflowStatusError(DbosAgentError):
         self.status = status
 
 
+class ForkEditError(DbosAgentError, ValueError):
+    """An edited fork's edit does not fit: an input the workflow's signature refuses, a
+    replaced step that is no recorded result of that name below the fork point, or an
+    output its step's return annotation refuses. Nothing was written.
+
+    ``where`` names the edit (``"inputs"``, ``"inputs.query"``, ``"step 3"``); the
+    message says what was wrong there.
+    """
+
+    def __init__(self, workflow_id: str, where: str, reason: str) -> None:
+        super().__init__(f"cannot fork workflow {workflow_id!r} with edits: {where}: {reason}")
+        self.workflow_id = workflow_id
+        self.where = where
+        self.reason = reason
+
+
 class PostgresNotFoundError(RuntimeError):
     """No usable PostgreSQL server binaries (initdb, pg_ctl, postgres) were found; the
     message says how to install them."""

@@ -17,7 +17,7 @@ from ._engine.approvals import (
     list_approvals,
     reject,
 )
-from ._engine.operations import cancel, fork, resolve_in_doubt, resume
+from ._engine.operations import cancel, fork, resolve_in_doubt, resume, rewind
 from ._engine.retention import GcReport, garbage_collect
 from ._engine.schedules import (
     BackfillReport,
@@ -47,4 +47,5 @@ __all__ = [
     "resolve_in_doubt",
     "resume",
     "resume_schedule",
+    "rewind",
 ]

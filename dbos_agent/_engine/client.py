@@ -13,7 +13,7 @@ has the workflow's function.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -22,12 +22,13 @@ from .._limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifie
 from .._serialization import InputsCodec, codec_for
 from .._storage.database import SystemDatabase
 from .._storage.outages import DEFAULT_OUTAGE_TIMEOUT_S
-from .._storage.rows import ForkResult, NewWorkflow, ResumeResult
+from .._storage.rows import ForkResult, NewWorkflow, ResumeResult, RewindResult
 from .._storage.streams import StreamKey
 from ..errors import WorkflowNotFoundError
 from ..postgres.opening import open_system_database
 from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from .approvals import ApprovalRequest, decide
+from .edits import Replacements, check_edits, rewind_workflow
 from .messaging import poll_event, send_plain
 from .operations import (
     cancel_workflow,
@@ -67,7 +68,7 @@ class ClientHandle:
         self,
         db: SystemDatabase,
         workflow_id: str,
-        report: ResumeResult | ForkResult | None = None,
+        report: ResumeResult | ForkResult | RewindResult | None = None,
     ) -> None:
         self._db = db
         self.workflow_id = workflow_id
@@ -333,19 +334,49 @@ class Client:
         *,
         new_workflow_id: str | None = None,
         executor_id: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        replace: Replacements | None = None,
+        by: str | None = None,
     ) -> ClientHandle:
         """Start a new workflow (same function and inputs) that reuses ``workflow_id``'s
         recorded steps below ``from_step`` and runs live from there, in whichever process
         with the function takes it; the new workflow's handle (``report`` says how many
-        steps it reused). See ``da.operations.fork``."""
+        steps it reused). ``inputs`` and ``replace`` edit it (see ``da.operations.fork``):
+        checked against the log always, and against the signature and return annotations
+        when this process has imported the workflow's code (the edit record says
+        ``checked``); ForkEditError names the edit that does not fit."""
+        edits = check_edits(self.db, workflow_id, from_step, inputs=inputs, replace=replace, by=by)
         new_id, result = fork_workflow(
             self.db,
             workflow_id,
             from_step,
             new_workflow_id=new_workflow_id,
             executor_id=executor_id,
+            edits=edits,
         )
         return ClientHandle(self.db, new_id, result)
+
+    def rewind(
+        self,
+        workflow_id: str,
+        to_step: int,
+        *,
+        executor_id: str | None = None,
+        by: str | None = None,
+    ) -> ClientHandle:
+        """Run a stopped workflow again in place from ``to_step``, in whichever live
+        process with its function takes it (see ``da.operations.rewind``: later steps
+        deleted, the messages they received unconsumed, their stream items and events
+        undone, one statement); its handle, whose ``report`` says what was undone. A
+        PENDING workflow is refused (WorkflowStatusError): cancel it first."""
+        result = rewind_workflow(self.db, workflow_id, to_step, by=by, executor_id=executor_id)
+        return ClientHandle(self.db, workflow_id, result)
+
+    def edits(self, workflow_id: str) -> list[dict[str, Any]]:
+        """What operators changed in a workflow's log, oldest first: its rewinds, and an
+        edited fork's edits (``{"kind", "by", "at", ...}``)."""
+        self.get_workflow(workflow_id)
+        return self.db.operations.edits(workflow_id)
 
     def garbage_collect(
         self,

@@ -1,5 +1,5 @@
-"""Operator actions on stored workflows: cancel, resume, fork, retry now, resolve an
-in-doubt step.
+"""Operator actions on stored workflows: cancel, resume, fork, rewind, retry now, resolve
+an in-doubt step (edited forks and rewinds are checked in edits.py).
 
 Each action comes in two layers. The functions taking a ``SystemDatabase``
 work from the database alone: the CLI uses them, and it never has the user's
@@ -7,7 +7,7 @@ workflow functions. Each changes status and log in one guarded statement and
 leaves the run to whichever process has the function (the executor's next
 recovery, or any worker daemon: a workflow made PENDING without an owner is
 claimable at once); ``Client`` has them as methods. The public functions of
-``dbos_agent.operations`` (``cancel``, ``resume``, ``fork``, ``resolve_in_doubt``) go
+``dbos_agent.operations`` (``cancel``, ``resume``, ``fork``, ``rewind``, ``resolve_in_doubt``) go
 through the launched runtime and, when this process has the function, run the workflow
 here right away.
 """
@@ -15,6 +15,7 @@ here right away.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -23,12 +24,14 @@ from .._serialization import codec_for
 from .._storage.database import SystemDatabase
 from .._storage.rows import ForkResult, ResumeResult
 from ..errors import (
+    ForkEditError,
     WorkflowIdConflictError,
     WorkflowInputsError,
     WorkflowNotFoundError,
     WorkflowStatusError,
 )
 from ..records import StepStatus, WorkflowStatus
+from .edits import ForkEdits, Replacements, check_edits, rewind_workflow
 from .handle import WorkflowHandle
 from .runtime.core import Engine
 from .runtime.current import current_engine
@@ -51,6 +54,16 @@ RESUMABLE = (
     WorkflowStatus.CANCELLED,
     WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
     WorkflowStatus.DIVERGED,
+)
+#: What a rewind accepts: workflows no process runs (rewind_workflow in queries.sql).
+REWINDABLE = (
+    WorkflowStatus.SUCCESS,
+    WorkflowStatus.ERROR,
+    WorkflowStatus.CANCELLED,
+    WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
+    WorkflowStatus.DIVERGED,
+    WorkflowStatus.IN_DOUBT,
+    WorkflowStatus.SUSPENDED,
 )
 
 
@@ -127,6 +140,7 @@ def fork_workflow(
     new_workflow_id: str | None = None,
     executor_id: str | None = None,
     owner_key: int | None = None,
+    edits: ForkEdits | None = None,
 ) -> tuple[str, ForkResult]:
     """Start a new workflow that reuses ``workflow_id``'s recorded steps below ``from_step``.
 
@@ -137,6 +151,8 @@ def fork_workflow(
     running the approved tool again on the original's decision. A ``from_step`` past the end
     of the log forks from its end (as DBOS does). Refused, writing nothing, when an earlier
     step is in doubt (the fork would silently repeat an effect that may have happened).
+    ``edits`` (checked by :func:`~.edits.check_edits`) give it other inputs or step outputs;
+    a replaced step that no longer fits the log (a concurrent rewind) raises ForkEditError.
     """
     if from_step < 0:
         raise ValueError(f"from_step must be >= 0, got {from_step}")
@@ -152,12 +168,22 @@ def fork_workflow(
         from_step=from_step,
         executor_id=executor_id,
         owner_key=owner_key,
+        inputs=None if edits is None else edits.inputs,
+        replace=None if edits is None else edits.replace,
+        edits=None if edits is None else edits.records,
     )
     if result is None:
         raise WorkflowNotFoundError(workflow_id)
     if result.forked:
         return new_id, result
     status = _status(db, workflow_id)
+    if result.bad_edit is not None and result.open_intent is None:
+        raise ForkEditError(
+            workflow_id,
+            f"step {result.bad_edit}",
+            f"it is no recorded result of that name below the fork point "
+            f"{result.from_step} (any longer)",
+        )
     if result.open_intent is not None:
         raise WorkflowStatusError(
             workflow_id,
@@ -316,17 +342,33 @@ def resume(workflow_id: str) -> WorkflowHandle[Any]:
     """
     engine = current_engine()
     definition = _definition_of(engine, workflow_id)
+    result = resume_workflow(engine.db, workflow_id, **_placement(engine, definition))
+    return _reopened(engine, definition, workflow_id, result.now, result.inputs)
+
+
+def _placement(engine: Engine, definition: WorkflowDefinition | None) -> dict[str, Any]:
+    """Who runs a workflow an action makes PENDING: this session when this process has
+    its function, else whichever process claims it (on its own executor)."""
     here = definition is not None
-    result = resume_workflow(
-        engine.db,
-        workflow_id,
-        executor_id=engine.executor_id if here else None,
-        owner_key=engine.session_key if here else None,
-    )
+    return {
+        "executor_id": engine.executor_id if here else None,
+        "owner_key": engine.session_key if here else None,
+    }
+
+
+def _reopened(
+    engine: Engine,
+    definition: WorkflowDefinition | None,
+    workflow_id: str,
+    now: WorkflowStatus | None,
+    inputs: str,
+) -> WorkflowHandle[Any]:
+    """The handle of a workflow made PENDING again (resume, rewind), run here now when
+    this session owns it; one back in its queue is left to a dispatcher with room."""
     future = None
-    if definition is not None and result.now is WorkflowStatus.PENDING:
-        future = _run_here(engine, definition, workflow_id, result.inputs)
-    else:  # back in its queue: a dispatcher with room takes it
+    if definition is not None and now is WorkflowStatus.PENDING:
+        future = _run_here(engine, definition, workflow_id, inputs)
+    else:
         engine.wake_dispatcher()
     return WorkflowHandle(engine, workflow_id, future)
 
@@ -347,7 +389,15 @@ class ForkHandle(WorkflowHandle[Any]):
         return self._from_step
 
 
-def fork(workflow_id: str, from_step: int, *, new_workflow_id: str | None = None) -> ForkHandle:
+def fork(
+    workflow_id: str,
+    from_step: int,
+    *,
+    new_workflow_id: str | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    replace: Replacements | None = None,
+    by: str | None = None,
+) -> ForkHandle:
     """Start a new workflow (same function and inputs) that reuses the steps below ``from_step``.
 
     The new workflow replays the original's recorded results of steps
@@ -358,24 +408,60 @@ def fork(workflow_id: str, from_step: int, *, new_workflow_id: str | None = None
     handle's ``from_step`` says where it started). It gets ``new_workflow_id``
     (default: a fresh uuid) and records where it came from. It runs here now
     if this process has the function, else on the original's executor.
+
+    Edited: ``inputs`` (``{"param": value}``) replaces those arguments; ``replace``
+    (``{3: value}``, or ``{"3:search": value}`` to name the step too) gives replayed steps
+    another recorded output. Each is checked against the signature and the step's return
+    annotation, and the step against the log (a recorded result below the fork point);
+    ForkEditError names the first that does not fit, and nothing is written. The edits
+    are recorded on the fork, as made ``by`` (default: the OS user), with the time.
     """
     if new_workflow_id is not None:
         check_identifier(new_workflow_id, "new workflow id")
     engine = current_engine()
     definition = _definition_of(engine, workflow_id)
-    here = definition is not None
+    edits = check_edits(
+        engine.db,
+        workflow_id,
+        from_step,
+        inputs=inputs,
+        replace=replace,
+        by=by,
+        definition=definition,
+    )
     new_id, result = fork_workflow(
         engine.db,
         workflow_id,
         from_step,
         new_workflow_id=new_workflow_id,
-        executor_id=engine.executor_id if here else None,
-        owner_key=engine.session_key if here else None,
+        edits=edits,
+        **_placement(engine, definition),
     )
     future = None
     if definition is not None:
         future = _run_here(engine, definition, new_id, result.inputs)
     return ForkHandle(engine, new_id, future, result.from_step)
+
+
+def rewind(workflow_id: str, to_step: int, *, by: str | None = None) -> WorkflowHandle[Any]:
+    """Run a stopped workflow again in place, from step ``to_step``; return its handle.
+
+    Its steps at and after ``to_step`` are deleted; the messages they received go back to
+    its mailbox (a later ``recv`` takes them again), the stream items they wrote are
+    deleted (a close among them too: the stream is open again), each event they set
+    goes back to the value its last kept ``set_event`` gave it (or is deleted), and
+    their approval requests are asked again. All in one statement: a refusal or a
+    failure changes nothing. Finished (SUCCESS, ERROR), CANCELLED, dead-lettered,
+    DIVERGED, IN_DOUBT and SUSPENDED workflows can be rewound; a PENDING one may be
+    running, and is refused (cancel it first). The rewind is recorded in its edits (by
+    ``by``, default the OS user). Like :func:`resume`, it runs here now if this process
+    has its function, else in a live process that has it.
+    """
+    engine = current_engine()
+    definition = _definition_of(engine, workflow_id)
+    placement = _placement(engine, definition)
+    result = rewind_workflow(engine.db, workflow_id, to_step, by=by, **placement)
+    return _reopened(engine, definition, workflow_id, result.now, result.inputs)
 
 
 def resolve_in_doubt(

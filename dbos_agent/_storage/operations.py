@@ -1,13 +1,23 @@
-"""Operator actions: cancel, resume and fork, each one guarded statement."""
+"""Operator actions: cancel, resume, fork and rewind, each one guarded statement."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import psycopg
 
 from ..errors import DuplicateEnqueueError
 from ..records import WorkflowStatus
 from .connector import Connector
-from .rows import CancelResult, ForkResult, ResumeResult, is_duplicate_enqueue, text_of
+from .rows import (
+    CancelResult,
+    ForkResult,
+    ResumeResult,
+    RewindResult,
+    is_duplicate_enqueue,
+    text_of,
+)
 from .sql_files import query
 
 
@@ -43,16 +53,7 @@ class OperationStore:
         ``executor_id`` None keeps the workflow's executor.
         """
         params = {"workflow_id": workflow_id, "executor_id": executor_id, "owner_key": owner_key}
-        try:
-            row = self._db.run(
-                f"resume workflow {workflow_id!r}",
-                lambda c: c.execute(query("resume_workflow"), params).fetchone(),
-                resend=False,
-            )
-        except psycopg.errors.UniqueViolation as exc:
-            if not is_duplicate_enqueue(exc):
-                raise
-            raise self._duplicate(workflow_id) from None
+        row = self._reopen("resume_workflow", f"resume workflow {workflow_id!r}", params)
         if row is None:
             return None
         return ResumeResult(
@@ -64,6 +65,66 @@ class OperationStore:
             text_of(row["inputs"]) or "{}",
             row["executor_id"],
         )
+
+    def _reopen(self, name: str, what: str, params: dict[str, Any]) -> Any:
+        """Run a statement that makes a stopped workflow PENDING again (resume, rewind):
+        its row, or DuplicateEnqueueError when another unfinished workflow of its queue
+        holds its deduplication id meanwhile."""
+        try:
+            return self._db.run(
+                what, lambda c: c.execute(query(name), params).fetchone(), resend=False
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            if not is_duplicate_enqueue(exc):
+                raise
+            raise self._duplicate(params["workflow_id"]) from None
+
+    def rewind(
+        self,
+        workflow_id: str,
+        to_step: int,
+        *,
+        by: str,
+        executor_id: str | None,
+        owner_key: int | None,
+    ) -> RewindResult | None:
+        """Delete a stopped workflow's steps from ``to_step`` on, undo what they did to its
+        messages, streams, events and approvals, and make it PENDING (see rewind_workflow
+        in queries.sql); one statement. None if unknown."""
+        params = {
+            "workflow_id": workflow_id,
+            "to_step": to_step,
+            "by": by,
+            "executor_id": executor_id,
+            "owner_key": owner_key,
+        }
+        row = self._reopen("rewind_workflow", f"rewind workflow {workflow_id!r}", params)
+        if row is None:
+            return None
+        return RewindResult(
+            bool(row["rewound"]),
+            WorkflowStatus(row["status"]),
+            None if row["status_now"] is None else WorkflowStatus(row["status_now"]),
+            row["last_seq"],
+            row["open_intent"],
+            row["name"],
+            text_of(row["inputs"]) or "{}",
+            row["executor_id"],
+            row["deleted_steps"],
+            row["unconsumed_messages"],
+            row["stream_items"],
+            row["events"],
+            row["approvals"],
+        )
+
+    def edits(self, workflow_id: str) -> list[dict[str, Any]]:
+        """What operators changed in a workflow's log (rewinds, an edited fork's edits),
+        oldest first; empty when nothing was, or the workflow is unknown."""
+        row = self._db.one(
+            "get_workflow_edits", f"read workflow {workflow_id!r}", workflow_id=workflow_id
+        )
+        text = None if row is None else text_of(row["edits"])
+        return [] if not text else list(json.loads(text))
 
     def _duplicate(self, workflow_id: str) -> DuplicateEnqueueError:
         """The error of a resume refused because another unfinished workflow of its queue
@@ -84,10 +145,15 @@ class OperationStore:
         from_step: int,
         executor_id: str | None,
         owner_key: int | None,
+        inputs: str | None = None,
+        replace: str | None = None,
+        edits: str | None = None,
     ) -> ForkResult | None:
         """Copy a workflow and its recorded steps below the fork point under a new id,
         PENDING, with what it published there and its approval requests (see
-        fork_workflow in queries.sql: the fork point may be below ``from_step``).
+        fork_workflow in queries.sql: the fork point may be below ``from_step``); an
+        edited fork takes ``inputs`` (JSON text), the outputs of ``replace`` (JSON text
+        ``{"seq": {"name", "output"}}``) and records ``edits`` (a JSON array).
 
         One statement: nothing is written unless everything is. None if the original is unknown.
         """
@@ -97,6 +163,9 @@ class OperationStore:
             "from_step": from_step,
             "executor_id": executor_id,
             "owner_key": owner_key,
+            "inputs": inputs,
+            "replace": replace,
+            "edits": edits,
         }
         row = self._db.run(
             f"fork workflow {workflow_id!r}",
@@ -117,6 +186,7 @@ class OperationStore:
             row["stream_items"],
             row["events"],
             row["approvals"],
+            row["bad_edit"],
         )
 
     def retry_now(self, workflow_id: str) -> tuple[WorkflowStatus, int] | None:

@@ -187,6 +187,33 @@ class ForkResult:
     events: int = 0
     #: Approval requests copied (decided, or PENDING: asked again).
     approvals: int = 0
+    #: The first replaced step that is no recorded result of that name below the fork
+    #: point (why an edited fork was refused).
+    bad_edit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RewindResult:
+    """What a rewind found and did (see rewind_workflow in queries.sql), and what a runner
+    needs."""
+
+    rewound: bool
+    #: The status before, and after (None: refused).
+    previous: WorkflowStatus
+    now: WorkflowStatus | None
+    last_seq: int | None
+    #: The first in-doubt step below ``to_step`` (why a rewind was refused).
+    open_intent: int | None
+    name: str
+    inputs: str
+    executor_id: str
+    #: What was undone: steps deleted, messages put back, stream items deleted, events
+    #: restored or deleted, approval requests deleted (asked again).
+    deleted_steps: int = 0
+    unconsumed_messages: int = 0
+    stream_items: int = 0
+    events: int = 0
+    approvals: int = 0
 
 
 @dataclass(frozen=True, slots=True)

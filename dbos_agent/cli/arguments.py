@@ -88,6 +88,21 @@ def json_value(text: str) -> str:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
 
 
+def json_object(text: str) -> str:
+    """JSON text of an object (edited inputs: ``{"param": value}``)."""
+    if not isinstance(json.loads(json_value(text)), dict):
+        raise argparse.ArgumentTypeError(f'not a JSON object {{"param": value}}: {text!r}')
+    return text
+
+
+def replacement(text: str) -> tuple[str, object]:
+    """``N=JSON`` or ``N:NAME=JSON``: a replayed step and its replacing output."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"not N=JSON or N:NAME=JSON: {text!r}")
+    return key, json.loads(json_value(value))
+
+
 def nonempty(text: str) -> str:
     """Any text but the empty string (an id is never replaced by a fresh one)."""
     if not text:

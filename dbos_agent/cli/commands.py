@@ -30,10 +30,11 @@ from .._engine.schedules import backfill_schedule_slots, read_schedules, set_sch
 from .._limits import check_identifier
 from .._serialization import codec_for
 from .._storage.database import SystemDatabase
-from .._storage.rows import ForkResult, ResumeResult
+from .._storage.rows import ForkResult, ResumeResult, RewindResult
 from .._storage.sql_files import migrations
 from ..errors import WorkflowNotFoundError
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
+from ..worker import import_app
 from . import render
 from .arguments import PROG
 
@@ -119,6 +120,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     info = client.get_workflow(args.workflow_id)
     steps = client.list_steps(info.workflow_id)
     origin = client.fork_origin(info.workflow_id)
+    edits = client.edits(info.workflow_id)
     digests = [describe_step(step) for step in steps]
     totals = documents.token_totals(digests)
     limits = client.get_event(info.workflow_id, documents.BUDGET_EVENT)
@@ -128,8 +130,10 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         document["budget"] = budget
         document["forked_from"] = origin[0] if origin else None
         document["forked_from_step"] = origin[1] if origin else None
+        document["edits"] = edits
+        edited = documents.edited_steps(edits)
         document["steps"] = [
-            {**documents.step_json(s, d), "replayed": info.replayed(s)}
+            {**documents.step_json(s, d), "replayed": info.replayed(s), "edited": s.seq in edited}
             for s, d in zip(steps, digests, strict=True)
         ]
         document["usage"] = totals
@@ -151,6 +155,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     ]
     if origin:
         fields.append(("Forked from", f"{origin[0]} at step {origin[1]}"))
+    fields += [("Edited", render.edit_text(edit)) for edit in edits]
     fields.append(("Inputs", render.clip(render.compact(info.inputs), render.DETAIL_CHARS)))
     if info.status is WorkflowStatus.SUCCESS:
         fields.append(("Output", render.clip(render.compact(info.output), render.DETAIL_CHARS)))
@@ -233,9 +238,19 @@ def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 
 def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Start a new workflow that reuses the recorded steps below ``--from-step``."""
+    """Start a new workflow that reuses the recorded steps below ``--from-step``, its
+    inputs and recorded outputs edited as ``--inputs`` and ``--replace`` say (checked
+    against the code of ``--app`` when given)."""
+    if args.app:
+        import_app(args.app)
     handle = Client.over(db).fork(
-        args.workflow_id, args.from_step, new_workflow_id=args.new_id, executor_id=args.executor
+        args.workflow_id,
+        args.from_step,
+        new_workflow_id=args.new_id,
+        executor_id=args.executor,
+        inputs=None if args.inputs is None else json.loads(args.inputs),
+        replace=dict(args.replace or ()),
+        by=args.by,
     )
     new_id, result = handle.workflow_id, handle.report
     assert isinstance(result, ForkResult)
@@ -262,6 +277,25 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
             f"({result.copied_steps} recorded step(s) reused); it is PENDING on executor "
             f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
         )
+
+
+def rewind(args: argparse.Namespace, db: SystemDatabase) -> None:
+    """Run a stopped workflow again in place from ``--to-step``."""
+    handle = Client.over(db).rewind(
+        args.workflow_id, args.to_step, executor_id=args.executor, by=args.by
+    )
+    result = handle.report
+    assert isinstance(result, RewindResult)
+    if args.json:
+        render.print_json({"workflow_id": args.workflow_id, **dataclasses.asdict(result)})
+        return
+    print(
+        f"rewound {args.workflow_id} ({result.previous}) to step {args.to_step}: "
+        f"{result.deleted_steps} step(s) deleted, {result.unconsumed_messages} message(s) "
+        f"put back, {result.stream_items} stream item(s) and {result.events} event(s) "
+        f"undone; it is {result.now} on executor {result.executor_id!r}: "
+        f"{_who_runs_it(result.executor_id)}"
+    )
 
 
 def retry(args: argparse.Namespace, db: SystemDatabase) -> None:

@@ -365,3 +365,19 @@ def gc_progress(*, shown: bool) -> Iterator[Callable[[GcReport], None]]:
             sys.stderr.flush()
 
         yield line
+
+
+def edit_text(edit: dict[str, Any]) -> str:
+    """One recorded edit (a rewind, an edited fork's inputs or step output), in words."""
+    kind = edit.get("kind")
+    if kind == "rewind":
+        what = (
+            f"rewound to step {edit.get('to_step')} from {edit.get('status')} "
+            f"({edit.get('deleted_steps')} step(s) deleted)"
+        )
+    elif kind == "inputs":
+        what = f"inputs {', '.join(map(str, edit.get('names', [])))} replaced"
+    else:
+        what = f"step {edit.get('seq')} ({edit.get('name')}) given another output"
+    unchecked = "" if edit.get("checked", True) else ", types unchecked"
+    return f"{what}, by {edit.get('by')} at {str(edit.get('at', ''))[:19]}{unchecked}"

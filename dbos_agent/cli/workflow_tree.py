@@ -13,7 +13,7 @@ from .building import Group, add_actions, add_command
 
 
 def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
-    group = "list, inspect, cancel, resume and fork workflows"
+    group = "list, inspect, cancel, resume, fork and rewind workflows"
     wf = add_actions(add_command(tree, common, "workflows", group, None))
     listing = add_command(
         wf, common, "list", "list workflows, newest first", commands.list_workflows
@@ -112,6 +112,50 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
     fork.add_argument(
         "--executor", metavar="ID", help="executor id of the new workflow (default: the original's)"
     )
+    fork.add_argument(
+        "--inputs",
+        type=types.json_object,
+        metavar="JSON",
+        help='edited inputs: {"param": value, ...} replaces those arguments',
+    )
+    fork.add_argument(
+        "--replace",
+        type=types.replacement,
+        action="append",
+        metavar="N=JSON",
+        help="give replayed step N (or N:NAME, checked) this recorded output; repeatable",
+    )
+    fork.add_argument(
+        "--app",
+        metavar="MODULE",
+        help="import this module (module[:object]) to check the edits against its "
+        "signature and return annotations (without it only the log is checked)",
+    )
+    fork.add_argument("--by", help="who the edits are recorded as (default: the OS user)")
+
+    rewind = add_command(
+        wf,
+        common,
+        "rewind",
+        "run a stopped workflow again in place from step N",
+        commands.rewind,
+        "Delete the workflow's steps N and later and run it again from step N under its own\n"
+        "id, in the first live process that has its function. In the same transaction the\n"
+        "messages those steps received are put back (a later recv takes them again), the\n"
+        "stream items they wrote are deleted (a close among them too), each event they set\n"
+        "goes back to the value its last kept set_event gave it (or is deleted), and their\n"
+        "approval requests are asked again. Finished, cancelled, dead-lettered, DIVERGED,\n"
+        "IN_DOUBT and SUSPENDED workflows can be rewound; a PENDING one may be running:\n"
+        "cancel it first. Recorded in the workflow's edits (workflows show).",
+    )
+    rewind.add_argument("workflow_id", metavar="ID", help="the workflow to rewind")
+    rewind.add_argument(
+        "--to-step", type=types.natural, required=True, metavar="N", help="first step to run again"
+    )
+    rewind.add_argument(
+        "--executor", metavar="ID", help="hand it to this executor id (default: its own)"
+    )
+    rewind.add_argument("--by", help="who the rewind is recorded as (default: the OS user)")
 
 
 def add_steps(tree: Group[Any], common: argparse.ArgumentParser) -> None:

@@ -1218,6 +1218,12 @@ SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(work
 -- offset, and its inputs' key; an older log has no key there: matched on any key)
 -- with the items written from its copied steps, renumbered densely from 0 (the
 -- copied steps' outputs say the new offsets).
+--
+-- An edited fork (edits not NULL) gets inputs instead of the original's (when not NULL),
+-- and each step named in replace ({"seq": {"name", "output"}}) copied with that output,
+-- as a success; it is refused (bad_edit: the first such step) unless every one is a
+-- recorded result below the fork point under that name. The edits are recorded on it,
+-- each with the time.
 WITH original AS (
     SELECT w.workflow_id, w.name, w.inputs, w.executor_id, w.app_version,
            w.max_recovery_attempts,
@@ -1243,17 +1249,27 @@ WITH original AS (
            (SELECT min(s.seq) FROM dbos_agent.steps AS s
             WHERE s.workflow_id = o.workflow_id AND s.status = 'PENDING'
               AND s.name NOT IN ('dbos_agent.recv', 'dbos_agent.get_event')
-              AND s.seq < p.from_step) AS open_intent
+              AND s.seq < p.from_step) AS open_intent,
+           (SELECT min(r.key::integer)
+            FROM jsonb_each(coalesce(%(replace)s::jsonb, '{}')) AS r
+            WHERE NOT EXISTS (
+                SELECT 1 FROM dbos_agent.steps AS s
+                WHERE s.workflow_id = o.workflow_id AND s.seq = r.key::integer
+                  AND s.seq < p.from_step AND s.name = r.value ->> 'name'
+                  AND s.status IN ('SUCCESS', 'ERROR'))) AS bad_edit
     FROM original AS o, point AS p
 ), inserted AS (
     INSERT INTO dbos_agent.workflows
         (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-         owner_key, forked_from, forked_from_step)
-    SELECT %(new_workflow_id)s, c.name, 'PENDING', c.inputs,
+         owner_key, forked_from, forked_from_step, edits)
+    SELECT %(new_workflow_id)s, c.name, 'PENDING', coalesce(%(inputs)s::jsonb, c.inputs),
            COALESCE(%(executor_id)s::text, c.executor_id), c.app_version,
-           c.max_recovery_attempts, %(owner_key)s::integer, c.workflow_id, c.from_step
+           c.max_recovery_attempts, %(owner_key)s::integer, c.workflow_id, c.from_step,
+           (SELECT jsonb_agg(e || jsonb_build_object('at', now()) ORDER BY n)
+            FROM jsonb_array_elements(%(edits)s::jsonb) WITH ORDINALITY AS x(e, n))
     FROM checked AS c
     WHERE %(from_step)s <= coalesce(c.last_seq + 1, 0) AND c.open_intent IS NULL
+      AND c.bad_edit IS NULL
     ON CONFLICT (workflow_id) DO NOTHING
     RETURNING workflow_id
 ), kept AS (  -- the original's recorded results below the fork point
@@ -1263,16 +1279,9 @@ WITH original AS (
       AND s.status IN ('SUCCESS', 'ERROR')
       AND EXISTS (SELECT 1 FROM inserted)
 ), body_writes AS (  -- the stream item each kept write_stream/close_stream step wrote
-    SELECT k.seq, i.key, i."offset"
-    FROM kept AS k
-    JOIN dbos_agent.streams AS i
-      ON i.workflow_id = %(workflow_id)s AND i.step_seq IS NULL
-     AND jsonb_typeof(k.output) = 'number'
-     AND i."offset" = (k.output #>> '{}')::integer
-     AND i.kind = CASE k.name WHEN 'dbos_agent.close_stream' THEN 'close' ELSE 'value' END
-     AND (k.inputs ->> 'key' IS NULL OR i.key = k.inputs ->> 'key')
-    WHERE k.name IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
-      AND k.status = 'SUCCESS'
+    SELECT b.*
+    FROM point AS p, dbos_agent.body_stream_writes(%(workflow_id)s, p.from_step) AS b
+    WHERE EXISTS (SELECT 1 FROM inserted)
 ), published AS (
     SELECT i.*,
            row_number() OVER (PARTITION BY i.key ORDER BY i."offset") - 1 AS new_offset
@@ -1293,14 +1302,18 @@ WITH original AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, output, error, attempts, started_at,
          finished_at)
-    SELECT %(new_workflow_id)s, k.seq, k.name, k.status, k.inputs,
-           coalesce((SELECT to_jsonb(p.new_offset)
-                     FROM body_writes AS b
-                     JOIN published AS p ON p.key = b.key AND p."offset" = b."offset"
-                     WHERE b.seq = k.seq
-                     ORDER BY b.key LIMIT 1), k.output),
-           k.error, k.attempts, k.started_at, k.finished_at
+    SELECT %(new_workflow_id)s, k.seq, k.name,
+           CASE WHEN r.value IS NULL THEN k.status ELSE 'SUCCESS' END, k.inputs,
+           CASE WHEN r.value IS NOT NULL THEN r.value -> 'output'
+                ELSE coalesce((SELECT to_jsonb(p.new_offset)
+                               FROM body_writes AS b
+                               JOIN published AS p ON p.key = b.key AND p."offset" = b."offset"
+                               WHERE b.seq = k.seq
+                               ORDER BY b.key LIMIT 1), k.output) END,
+           CASE WHEN r.value IS NULL THEN k.error END, k.attempts, k.started_at,
+           k.finished_at
     FROM kept AS k
+    LEFT JOIN LATERAL (SELECT %(replace)s::jsonb -> k.seq::text AS value) AS r ON true
     RETURNING seq
 ), evented AS (
     INSERT INTO dbos_agent.events (workflow_id, key, value)
@@ -1336,8 +1349,8 @@ WITH original AS (
 )
 SELECT (SELECT count(*) FROM inserted) = 1 AS forked,
        (SELECT count(*) FROM copied) AS copied,
-       c.name, c.inputs::text, COALESCE(%(executor_id)s::text, c.executor_id) AS executor_id,
-       c.last_seq, c.open_intent, c.from_step,
+       c.name, coalesce(%(inputs)s::jsonb, c.inputs)::text AS inputs, COALESCE(%(executor_id)s::text, c.executor_id) AS executor_id,
+       c.last_seq, c.open_intent, c.from_step, c.bad_edit,
        (SELECT count(*) FROM streamed) AS stream_items,
        (SELECT count(*) FROM evented) AS events,
        (SELECT count(*) FROM asked) AS approvals
@@ -1349,6 +1362,167 @@ FROM checked AS c;
 SELECT forked_from, forked_from_step
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
+
+-- name: rewind_workflow
+-- scope: a family
+-- Run a stopped workflow again in place from step to_step: its steps at and after
+-- to_step are deleted, and what they did to its own rows undone in the same statement
+-- (one transaction, so a refusal or a failure leaves everything as it was):
+-- messages they received are unconsumed (a later recv takes them again); the stream
+-- items they wrote are deleted, a close among them with them (the stream is open again
+-- unless a kept step closed it); each event a deleted set_event step set goes back to
+-- the value of its last kept set_event, or is deleted when no kept step set it; their
+-- approval requests are deleted with the decisions sent for them (the re-run asks
+-- again); their model replies leave the family's running totals. The workflow
+-- becomes PENDING (ENQUEUED when it never left its queue) owned by owner_key (NULL:
+-- whoever claims it), with its recovery attempts back, and the rewind is appended to
+-- its edits. Refused, writing nothing, unless it is stopped (finished, cancelled,
+-- dead-lettered, DIVERGED, IN_DOUBT or SUSPENDED: no process runs it), when to_step is
+-- past the end of its log, or when a kept step is in doubt. Messages it sent, and
+-- workflows it started, from deleted steps stay: a re-run's send at the same position
+-- is deduplicated by its key, and a child started again under its id is the same
+-- child. The row says which refusal, and what a runner needs.
+WITH target AS (
+    SELECT w.workflow_id, w.status, w.name, w.inputs, w.executor_id,
+           coalesce(dbos_agent.family_root(w.workflow_id), w.workflow_id) AS root,
+           (SELECT max(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = w.workflow_id) AS last_seq,
+           (SELECT min(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING'
+              AND s.name NOT IN ('dbos_agent.recv', 'dbos_agent.get_event')
+              AND s.seq < %(to_step)s) AS open_intent
+    FROM dbos_agent.workflows AS w
+    WHERE w.workflow_id = %(workflow_id)s
+    FOR UPDATE OF w
+), allowed AS (
+    SELECT t.* FROM target AS t
+    WHERE t.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+                       'DIVERGED', 'IN_DOUBT', 'SUSPENDED')
+      AND %(to_step)s <= coalesce(t.last_seq + 1, 0)
+      AND t.open_intent IS NULL
+), kept AS (
+    SELECT s.seq, s.name, s.status, s.inputs, s.output
+    FROM dbos_agent.steps AS s
+    WHERE s.workflow_id = %(workflow_id)s AND s.seq < %(to_step)s
+      AND EXISTS (SELECT 1 FROM allowed)
+), deleted AS (
+    DELETE FROM dbos_agent.steps AS s
+    USING allowed AS a
+    WHERE s.workflow_id = a.workflow_id AND s.seq >= %(to_step)s
+    RETURNING s.seq, s.name, s.status, s.inputs, s.output
+), asked_again AS (  -- the topics of the decisions of requests the re-run makes again
+    SELECT 'dbos_agent.approval:' || ap.seq AS topic
+    FROM dbos_agent.approvals AS ap
+    WHERE ap.workflow_id = %(workflow_id)s AND ap.seq >= %(to_step)s
+), unconsumed AS (
+    UPDATE dbos_agent.messages AS m
+    SET consumed_seq = NULL, consumed_at = NULL
+    FROM allowed AS a
+    WHERE m.destination_id = a.workflow_id AND m.consumed_seq >= %(to_step)s
+      AND m.topic NOT IN (SELECT topic FROM asked_again)
+    RETURNING m.message_id
+), withdrawn AS (
+    DELETE FROM dbos_agent.messages AS m
+    USING allowed AS a
+    WHERE m.destination_id = a.workflow_id AND m.topic IN (SELECT topic FROM asked_again)
+    RETURNING m.message_id
+), unasked AS (
+    DELETE FROM dbos_agent.approvals AS ap
+    USING allowed AS a
+    WHERE ap.workflow_id = a.workflow_id AND ap.seq >= %(to_step)s
+    RETURNING ap.seq
+), truncated AS (
+    DELETE FROM dbos_agent.streams AS i
+    USING allowed AS a
+    WHERE i.workflow_id = a.workflow_id
+      AND CASE WHEN i.step_seq IS NULL
+               THEN NOT EXISTS (SELECT 1
+                                FROM dbos_agent.body_stream_writes(a.workflow_id,
+                                                                   %(to_step)s) AS b
+                                WHERE b.key = i.key AND b."offset" = i."offset")
+               ELSE i.step_seq >= %(to_step)s END
+    RETURNING i."offset"
+), restored AS (  -- per event key a deleted step set: the value its last kept step set
+    SELECT d.key,
+           (SELECT CASE WHEN k.inputs ? 'value' THEN k.inputs -> 'value' END
+            FROM kept AS k
+            WHERE k.name = 'dbos_agent.set_event' AND k.status = 'SUCCESS'
+              AND k.inputs ->> 'key' = d.key
+            ORDER BY k.seq DESC LIMIT 1) AS value,
+           EXISTS (SELECT 1 FROM kept AS k
+                   WHERE k.name = 'dbos_agent.set_event' AND k.inputs ->> 'key' = d.key)
+               AS kept_set
+    FROM (SELECT DISTINCT inputs ->> 'key' AS key FROM deleted
+          WHERE name = 'dbos_agent.set_event' AND inputs ->> 'key' IS NOT NULL) AS d
+), reset_events AS (
+    UPDATE dbos_agent.events AS e
+    SET value = r.value, updated_at = now()
+    FROM restored AS r
+    WHERE e.workflow_id = %(workflow_id)s AND e.key = r.key AND r.value IS NOT NULL
+    RETURNING e.key
+), unset_events AS (
+    DELETE FROM dbos_agent.events AS e
+    USING restored AS r
+    WHERE e.workflow_id = %(workflow_id)s AND e.key = r.key AND NOT r.kept_set
+    RETURNING e.key
+), uncounted AS (
+    UPDATE dbos_agent.family_usage AS f
+    SET replies = f.replies - u.replies,
+        input_tokens = f.input_tokens - u.input_tokens,
+        output_tokens = f.output_tokens - u.output_tokens,
+        cache_creation_input_tokens
+            = f.cache_creation_input_tokens - u.cache_creation_input_tokens,
+        cache_read_input_tokens = f.cache_read_input_tokens - u.cache_read_input_tokens
+    FROM allowed AS a, (
+        SELECT d.name, coalesce(nullif(d.output ->> 'model', ''), 'unknown') AS model,
+               count(*) AS replies,
+               sum(dbos_agent.usage_tokens(d.output -> 'usage', 'input_tokens')) AS input_tokens,
+               sum(dbos_agent.usage_tokens(d.output -> 'usage', 'output_tokens'))
+                   AS output_tokens,
+               sum(dbos_agent.usage_tokens(d.output -> 'usage', 'cache_creation_input_tokens'))
+                   AS cache_creation_input_tokens,
+               sum(dbos_agent.usage_tokens(d.output -> 'usage', 'cache_read_input_tokens'))
+                   AS cache_read_input_tokens
+        FROM deleted AS d
+        WHERE d.status = 'SUCCESS' AND jsonb_typeof(d.output -> 'usage') = 'object'
+        GROUP BY 1, 2
+    ) AS u
+    WHERE f.workflow_id = a.root AND f.step_name = u.name AND f.model = u.model
+    RETURNING f.step_name
+), rewound AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
+                      THEN 'ENQUEUED' ELSE 'PENDING' END,
+        owner_key = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
+                         THEN NULL ELSE %(owner_key)s::integer END,
+        executor_id = COALESCE(%(executor_id)s::text, w.executor_id),
+        output = NULL, error = NULL, finished_at = NULL,
+        wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
+        recovery_attempts = 0, diverged_versions = '{}',
+        run_started_at = now(), updated_at = now(),
+        edits = coalesce(w.edits, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'kind', 'rewind', 'to_step', %(to_step)s::integer, 'status', a.status,
+            'deleted_steps', (SELECT count(*) FROM deleted), 'by', %(by)s::text,
+            'at', now()))
+    FROM allowed AS a
+    WHERE w.workflow_id = a.workflow_id
+    RETURNING w.status
+)
+SELECT (SELECT count(*) FROM rewound) = 1 AS rewound, t.status,
+       (SELECT status FROM rewound) AS status_now, t.last_seq, t.open_intent, t.name,
+       t.inputs::text, COALESCE(%(executor_id)s::text, t.executor_id) AS executor_id,
+       (SELECT count(*) FROM deleted) AS deleted_steps,
+       (SELECT count(*) FROM unconsumed) AS unconsumed_messages,
+       (SELECT count(*) FROM truncated) AS stream_items,
+       (SELECT count(*) FROM reset_events) + (SELECT count(*) FROM unset_events) AS events,
+       (SELECT count(*) FROM unasked) AS approvals
+FROM target AS t;
+
+-- name: get_workflow_edits
+-- scope: one workflow
+-- What operators changed in a workflow's log (rewinds, an edited fork's edits), oldest
+-- first; NULL when nothing was.
+SELECT edits::text FROM dbos_agent.workflows WHERE workflow_id = %(workflow_id)s;
 
 -- name: has_schema
 -- scope: many

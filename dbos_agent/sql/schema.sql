@@ -86,6 +86,9 @@ CREATE TABLE dbos_agent.workflows (
     -- Queue.enqueue(..., dedup_id=): unique among the queue's unfinished workflows
     -- (workflows_queue_dedup); a finished one frees it.
     dedup_id              text        CHECK (dedup_id <> ''),
+    -- What operators changed in its log, oldest first (migration 027): a rewind, an
+    -- edited fork's inputs and replaced step outputs; [{"kind", "by", "at", ...}].
+    edits                 jsonb,
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
@@ -672,6 +675,25 @@ BEGIN
                       CASE WHEN octet_length(wid) < 7000 THEN wid ELSE '' END);
     RETURN next_offset;
 END
+$$;
+
+-- The stream items a workflow's body wrote below step `before`: its write_stream and
+-- close_stream steps record the item's offset, and their inputs its key (an older log
+-- has no key there: matched on any key). A fork copies them; a rewind keeps them.
+CREATE FUNCTION dbos_agent.body_stream_writes(wid text, before integer)
+RETURNS TABLE (seq integer, key text, "offset" integer)
+LANGUAGE sql STABLE AS $$
+    SELECT k.seq, i.key, i."offset"
+    FROM dbos_agent.steps AS k
+    JOIN dbos_agent.streams AS i
+      ON i.workflow_id = wid AND i.step_seq IS NULL
+     AND jsonb_typeof(k.output) = 'number'
+     AND i."offset" = (k.output #>> '{}')::integer
+     AND i.kind = CASE k.name WHEN 'dbos_agent.close_stream' THEN 'close' ELSE 'value' END
+     AND (k.inputs ->> 'key' IS NULL OR i.key = k.inputs ->> 'key')
+    WHERE k.workflow_id = wid AND k.seq < before
+      AND k.name IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
+      AND k.status = 'SUCCESS'
 $$;
 
 -- == approvals =========================================================================

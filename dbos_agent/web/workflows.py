@@ -1,5 +1,6 @@
 """The workflow routes: list, show, steps, and the operator's actions (cancel, resume,
-fork, retry now, send, resolve an in-doubt step), each through the app's :class:`Client`."""
+fork, rewind, retry now, send, resolve an in-doubt step), each through the app's
+:class:`Client`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pydantic import BaseModel, Field
 
 from .. import _documents as documents
 from .._durations import parse_moment
-from .._engine.operations import CANCELLABLE, RESUMABLE
+from .._engine.operations import CANCELLABLE, RESUMABLE, REWINDABLE
 from .._limits import check_identifier
-from .._storage.rows import ForkResult, ResumeResult
+from .._storage.rows import ForkResult, ResumeResult, RewindResult
 from ..records import WorkflowStatus, describe_step
 from .common import CHECKED, ONE, ClientOf, json_response, workflow_document
 
@@ -23,6 +24,19 @@ router = APIRouter(tags=["workflows"], dependencies=CHECKED)
 class ForkBody(BaseModel):
     from_step: int = Field(ge=0, description="the first step to run live")
     new_id: str | None = Field(default=None, description="id of the new workflow")
+    inputs: dict[str, Any] | None = Field(
+        default=None, description='edited inputs: {"param": value} replaces those arguments'
+    )
+    replace: dict[str, Any] | None = Field(
+        default=None,
+        description='replayed steps\' outputs replaced: {"3": value} or {"3:name": value}',
+    )
+    by: str | None = Field(default=None, description="who the edits are recorded as")
+
+
+class RewindBody(BaseModel):
+    to_step: int = Field(ge=0, description="the first step to run again")
+    by: str | None = Field(default=None, description="who the rewind is recorded as")
 
 
 class SendBody(BaseModel):
@@ -67,19 +81,24 @@ def show(workflow_id: str, client: ClientOf) -> Response:
     steps = client.list_steps(workflow_id)
     digests = [describe_step(step) for step in steps]
     origin = client.fork_origin(workflow_id)
+    edits = client.edits(workflow_id)
+    edited = documents.edited_steps(edits)
     document = workflow_document(info)
     document["forked_from"] = origin[0] if origin else None
     document["forked_from_step"] = origin[1] if origin else None
+    document["edits"] = edits
     document["actions"] = {  # what the dashboard offers: what the status allows
         "cancel": info.status in CANCELLABLE,
         "resume": info.status in RESUMABLE,
         "retry": info.retrying is not None,
+        "rewind": info.status in REWINDABLE and bool(steps),
     }
     document["steps"] = [
         {
             **documents.step_json(s, d),
             "summary": d.summary if d else None,
             "replayed": info.replayed(s),
+            "edited": s.seq in edited,
         }
         for s, d in zip(steps, digests, strict=True)
     ]
@@ -116,7 +135,14 @@ def resume(workflow_id: str, client: ClientOf) -> Response:
 @router.post(ONE + "/fork")
 def fork(workflow_id: str, body: ForkBody, client: ClientOf) -> Response:
     """A new workflow that reuses the steps before ``from_step`` and runs live from it."""
-    handle = client.fork(workflow_id, body.from_step, new_workflow_id=body.new_id)
+    handle = client.fork(
+        workflow_id,
+        body.from_step,
+        new_workflow_id=body.new_id,
+        inputs=body.inputs,
+        replace=body.replace,
+        by=body.by or "api",
+    )
     result = handle.report
     assert isinstance(result, ForkResult)
     return json_response(
@@ -156,3 +182,20 @@ def resolve(workflow_id: str, seq: int, body: ResolveBody, client: ClientOf) -> 
     else:
         handle = client.resolve_in_doubt(workflow_id, seq, result=body.result)
     return json_response({"workflow_id": workflow_id, "seq": seq, "status": handle.status()})
+
+
+@router.post(ONE + "/rewind")
+def rewind(workflow_id: str, body: RewindBody, client: ClientOf) -> Response:
+    """Run a stopped workflow again in place from ``to_step`` (a worker continues it)."""
+    report = client.rewind(workflow_id, body.to_step, by=body.by or "api").report
+    assert isinstance(report, RewindResult)
+    return json_response(
+        {"workflow_id": workflow_id, "status": report.now, "previous_status": report.previous}
+        | {
+            "to_step": body.to_step,
+            "deleted_steps": report.deleted_steps,
+            "unconsumed_messages": report.unconsumed_messages,
+            "stream_items": report.stream_items,
+            "events": report.events,
+        }
+    )

@@ -565,6 +565,7 @@ EVERY_COMMAND = [
     ["workflows", "cancel", "x"],
     ["workflows", "resume", "x"],
     ["workflows", "fork", "x", "--from-step", "0"],
+    ["workflows", "rewind", "x", "--to-step", "0"],
     ["steps", "resolve", "x", "0", "--rerun"],
     ["retry", "x"],
     ["send", "x", "1"],

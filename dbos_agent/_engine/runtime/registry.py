@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 _lock = threading.RLock()
 #: ``@durable_workflow`` definitions by workflow name.
 _workflows: dict[str, WorkflowDefinition] = {}
+#: The result codecs of the ``@step`` functions by step name, each under the function's
+#: origin (two functions may share a step name): an edited fork checks a replaced output.
+_step_results: dict[str, dict[str, Codec]] = {}
 #: The modules that define durable code (workflows, steps), each with a digest of its
 #: source as imported: the process's code version is made of them.
 _code_modules: dict[str, str] = {}
@@ -221,12 +224,16 @@ def step_definition(
             f"step {step_name!r}: timeout= needs an async step (a running thread cannot "
             "be stopped; give the call inside the step its own timeout)"
         )
+    result = result_codec(fn)
+    with _lock:
+        origin = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
+        _step_results.setdefault(step_name, {})[origin] = result
     return StepDefinition(
         name=step_name,
         fn=fn,
         is_async=is_async,
         retry=retry,
-        result=result_codec(fn),
+        result=result,
         idempotent=idempotent,
         guard=guard,
         inputs=None if idempotent else InputsCodec(fn, step_name),
@@ -279,6 +286,13 @@ def register_workflow(
 def find_workflow(name: str) -> WorkflowDefinition | None:
     """The registered definition of that name, if this process has imported it."""
     return _workflows.get(name)
+
+
+def step_results(name: str) -> list[Codec]:
+    """The result codecs of the steps of that name this process has defined (usually
+    one; none when it has not imported them)."""
+    with _lock:
+        return list(_step_results.get(name, {}).values())
 
 
 def workflow_names() -> list[str]:
