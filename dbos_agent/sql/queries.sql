@@ -1262,7 +1262,7 @@ WITH original AS (
     INSERT INTO dbos_agent.workflows
         (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
          owner_key, forked_from, forked_from_step, edits)
-    SELECT %(new_workflow_id)s, c.name, 'PENDING', coalesce(%(inputs)s::jsonb, c.inputs),
+    SELECT %(new_workflow_id)s, c.name, 'PENDING', coalesce(%(inputs)s::json, c.inputs),
            COALESCE(%(executor_id)s::text, c.executor_id), c.app_version,
            c.max_recovery_attempts, %(owner_key)s::integer, c.workflow_id, c.from_step,
            (SELECT jsonb_agg(e || jsonb_build_object('at', now()) ORDER BY n)
@@ -1349,7 +1349,7 @@ WITH original AS (
 )
 SELECT (SELECT count(*) FROM inserted) = 1 AS forked,
        (SELECT count(*) FROM copied) AS copied,
-       c.name, coalesce(%(inputs)s::jsonb, c.inputs)::text AS inputs, COALESCE(%(executor_id)s::text, c.executor_id) AS executor_id,
+       c.name, coalesce(%(inputs)s::json, c.inputs)::text AS inputs, COALESCE(%(executor_id)s::text, c.executor_id) AS executor_id,
        c.last_seq, c.open_intent, c.from_step, c.bad_edit,
        (SELECT count(*) FROM streamed) AS stream_items,
        (SELECT count(*) FROM evented) AS events,
