@@ -86,6 +86,8 @@ class WorkflowInfo:
     #: attempt and its last error. Set whether the workflow is SUSPENDED meanwhile or
     #: waits in the process that runs it.
     retrying: RetryInfo | None = None
+    #: The partition (tenant) of a partitioned queue it was enqueued on, else None.
+    partition_key: str | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""

@@ -150,6 +150,7 @@ class Client:
         max_recovery_attempts: int = 50,
         dedup_id: str | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept.
@@ -158,7 +159,10 @@ class Client:
         arguments over the checkpoint limit raise CheckpointTooLargeError. ``dedup_id``
         and ``delay`` are those of ``Queue.enqueue`` (DuplicateEnqueueError while an
         unfinished workflow of the queue holds the id; not dequeued before ``delay``
-        seconds from now).
+        seconds from now). ``partition_key`` names the partition of a partitioned queue
+        (a client does not know the queue's definition: a key on an unpartitioned queue is
+        ignored by its dequeue, and an enqueue without one on a partitioned queue waits
+        until it is resumed with one).
         """
         check_identifier(queue, "queue name")
         check_identifier(workflow_name, "workflow name")
@@ -179,6 +183,11 @@ class Client:
                 timeout=current_workflow_timeout(),
                 dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
                 delay=check_delay(delay),
+                partition_key=(
+                    None
+                    if partition_key is None
+                    else check_identifier(partition_key, "partition key")
+                ),
             )
         )
         return ClientHandle(self.db, wid)
@@ -282,9 +291,10 @@ class Client:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        partition_key: str | None = None,
     ) -> list[WorkflowInfo]:
         """Stored workflows matching every given filter, newest first (at most ``limit``):
-        a status, a workflow name, a queue, an executor, created at or after
+        a status, a workflow name, a queue, a partition, an executor, created at or after
         ``created_after`` and before ``created_before``. An unknown status is a ValueError."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
@@ -292,6 +302,7 @@ class Client:
             status=None if status is None else WorkflowStatus(status),
             name=name,
             queue_name=queue,
+            partition_key=partition_key,
             executor_id=executor_id,
             created_after=created_after,
             created_before=created_before,

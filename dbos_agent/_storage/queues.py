@@ -27,11 +27,13 @@ class QueueStore:
         rate_limit: tuple[int, float] | None,
         count_suspended: bool = False,
         fair: bool = False,
+        partitioned: bool = False,
     ) -> list[tuple[str, str, str]]:
         """Take ``(workflow_id, name, inputs)`` of queued workflows as the limits allow
         (``count_suspended``: suspended workflows of the queue count against its
         concurrency; ``fair``: take at most this session's share of ``concurrency``
-        among the live sessions serving the queue)."""
+        among the live sessions serving the queue; ``partitioned``: every limit holds per
+        partition, and the partitions are served in turn)."""
         limit, period = rate_limit if rate_limit else (None, 1.0)
         params = {
             "queue_name": queue_name,
@@ -51,7 +53,8 @@ class QueueStore:
             conn.execute(
                 query("lock_queue"), {"lock_class": QUEUE_LOCK_CLASS, "queue_name": queue_name}
             )
-            return conn.execute(query("dequeue_workflows"), params).fetchall()
+            dequeue = query("dequeue_partitioned_workflows" if partitioned else "dequeue_workflows")
+            return conn.execute(dequeue, params).fetchall()
 
         rows = self._db.run(f"dequeue from queue {queue_name!r}", body, transaction=True)
         return [(r["workflow_id"], r["name"], text_of(r["inputs"]) or "{}") for r in rows]

@@ -61,6 +61,8 @@ class NewWorkflow:
     dedup_id: str | None = None
     #: Seconds from now before which it does not start.
     delay: float | None = None
+    #: The partition of a partitioned queue it is enqueued on (its limits count per key).
+    partition_key: str | None = None
 
     @property
     def status(self) -> WorkflowStatus:
@@ -255,6 +257,7 @@ def workflow_info(row: Row) -> WorkflowInfo:
             row.get("retry_error"),
             row.get("retry_state"),
         ),
+        partition_key=row.get("partition_key"),
     )
 
 

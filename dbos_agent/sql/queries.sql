@@ -22,14 +22,15 @@
 -- queue fails on workflows_queue_dedup.
 INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-     owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at)
+     owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at,
+     partition_key)
 VALUES
     (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::jsonb, %(executor_id)s,
      %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
      %(priority)s, %(parent_id)s,
      dbos_agent.now() + make_interval(secs => %(timeout)s::float8),
      %(dedup_id)s, %(wait_kind)s,
-     dbos_agent.now() + make_interval(secs => %(delay)s::float8))
+     dbos_agent.now() + make_interval(secs => %(delay)s::float8), %(partition_key)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING true AS inserted;
 
@@ -309,7 +310,8 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 -- scope: one workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
+       partition_key
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
@@ -320,7 +322,7 @@ WHERE workflow_id = %(workflow_id)s;
 SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
-       w.wake_at, w.run_started_at, w.diverged, r.*
+       w.wake_at, w.run_started_at, w.diverged, w.partition_key, r.*
 FROM dbos_agent.workflows AS w
 LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
     ON w.status IN ('PENDING', 'SUSPENDED')
@@ -339,7 +341,7 @@ WHERE w.workflow_id = %(workflow_id)s;
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
        finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
-       r.*
+       partition_key, r.*
 FROM dbos_agent.workflows AS w
 LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
     ON w.status IN ('PENDING', 'SUSPENDED')
@@ -996,6 +998,106 @@ WITH servers AS (
                              %(app_version)s, %(code_version)s)
     ORDER BY w.priority, w.created_at, w.workflow_id
     LIMIT (SELECT n FROM room)
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE dbos_agent.workflows AS w
+SET run_started_at = now(),
+    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    dequeued_at = dbos_agent.now(), wake_at = NULL, updated_at = now()
+FROM picked
+WHERE w.workflow_id = picked.workflow_id
+RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- name: dequeue_partitioned_workflows
+-- scope: many
+-- dequeue_workflows for a partitioned queue (migration 026): every limit (global
+-- concurrency, this worker's, the rate limit, the fair share) is counted and applied per
+-- partition; only the caller's free slots are shared. Fair among the partitions: the
+-- ones with waiting workflows are walked on workflows_enqueued_by_partition (one probe
+-- per partition, however long a partition's backlog), each offers its first workflows
+-- (priority, then oldest) up to its own room, and the first of every partition goes
+-- before the second of any; within a turn, the partition served least recently first
+-- (its latest dequeued_at, on workflows_dequeued_by_partition). The picked rows are
+-- locked SKIP LOCKED and re-checked ENQUEUED before they change.
+WITH RECURSIVE parts AS (
+    (SELECT w.partition_key AS pk
+     FROM dbos_agent.workflows AS w
+     WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
+       AND w.partition_key IS NOT NULL
+     ORDER BY w.partition_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.partition_key
+            FROM dbos_agent.workflows AS w
+            WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
+              AND w.partition_key IS NOT NULL AND w.partition_key > parts.pk
+            ORDER BY w.partition_key
+            LIMIT 1)
+    FROM parts
+    WHERE parts.pk IS NOT NULL
+), servers AS (
+    SELECT GREATEST(1, count(*)) AS n
+    FROM dbos_agent.executors AS e
+    WHERE %(queue_name)s = ANY(e.queues)
+      AND e.session_key NOT IN (SELECT dbos_agent.dead_sessions())
+), in_flight AS (
+    SELECT partition_key AS pk, count(*) AS total,
+           count(*) FILTER (WHERE owner_key = %(owner_key)s) AS mine
+    FROM dbos_agent.workflows
+    WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
+      AND (status = 'PENDING'
+           OR (status = 'SUSPENDED' AND (wait_kind = 'retry' OR %(count_suspended)s)))
+    GROUP BY partition_key
+), room AS (
+    SELECT p.pk,
+           (SELECT max(d.dequeued_at)
+            FROM dbos_agent.workflows AS d
+            WHERE d.queue_name = %(queue_name)s AND d.partition_key = p.pk
+              AND d.dequeued_at IS NOT NULL) AS last_served,
+           GREATEST(0, LEAST(
+               %(free_slots)s,
+               COALESCE(%(concurrency)s - COALESCE(f.total, 0), %(free_slots)s),
+               COALESCE(%(worker_concurrency)s - COALESCE(f.mine, 0), %(free_slots)s),
+               CASE WHEN %(rate_limit)s::int IS NOT NULL
+                    THEN %(rate_limit)s - (
+                        SELECT count(*)
+                        FROM dbos_agent.workflows AS d
+                        WHERE d.queue_name = %(queue_name)s AND d.partition_key = p.pk
+                          AND d.dequeued_at > dbos_agent.now()
+                                              - make_interval(secs => %(rate_period)s))
+               END,
+               CASE WHEN %(fair)s
+                    THEN ceil(%(concurrency)s::float8 / servers.n)::int - COALESCE(f.mine, 0)
+               END)) AS n
+    FROM parts AS p
+    CROSS JOIN servers
+    LEFT JOIN in_flight AS f ON f.pk = p.pk
+    WHERE p.pk IS NOT NULL
+), offered AS (
+    SELECT c.workflow_id, c.turn, r.last_served, r.pk
+    FROM room AS r
+    CROSS JOIN LATERAL (
+        SELECT w.workflow_id,
+               row_number() OVER (ORDER BY w.priority, w.created_at, w.workflow_id) AS turn
+        FROM dbos_agent.workflows AS w
+        WHERE w.queue_name = %(queue_name)s AND w.partition_key = r.pk
+          AND w.status = 'ENQUEUED'
+          AND (w.wake_at IS NULL OR w.wake_at <= dbos_agent.now())
+          AND w.name = ANY(%(names)s)
+          AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                                 %(app_version)s, %(code_version)s)
+        ORDER BY w.priority, w.created_at, w.workflow_id
+        LIMIT r.n
+    ) AS c
+    WHERE r.n > 0
+), picked AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    JOIN (SELECT workflow_id
+          FROM offered
+          ORDER BY turn, last_served NULLS FIRST, pk
+          LIMIT %(free_slots)s) AS o USING (workflow_id)
+    WHERE w.status = 'ENQUEUED'
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE dbos_agent.workflows AS w

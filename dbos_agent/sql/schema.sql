@@ -85,6 +85,9 @@ CREATE TABLE dbos_agent.workflows (
     -- Queue.enqueue(..., dedup_id=): unique among the queue's unfinished workflows
     -- (workflows_queue_dedup); a finished one frees it.
     dedup_id              text        CHECK (dedup_id <> ''),
+    -- Queue.enqueue(..., partition_key=) on a partitioned queue: the tenant whose
+    -- limits it counts against (migration 026); NULL on every other workflow.
+    partition_key         text        CHECK (partition_key <> ''),
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
@@ -143,6 +146,13 @@ CREATE INDEX workflows_in_flight_by_queue
     WHERE status = 'PENDING' AND queue_name IS NOT NULL;
 CREATE INDEX workflows_dequeued_by_queue
     ON dbos_agent.workflows (queue_name, dequeued_at) WHERE dequeued_at IS NOT NULL;
+-- Partitioned queues: each partition's waiting workflows in order, and its dequeues.
+CREATE INDEX workflows_enqueued_by_partition
+    ON dbos_agent.workflows (queue_name, partition_key, priority, created_at, workflow_id)
+    WHERE status = 'ENQUEUED' AND partition_key IS NOT NULL;
+CREATE INDEX workflows_dequeued_by_partition
+    ON dbos_agent.workflows (queue_name, partition_key, dequeued_at)
+    WHERE dequeued_at IS NOT NULL AND partition_key IS NOT NULL;
 
 -- == the step log ======================================================================
 

@@ -34,6 +34,7 @@ def admit(
     priority: int = 0,
     dedup_id: str | None = None,
     delay: float | None = None,
+    partition_key: str | None = None,
 ) -> Admission:
     """Record the call (or find it recorded) and decide who runs it.
 
@@ -65,6 +66,7 @@ def admit(
         timeout=current_workflow_timeout(),
         dedup_id=dedup_id,
         delay=delay,
+        partition_key=partition_key,
     )
     if new.status is not WorkflowStatus.PENDING:
         return _enqueue(engine, definition, new)
