@@ -275,6 +275,24 @@ class SlotOutcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue as recorded in the database (``Client.queues()``, ``dbos-agent queues list``):
+    the limits every process serving it applies. ``source`` says whose they are: ``code``
+    (recorded by a launch from ``da.Queue``) or ``operator`` (``Client.set_queue``, which
+    wins over the code's until reset)."""
+
+    name: str
+    concurrency: int | None
+    worker_concurrency: int | None
+    rate_limit: tuple[int, float] | None
+    count_suspended: bool
+    fair_share: bool
+    partitioned: bool
+    source: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleInfo:
     """One schedule as recorded in the database (``da.operations.list_schedules()``, ``dbos-agent
     schedules``). Slots and times are UTC, on the database clock."""

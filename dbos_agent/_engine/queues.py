@@ -50,19 +50,12 @@ class Queue:
         partitioned: bool = False,
     ) -> None:
         check_identifier(name, "queue name")
-        for label, value in (
-            ("concurrency", concurrency),
-            ("worker_concurrency", worker_concurrency),
-        ):
-            if value is not None and value < 1:
-                raise ValueError(f"queue {name!r}: {label} must be >= 1, got {value}")
-        if rate_limit is not None:
-            limit, period = rate_limit
-            if limit < 1 or period <= 0:
-                raise ValueError(
-                    f"queue {name!r}: rate_limit is (max starts, period in seconds), "
-                    f"got {rate_limit!r}"
-                )
+        check_queue_limits(
+            name,
+            concurrency=concurrency,
+            worker_concurrency=worker_concurrency,
+            rate_limit=rate_limit,
+        )
         self.name = name
         self.concurrency = concurrency
         self.worker_concurrency = worker_concurrency
@@ -145,6 +138,28 @@ class Queue:
         )
         engine.wake_dispatcher()
         return WorkflowHandle(engine, wid, admission.future())
+
+
+def check_queue_limits(
+    name: str,
+    *,
+    concurrency: int | None = None,
+    worker_concurrency: int | None = None,
+    rate_limit: tuple[int, float] | None = None,
+) -> None:
+    """ValueError for a limit no queue can have (in code, or set while running)."""
+    for label, value in (
+        ("concurrency", concurrency),
+        ("worker_concurrency", worker_concurrency),
+    ):
+        if value is not None and value < 1:
+            raise ValueError(f"queue {name!r}: {label} must be >= 1, got {value}")
+    if rate_limit is not None:
+        limit, period = rate_limit
+        if limit < 1 or period <= 0:
+            raise ValueError(
+                f"queue {name!r}: rate_limit is (max starts, period in seconds), got {rate_limit!r}"
+            )
 
 
 def check_partition_key(queue_name: str, partitioned: bool, key: str | None) -> str | None:

@@ -1108,6 +1108,62 @@ FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.inputs::text;
 
+-- name: register_queues
+-- scope: many
+-- Record the queues this process defines in code (one JSON array of rows): a new one is
+-- inserted, one still the code's (source 'code') takes this code's values, one an
+-- operator set keeps the operator's.
+INSERT INTO dbos_agent.queues AS q
+    (name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
+     fair_share, partitioned)
+SELECT r.name, r.concurrency, r.worker_concurrency, r.rate_limit, r.rate_period,
+       r.count_suspended, r.fair_share, r.partitioned
+FROM json_to_recordset(%(rows)s::json)
+     AS r(name text, concurrency integer, worker_concurrency integer, rate_limit integer,
+          rate_period float8, count_suspended boolean, fair_share boolean, partitioned boolean)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = EXCLUDED.concurrency, worker_concurrency = EXCLUDED.worker_concurrency,
+    rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period,
+    count_suspended = EXCLUDED.count_suspended, fair_share = EXCLUDED.fair_share,
+    partitioned = EXCLUDED.partitioned, updated_at = now()
+WHERE q.source = 'code'
+  AND (q.concurrency, q.worker_concurrency, q.rate_limit, q.rate_period, q.count_suspended,
+       q.fair_share, q.partitioned)
+      IS DISTINCT FROM
+      (EXCLUDED.concurrency, EXCLUDED.worker_concurrency, EXCLUDED.rate_limit,
+       EXCLUDED.rate_period, EXCLUDED.count_suspended, EXCLUDED.fair_share,
+       EXCLUDED.partitioned);
+
+-- name: list_queues
+-- scope: many
+SELECT name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
+       fair_share, partitioned, source, updated_at
+FROM dbos_agent.queues
+ORDER BY name;
+
+-- name: set_queue
+-- scope: many
+-- An operator's change of a queue's limits (only the fields flagged given change; a
+-- queue not recorded yet is created with them): the queue becomes the operator's, whose
+-- values win over the code's (register_queues leaves it alone). With reset, the queue
+-- goes back to its code: the next launch (or process refresh) records the code's values.
+INSERT INTO dbos_agent.queues AS q
+    (name, concurrency, worker_concurrency, rate_limit, rate_period, source)
+VALUES (%(name)s, %(concurrency)s, %(worker_concurrency)s, %(rate_limit)s, %(rate_period)s,
+        CASE WHEN %(reset)s THEN 'code' ELSE 'operator' END)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
+                       ELSE q.concurrency END,
+    worker_concurrency = CASE WHEN %(set_worker_concurrency)s
+                              THEN EXCLUDED.worker_concurrency
+                              ELSE q.worker_concurrency END,
+    rate_limit = CASE WHEN %(set_rate_limit)s THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+    rate_period = CASE WHEN %(set_rate_limit)s THEN EXCLUDED.rate_period
+                       ELSE q.rate_period END,
+    source = EXCLUDED.source, updated_at = now()
+RETURNING name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
+          fair_share, partitioned, source, updated_at;
+
 -- == operator actions ==
 -- Cancel, resume, fork and inspect, for dbos_agent.engine.operations and the
 -- CLI. Each action is one statement (one transaction): the status check and

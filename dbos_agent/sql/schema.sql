@@ -154,6 +154,25 @@ CREATE INDEX workflows_dequeued_by_partition
     ON dbos_agent.workflows (queue_name, partition_key, dequeued_at)
     WHERE dequeued_at IS NOT NULL AND partition_key IS NOT NULL;
 
+-- == queues ============================================================================
+
+-- A queue's limits as every process serving it applies them (migration 027): recorded by
+-- each launch from the code (source 'code'), or set by an operator (source 'operator',
+-- which wins over the code's until reset). Processes read it every second or so.
+CREATE TABLE dbos_agent.queues (
+    name               text        PRIMARY KEY CHECK (name <> ''),
+    concurrency        integer     CHECK (concurrency >= 1),
+    worker_concurrency integer     CHECK (worker_concurrency >= 1),
+    rate_limit         integer     CHECK (rate_limit >= 1),
+    rate_period        float8      CHECK (rate_period > 0),
+    count_suspended    boolean     NOT NULL DEFAULT false,
+    fair_share         boolean     NOT NULL DEFAULT true,
+    partitioned        boolean     NOT NULL DEFAULT false,
+    source             text        NOT NULL DEFAULT 'code' CHECK (source IN ('code', 'operator')),
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queues_rate_limit_whole CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
+);
+
 -- == the step log ======================================================================
 
 -- One row per step position. A result is written once and never changed: the
