@@ -201,6 +201,26 @@ class DuplicateEnqueueError(DbosAgentError):
         )
 
 
+class PartitionKeyError(DbosAgentError, ValueError):
+    """An enqueue on a partitioned queue without a partition key, or with one on a queue
+    that is not partitioned (``Queue(..., partitioned=True)``): nothing was enqueued."""
+
+    def __init__(self, queue_name: str, partition_key: str | None) -> None:
+        if partition_key is None:
+            message = (
+                f"queue {queue_name!r} is partitioned: an enqueue on it needs a "
+                f"partition_key (the tenant whose limits it counts against)"
+            )
+        else:
+            message = (
+                f"queue {queue_name!r} is not partitioned: partition_key {partition_key!r} "
+                f"is only for a queue defined with partitioned=True"
+            )
+        super().__init__(message)
+        self.queue_name = queue_name
+        self.partition_key = partition_key
+
+
 class WorkflowIdConflictError(DbosAgentError):
     """A workflow id was reused for a different workflow or different inputs."""
 

@@ -91,6 +91,8 @@ class WorkflowInfo:
     #: people and tools (a handle's ``get_info``, the Client's, the CLI, the web API),
     #: None from the engine's own reads of a row.
     waiting: Waiting | None = None
+    #: The partition (tenant) of a partitioned queue it was enqueued on, else None.
+    partition_key: str | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""
@@ -325,6 +327,24 @@ class SlotOutcome(StrEnum):
     #: slots run in order); nothing is recorded, and it fires once the run before it
     #: ended, unless it fell out of the catch-up window meanwhile.
     WAITING = "waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue as recorded in the database (``Client.queues()``, ``dbos-agent queues list``):
+    the limits every process serving it applies. ``source`` says whose they are: ``code``
+    (recorded by a launch from ``da.Queue``) or ``operator`` (``Client.set_queue``, which
+    wins over the code's until reset)."""
+
+    name: str
+    concurrency: int | None
+    worker_concurrency: int | None
+    rate_limit: tuple[int, float] | None
+    count_suspended: bool
+    fair_share: bool
+    partitioned: bool
+    source: str
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from .._storage.rows import ForkResult, NewWorkflow, ResumeResult, RewindResult
 from .._storage.streams import StreamKey
 from ..errors import WorkflowNotFoundError
 from ..postgres.opening import open_system_database
-from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
+from ..records import QueueInfo, ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from .approvals import ApprovalRequest, decide
 from .edits import Replacements, check_edits, rewind_workflow
 from .messaging import poll_event, send_plain
@@ -37,6 +37,7 @@ from .operations import (
     resume_workflow,
     retry_workflow,
 )
+from .queues import check_partition_key, check_queue_limits
 from .retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES, GcReport, collect_garbage
 from .runtime.context import current_workflow_timeout, take_workflow_id
 from .runtime.plans import run_plan, run_plan_async
@@ -151,6 +152,7 @@ class Client:
         max_recovery_attempts: int = 50,
         dedup_id: str | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Enqueue ``workflow_name(*args, **kwargs)`` on ``queue``; an existing id is kept.
@@ -159,11 +161,16 @@ class Client:
         arguments over the checkpoint limit raise CheckpointTooLargeError. ``dedup_id``
         and ``delay`` are those of ``Queue.enqueue`` (DuplicateEnqueueError while an
         unfinished workflow of the queue holds the id; not dequeued before ``delay``
-        seconds from now).
+        seconds from now). ``partition_key`` names the partition of a partitioned queue:
+        PartitionKeyError when the queue, as recorded in the database (by a launch that
+        defines it, or ``set_queue``), says otherwise; a queue not recorded is not checked.
         """
         check_identifier(queue, "queue name")
         check_identifier(workflow_name, "workflow name")
         check_priority(priority, queue)
+        recorded = {q.name: q for q in self.db.queues.list()}.get(queue)
+        if recorded is not None:
+            check_partition_key(queue, recorded.partitioned, partition_key)
         wid = take_workflow_id(workflow_id)
         where = f"enqueue of {workflow_name!r}"
         self.db.workflows.insert(
@@ -180,6 +187,11 @@ class Client:
                 timeout=current_workflow_timeout(),
                 dedup_id=None if dedup_id is None else check_identifier(dedup_id, "dedup id"),
                 delay=check_delay(delay),
+                partition_key=(
+                    None
+                    if partition_key is None
+                    else check_identifier(partition_key, "partition key")
+                ),
             )
         )
         return ClientHandle(self.db, wid)
@@ -284,9 +296,10 @@ class Client:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        partition_key: str | None = None,
     ) -> list[WorkflowInfo]:
         """Stored workflows matching every given filter, newest first (at most ``limit``):
-        a status, a workflow name, a queue, an executor, created at or after
+        a status, a workflow name, a queue, a partition, an executor, created at or after
         ``created_after`` and before ``created_before``. An unknown status is a ValueError."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
@@ -294,6 +307,7 @@ class Client:
             status=None if status is None else WorkflowStatus(status),
             name=name,
             queue_name=queue,
+            partition_key=partition_key,
             executor_id=executor_id,
             created_after=created_after,
             created_before=created_before,
@@ -397,6 +411,43 @@ class Client:
             dry_run=dry_run,
             progress=progress,
         )
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue recorded in the database, with the limits its processes apply."""
+        return self.db.queues.list()
+
+    def set_queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = _UNSET,
+        worker_concurrency: int | None = _UNSET,
+        rate_limit: tuple[int, float] | None = _UNSET,
+        reset: bool = False,
+    ) -> QueueInfo:
+        """Change a queue's limits in every process serving it, within a second or two,
+        without a restart: only the ones given change (None: no limit). The queue's
+        settings are then the operator's, and win over its code's (``da.Queue``) in every
+        launch after, until ``reset=True`` gives it back to its code (the next process
+        that defines it records the code's values). A queue not defined in any code is
+        created, and served by every process."""
+        check_identifier(name, "queue name")
+        changes: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("concurrency", concurrency),
+                ("worker_concurrency", worker_concurrency),
+                ("rate_limit", rate_limit),
+            )
+            if value is not _UNSET
+        }
+        check_queue_limits(
+            name,
+            concurrency=changes.get("concurrency"),
+            worker_concurrency=changes.get("worker_concurrency"),
+            rate_limit=changes.get("rate_limit"),
+        )
+        return self.db.queues.set(name, changes, reset=reset)
 
     def list_schedules(self) -> list[ScheduleInfo]:
         """Every recorded schedule, by name, with its next and latest slots."""

@@ -11,7 +11,7 @@ purpose: other inputs, or another recorded output of some steps below the fork p
 the workflow's signature and the replaced step's return annotation when this process has
 imported them (pydantic, as checkpoints are), and against the log in the statement that
 forks (the step is a recorded result of that name below the fork point). Both record what
-changed, by whom and when, in the workflow's ``edits`` (migration 026): `workflows show`,
+changed, by whom and when, in the workflow's ``edits`` (migration 027): `workflows show`,
 the API and the dashboard read it; a replay never does.
 """
 

@@ -27,6 +27,7 @@ from .queues import registered_queues
 from .runtime.core import Engine, PassFactory
 from .runtime.current import clear_engine, current_engine, launch_lock, launched, set_engine
 from .runtime.dispatcher import Dispatcher
+from .runtime.queue_settings import DatabaseQueues
 from .runtime.recovery import RecoverAtLaunch, TakeBack, TakeOver
 from .runtime.retention import Retention
 from .runtime.scheduler import Scheduler
@@ -82,7 +83,11 @@ def launch(
         )
         try:
             engine = Engine(
-                db, o, queues=registered_queues, passes=_passes(o), on_shutdown=clear_engine
+                db,
+                o,
+                queues=DatabaseQueues(db, registered_queues),
+                passes=_passes(o),
+                on_shutdown=clear_engine,
             ).open()
         except BaseException:
             db.close()

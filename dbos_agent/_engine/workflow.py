@@ -208,6 +208,8 @@ def list_workflows(
     executor_id: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    queue_name: str | None = None,
+    partition_key: str | None = None,
 ) -> list[WorkflowInfo]:
     """Stored workflows matching every given filter, newest first."""
     if status is not None:
@@ -219,6 +221,8 @@ def list_workflows(
         created_after=created_after,
         created_before=created_before,
         limit=limit,
+        queue_name=queue_name,
+        partition_key=partition_key,
     )
 
 

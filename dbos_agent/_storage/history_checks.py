@@ -207,6 +207,7 @@ _WORKFLOW = (
     _Field("diverged_versions", _texts, DEFAULTED),
     _Field("accepted_versions", _texts, DEFAULTED),
     _Field("dedup_id", _identifier("dedup id"), NULLABLE),
+    _Field("partition_key", _identifier("partition key"), NULLABLE),
 )
 _STEP = (
     _Field("seq", _integer(0)),

@@ -63,6 +63,8 @@ class NewWorkflow:
     dedup_id: str | None = None
     #: Seconds from now before which it does not start.
     delay: float | None = None
+    #: The partition of a partitioned queue it is enqueued on (its limits count per key).
+    partition_key: str | None = None
 
     @property
     def status(self) -> WorkflowStatus:
@@ -285,6 +287,7 @@ def workflow_info(row: Row) -> WorkflowInfo:
             row.get("retry_error"),
             row.get("retry_state"),
         ),
+        partition_key=row.get("partition_key"),
     )
     found = waiting(row, info)
     return info if found is None else dataclasses.replace(info, waiting=found)

@@ -22,6 +22,7 @@ _LIST_FILTERS: dict[str, LiteralString] = {
     "name": "name = %(name)s",
     "executor_id": "executor_id = %(executor_id)s",
     "queue_name": "queue_name = %(queue_name)s",
+    "partition_key": "partition_key = %(partition_key)s",
     "created_after": "created_at >= %(created_after)s",
     "created_before": "created_at < %(created_before)s",
 }
@@ -203,6 +204,7 @@ class WorkflowStore:
         created_before: datetime | None = None,
         limit: int = 100,
         queue_name: str | None = None,
+        partition_key: str | None = None,
     ) -> list[WorkflowInfo]:
         """Workflows matching every given filter, newest first, with what each waits for
         (``WorkflowInfo.waiting``), in one statement."""
@@ -213,6 +215,7 @@ class WorkflowStore:
                 "name": name,
                 "executor_id": executor_id,
                 "queue_name": queue_name,
+                "partition_key": partition_key,
                 "created_after": created_after,
                 "created_before": created_before,
             }.items()

@@ -81,6 +81,8 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
     found = Client.over(db).list_workflows(
         status=args.status,
         name=args.name,
+        queue=args.queue,
+        partition_key=args.partition,
         executor_id=args.executor,
         created_after=args.since,
         created_before=args.until,
@@ -107,6 +109,10 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
     ]
     headers = ["WORKFLOW ID", "NAME", "STATUS", "EXECUTOR", "CREATED (UTC)", "DURATION"]
     headers += ["RECOVERIES", "APP VERSION"]
+    if any(info.partition_key for info in found):  # of a partitioned queue
+        headers.append("PARTITION")
+        for row, info in zip(rows, found, strict=True):
+            row.append(info.partition_key or "-")
     if any(info.waiting for info in found):  # what unfinished ones wait for
         headers.append("WAITING FOR")
         for row, info in zip(rows, found, strict=True):

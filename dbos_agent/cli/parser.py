@@ -8,7 +8,7 @@ import json
 import sys
 
 from .. import __version__
-from . import commands, fleet_tree, workflow_tree
+from . import commands, fleet_tree, queue_tree, workflow_tree
 from .arguments import PROG
 from .building import Parser, Run, UsageError, add_command, database_option
 
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet_tree.add_gc(tree, common)
     fleet_tree.add_deploys(tree, common)
     fleet_tree.add_schedules(tree, common)
+    queue_tree.add_queues(tree, common)
     fleet_tree.add_worker(tree)
     fleet_tree.add_serve(tree)
     return parser

@@ -21,6 +21,10 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
     listing.add_argument("--status", type=types.status, help=f"one of {', '.join(WorkflowStatus)}")
     listing.add_argument("--name", help="workflow (function) name")
     listing.add_argument("--executor", metavar="ID", help="executor id")
+    listing.add_argument("--queue", metavar="NAME", help="queue name")
+    listing.add_argument(
+        "--partition", metavar="KEY", help="partition key (of a partitioned queue)"
+    )
     listing.add_argument(
         "--since",
         type=types.when,

@@ -23,7 +23,8 @@
 -- queue fails on workflows_queue_dedup.
 INSERT INTO dbos_agent.workflows
     (workflow_id, name, status, inputs, executor_id, app_version, max_recovery_attempts,
-     owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at)
+     owner_key, queue_name, priority, parent_id, deadline_at, dedup_id, wait_kind, wake_at,
+     partition_key)
 VALUES
     (%(workflow_id)s, %(name)s, %(status)s, %(inputs)s::json, %(executor_id)s,
      %(app_version)s, %(max_recovery_attempts)s, %(owner_key)s, %(queue_name)s,
@@ -32,7 +33,7 @@ VALUES
            (SELECT p.deadline_at FROM dbos_agent.workflows AS p
             WHERE p.workflow_id = %(parent_id)s)),
      %(dedup_id)s, %(wait_kind)s,
-     dbos_agent.now() + make_interval(secs => %(delay)s::float8))
+     dbos_agent.now() + make_interval(secs => %(delay)s::float8), %(partition_key)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING true AS inserted;
 
@@ -312,7 +313,8 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 -- scope: one workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
+       partition_key
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
@@ -344,7 +346,7 @@ WITH found AS (
 SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
-       w.wake_at, w.run_started_at, w.diverged, w.queue_name, r.*,
+       w.wake_at, w.run_started_at, w.diverged, w.queue_name, w.partition_key, r.*,
        last.seq AS last_seq, last.name AS last_name, last.status AS last_status,
        last.inputs::text AS last_inputs, last.output::text AS last_output,
        a.tool AS approval_tool, c.status AS child_status,
@@ -1037,6 +1039,162 @@ SET run_started_at = now(),
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- name: dequeue_partitioned_workflows
+-- scope: many
+-- dequeue_workflows for a partitioned queue (migration 028): every limit (global
+-- concurrency, this worker's, the rate limit, the fair share) is counted and applied per
+-- partition; only the caller's free slots are shared. Fair among the partitions: the
+-- ones with waiting workflows are walked on workflows_enqueued_by_partition (one probe
+-- per partition, however long a partition's backlog), each offers its first workflows
+-- (priority, then oldest) up to its own room, and the first of every partition goes
+-- before the second of any; within a turn, the partition served least recently first
+-- (its latest dequeued_at, on workflows_dequeued_by_partition). The picked rows are
+-- locked SKIP LOCKED and re-checked ENQUEUED before they change.
+WITH RECURSIVE parts AS (
+    (SELECT w.partition_key AS pk
+     FROM dbos_agent.workflows AS w
+     WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
+       AND w.partition_key IS NOT NULL
+     ORDER BY w.partition_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.partition_key
+            FROM dbos_agent.workflows AS w
+            WHERE w.queue_name = %(queue_name)s AND w.status = 'ENQUEUED'
+              AND w.partition_key IS NOT NULL AND w.partition_key > parts.pk
+            ORDER BY w.partition_key
+            LIMIT 1)
+    FROM parts
+    WHERE parts.pk IS NOT NULL
+), servers AS (
+    SELECT GREATEST(1, count(*)) AS n
+    FROM dbos_agent.executors AS e
+    WHERE %(queue_name)s = ANY(e.queues)
+      AND e.session_key NOT IN (SELECT dbos_agent.dead_sessions())
+), in_flight AS (
+    SELECT partition_key AS pk, count(*) AS total,
+           count(*) FILTER (WHERE owner_key = %(owner_key)s) AS mine
+    FROM dbos_agent.workflows
+    WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
+      AND (status = 'PENDING'
+           OR (status = 'SUSPENDED' AND (wait_kind = 'retry' OR %(count_suspended)s)))
+    GROUP BY partition_key
+), room AS (
+    SELECT p.pk,
+           (SELECT max(d.dequeued_at)
+            FROM dbos_agent.workflows AS d
+            WHERE d.queue_name = %(queue_name)s AND d.partition_key = p.pk
+              AND d.dequeued_at IS NOT NULL) AS last_served,
+           GREATEST(0, LEAST(
+               %(free_slots)s,
+               COALESCE(%(concurrency)s - COALESCE(f.total, 0), %(free_slots)s),
+               COALESCE(%(worker_concurrency)s - COALESCE(f.mine, 0), %(free_slots)s),
+               CASE WHEN %(rate_limit)s::int IS NOT NULL
+                    THEN %(rate_limit)s - (
+                        SELECT count(*)
+                        FROM dbos_agent.workflows AS d
+                        WHERE d.queue_name = %(queue_name)s AND d.partition_key = p.pk
+                          AND d.dequeued_at > dbos_agent.now()
+                                              - make_interval(secs => %(rate_period)s))
+               END,
+               CASE WHEN %(fair)s
+                    THEN ceil(%(concurrency)s::float8 / servers.n)::int - COALESCE(f.mine, 0)
+               END)) AS n
+    FROM parts AS p
+    CROSS JOIN servers
+    LEFT JOIN in_flight AS f ON f.pk = p.pk
+    WHERE p.pk IS NOT NULL
+), offered AS (
+    SELECT c.workflow_id, c.turn, r.last_served, r.pk
+    FROM room AS r
+    CROSS JOIN LATERAL (
+        SELECT w.workflow_id,
+               row_number() OVER (ORDER BY w.priority, w.created_at, w.workflow_id) AS turn
+        FROM dbos_agent.workflows AS w
+        WHERE w.queue_name = %(queue_name)s AND w.partition_key = r.pk
+          AND w.status = 'ENQUEUED'
+          AND (w.wake_at IS NULL OR w.wake_at <= dbos_agent.now())
+          AND w.name = ANY(%(names)s)
+          AND dbos_agent.may_run(w.app_version, w.accepted_versions, w.diverged_versions,
+                                 %(app_version)s, %(code_version)s)
+        ORDER BY w.priority, w.created_at, w.workflow_id
+        LIMIT r.n
+    ) AS c
+    WHERE r.n > 0
+), picked AS (
+    SELECT w.workflow_id
+    FROM dbos_agent.workflows AS w
+    JOIN (SELECT workflow_id
+          FROM offered
+          ORDER BY turn, last_served NULLS FIRST, pk
+          LIMIT %(free_slots)s) AS o USING (workflow_id)
+    WHERE w.status = 'ENQUEUED'
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE dbos_agent.workflows AS w
+SET run_started_at = now(),
+    status = 'PENDING', owner_key = %(owner_key)s, executor_id = %(executor_id)s,
+    dequeued_at = dbos_agent.now(), wake_at = NULL, updated_at = now()
+FROM picked
+WHERE w.workflow_id = picked.workflow_id
+RETURNING w.workflow_id, w.name, w.inputs::text;
+
+-- name: register_queues
+-- scope: many
+-- Record the queues this process defines in code (one JSON array of rows): a new one is
+-- inserted, one still the code's (source 'code') takes this code's values, one an
+-- operator set keeps the operator's.
+INSERT INTO dbos_agent.queues AS q
+    (name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
+     fair_share, partitioned)
+SELECT r.name, r.concurrency, r.worker_concurrency, r.rate_limit, r.rate_period,
+       r.count_suspended, r.fair_share, r.partitioned
+FROM json_to_recordset(%(rows)s::json)
+     AS r(name text, concurrency integer, worker_concurrency integer, rate_limit integer,
+          rate_period float8, count_suspended boolean, fair_share boolean, partitioned boolean)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = EXCLUDED.concurrency, worker_concurrency = EXCLUDED.worker_concurrency,
+    rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period,
+    count_suspended = EXCLUDED.count_suspended, fair_share = EXCLUDED.fair_share,
+    partitioned = EXCLUDED.partitioned, updated_at = now()
+WHERE q.source = 'code'
+  AND (q.concurrency, q.worker_concurrency, q.rate_limit, q.rate_period, q.count_suspended,
+       q.fair_share, q.partitioned)
+      IS DISTINCT FROM
+      (EXCLUDED.concurrency, EXCLUDED.worker_concurrency, EXCLUDED.rate_limit,
+       EXCLUDED.rate_period, EXCLUDED.count_suspended, EXCLUDED.fair_share,
+       EXCLUDED.partitioned);
+
+-- name: list_queues
+-- scope: many
+SELECT name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
+       fair_share, partitioned, source, updated_at
+FROM dbos_agent.queues
+ORDER BY name;
+
+-- name: set_queue
+-- scope: many
+-- An operator's change of a queue's limits (only the fields flagged given change; a
+-- queue not recorded yet is created with them): the queue becomes the operator's, whose
+-- values win over the code's (register_queues leaves it alone). With reset, the queue
+-- goes back to its code: the next launch (or process refresh) records the code's values.
+INSERT INTO dbos_agent.queues AS q
+    (name, concurrency, worker_concurrency, rate_limit, rate_period, source)
+VALUES (%(name)s, %(concurrency)s, %(worker_concurrency)s, %(rate_limit)s, %(rate_period)s,
+        CASE WHEN %(reset)s THEN 'code' ELSE 'operator' END)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
+                       ELSE q.concurrency END,
+    worker_concurrency = CASE WHEN %(set_worker_concurrency)s
+                              THEN EXCLUDED.worker_concurrency
+                              ELSE q.worker_concurrency END,
+    rate_limit = CASE WHEN %(set_rate_limit)s THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+    rate_period = CASE WHEN %(set_rate_limit)s THEN EXCLUDED.rate_period
+                       ELSE q.rate_period END,
+    source = EXCLUDED.source, updated_at = now()
+RETURNING name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
+          fair_share, partitioned, source, updated_at;
 
 -- == operator actions ==
 -- Cancel, resume, fork and inspect, for dbos_agent.engine.operations and the

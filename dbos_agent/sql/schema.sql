@@ -89,6 +89,9 @@ CREATE TABLE dbos_agent.workflows (
     -- What operators changed in its log, oldest first (migration 027): a rewind, an
     -- edited fork's inputs and replaced step outputs; [{"kind", "by", "at", ...}].
     edits                 jsonb,
+    -- Queue.enqueue(..., partition_key=) on a partitioned queue: the tenant whose
+    -- limits it counts against (migration 028); NULL on every other workflow.
+    partition_key         text        CHECK (partition_key <> ''),
     CONSTRAINT workflows_fork_origin_complete
         CHECK ((forked_from IS NULL) = (forked_from_step IS NULL)),
     CONSTRAINT workflows_status_check CHECK (status IN (
@@ -147,6 +150,32 @@ CREATE INDEX workflows_in_flight_by_queue
     WHERE status = 'PENDING' AND queue_name IS NOT NULL;
 CREATE INDEX workflows_dequeued_by_queue
     ON dbos_agent.workflows (queue_name, dequeued_at) WHERE dequeued_at IS NOT NULL;
+-- Partitioned queues: each partition's waiting workflows in order, and its dequeues.
+CREATE INDEX workflows_enqueued_by_partition
+    ON dbos_agent.workflows (queue_name, partition_key, priority, created_at, workflow_id)
+    WHERE status = 'ENQUEUED' AND partition_key IS NOT NULL;
+CREATE INDEX workflows_dequeued_by_partition
+    ON dbos_agent.workflows (queue_name, partition_key, dequeued_at)
+    WHERE dequeued_at IS NOT NULL AND partition_key IS NOT NULL;
+
+-- == queues ============================================================================
+
+-- A queue's limits as every process serving it applies them (migration 029): recorded by
+-- each launch from the code (source 'code'), or set by an operator (source 'operator',
+-- which wins over the code's until reset). Processes read it every second or so.
+CREATE TABLE dbos_agent.queues (
+    name               text        PRIMARY KEY CHECK (name <> ''),
+    concurrency        integer     CHECK (concurrency >= 1),
+    worker_concurrency integer     CHECK (worker_concurrency >= 1),
+    rate_limit         integer     CHECK (rate_limit >= 1),
+    rate_period        float8      CHECK (rate_period > 0),
+    count_suspended    boolean     NOT NULL DEFAULT false,
+    fair_share         boolean     NOT NULL DEFAULT true,
+    partitioned        boolean     NOT NULL DEFAULT false,
+    source             text        NOT NULL DEFAULT 'code' CHECK (source IN ('code', 'operator')),
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queues_rate_limit_whole CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
+);
 
 -- == the step log ======================================================================
 

@@ -583,6 +583,9 @@ EVERY_COMMAND = [
     ["schedules", "pause", "n"],
     ["schedules", "resume", "n"],
     ["schedules", "backfill", "n", "--from", "2h", "--to", "1h"],
+    ["queues"],
+    ["queues", "list"],
+    ["queues", "set", "q", "--concurrency", "3", "--rate-limit", "10/60"],
     ["worker", "--app", "m"],
     ["serve"],
 ]

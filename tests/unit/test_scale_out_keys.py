@@ -31,8 +31,9 @@ DISTRIBUTED: dict[str, str] = {
 }
 
 #: Small tables, one full copy on every node (Citus reference tables); server_epochs goes
-#: where executors goes (the epochs are those of the server that judges the sessions).
-REFERENCE: set[str] = {"executors", "schedules", "server_epochs"}
+#: where executors goes (the epochs are those of the server that judges the sessions);
+#: queues is a few rows every process reads every second.
+REFERENCE: set[str] = {"executors", "schedules", "server_epochs", "queues"}
 
 #: Unique indexes across workflows, which Citus cannot enforce on a distributed table,
 #: and why they may stay on one Postgres (docs/operating/scale-out.md says what replaces them).

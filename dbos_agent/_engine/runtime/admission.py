@@ -35,6 +35,7 @@ def admit(
     dedup_id: str | None = None,
     delay: float | None = None,
     recorded_start: bool = False,
+    partition_key: str | None = None,
 ) -> Admission:
     """Record the call (or find it recorded) and decide who runs it.
 
@@ -69,6 +70,7 @@ def admit(
         timeout=current_workflow_timeout(),
         dedup_id=dedup_id,
         delay=delay,
+        partition_key=partition_key,
     )
     if new.status is not WorkflowStatus.PENDING:
         return _enqueue(engine, definition, new, same)

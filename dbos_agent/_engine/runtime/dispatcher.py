@@ -51,6 +51,7 @@ def dispatch_once(engine: Engine) -> int:
             rate_limit=queue.rate_limit,
             count_suspended=queue.count_suspended,
             fair=queue.fair_share and queue.worker_concurrency is None,
+            partitioned=queue.partitioned,
         )
         claims = []
         for workflow_id, name, inputs in dequeued:
