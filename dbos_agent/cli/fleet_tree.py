@@ -11,7 +11,7 @@ from .._engine.retention import DEFAULT_BATCH_SIZE, DEFAULT_STATUSES
 from .._limits import DEFAULT_MAX_CHECKPOINT_BYTES
 from ..web import serve
 from . import arguments as types
-from . import commands, deploys
+from . import commands, deploys, schedule_commands
 from .arguments import PROG
 from .building import Group, add_command, database_option
 
@@ -179,19 +179,19 @@ def add_schedules(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         common,
         "schedules",
         "list cron schedules (@scheduled); pause, resume or backfill one",
-        commands.schedules,
+        schedule_commands.schedules,
         "Without an action: every schedule recorded in the database (a process that defines\n"
         "one records it when it launches), with its latest slot's workflow and status and its\n"
         "next slot. Slots are shown in UTC; the workflow of a slot has the id NAME@SLOT.",
     )
     actions = command.add_subparsers(dest="action", metavar="ACTION", title="actions")
-    add_command(actions, common, "list", listing, commands.schedules)
+    add_command(actions, common, "list", listing, schedule_commands.schedules)
     pause = add_command(
         actions,
         common,
         "pause",
         "pause a schedule in every process: its slots pass without runs",
-        commands.pause_schedule,
+        schedule_commands.pause_schedule,
     )
     pause.add_argument("name", metavar="NAME", help="schedule name")
     resume = add_command(
@@ -199,7 +199,7 @@ def add_schedules(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         common,
         "resume",
         "resume a paused schedule from its next slot",
-        commands.resume_schedule,
+        schedule_commands.resume_schedule,
         "Resume a paused schedule: it runs again from its next slot. The slots that came due\n"
         "while it was paused are not caught up; `backfill` runs them.",
     )
@@ -209,7 +209,7 @@ def add_schedules(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         common,
         "backfill",
         "run every slot in a range that has not run, once each",
-        commands.backfill,
+        schedule_commands.backfill,
         "Record, for every slot of the schedule from --from to --to (up to now) that has no\n"
         "workflow yet, its workflow (id NAME@SLOT): PENDING and owned by no process, so the\n"
         "first live process with the workflow's code takes it over and runs it (every\n"
