@@ -136,6 +136,14 @@ def _json_object(value: Any, field: str) -> None:
     _walk(value, field)
 
 
+def _json_objects(value: Any, field: str) -> None:
+    """A JSON array of objects (a workflow's ``edits``: one object per operator's edit)."""
+    if not isinstance(value, list):
+        raise _Refused(field, f"must be a JSON array of objects, got {_kind(value)}")
+    for i, item in enumerate(value):
+        _json_object(item, f"{field}[{i}]")
+
+
 def _storable_text(text: str, field: str) -> None:
     """Text Postgres can hold: no NUL, and Unicode (no unpaired surrogate)."""
     if "\x00" in text:
@@ -208,6 +216,7 @@ _WORKFLOW = (
     _Field("accepted_versions", _texts, DEFAULTED),
     _Field("dedup_id", _identifier("dedup id"), NULLABLE),
     _Field("partition_key", _identifier("partition key"), NULLABLE),
+    _Field("edits", _json_objects, NULLABLE),
 )
 _STEP = (
     _Field("seq", _integer(0)),

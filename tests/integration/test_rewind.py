@@ -35,7 +35,7 @@ def count(key: str, i: int) -> int:
     return i
 
 
-@da.durable_workflow
+@da.durable_workflow(name="rewind_mailbox")
 def mailbox(key: str) -> list[Any]:
     first = count(key, 0)  # 0
     da.set_event("stage", "one")  # 1
