@@ -86,6 +86,18 @@ class WorkflowInfo:
     #: attempt and its last error. Set whether the workflow is SUSPENDED meanwhile or
     #: waits in the process that runs it.
     retrying: RetryInfo | None = None
+    #: Its queue priority (lower is dequeued first; 0 outside a queue).
+    priority: int = 0
+    #: When a worker took it from its queue (None: not queued, or not dequeued yet).
+    dequeued_at: datetime | None = None
+    #: The deduplication id it was enqueued with (``Queue.enqueue(..., dedup_id=)``).
+    deduplication_id: str | None = None
+    #: The workflow it was forked from, and the fork point (None: not a fork).
+    forked_from: str | None = None
+    forked_from_step: int | None = None
+    #: The workflow that started it (``da.start`` in a workflow; a cancel of that one
+    #: cancels this one too), None for a workflow started from outside one.
+    parent_workflow_id: str | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""

@@ -255,6 +255,12 @@ def workflow_info(row: Row) -> WorkflowInfo:
             row.get("retry_error"),
             row.get("retry_state"),
         ),
+        priority=row.get("priority") or 0,
+        dequeued_at=row.get("dequeued_at"),
+        deduplication_id=row.get("dedup_id"),
+        forked_from=row.get("forked_from"),
+        forked_from_step=row.get("forked_from_step"),
+        parent_workflow_id=row.get("parent_id"),
     )
 
 

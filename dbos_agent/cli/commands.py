@@ -120,7 +120,6 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     client = Client.over(db)
     info = client.get_workflow(args.workflow_id)
     steps = client.list_steps(info.workflow_id)
-    origin = client.fork_origin(info.workflow_id)
     digests = [describe_step(step) for step in steps]
     totals = documents.token_totals(digests)
     limits = client.get_event(info.workflow_id, documents.BUDGET_EVENT)
@@ -128,8 +127,6 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     if args.json:
         document = documents.workflow_json(info)
         document["budget"] = budget
-        document["forked_from"] = origin[0] if origin else None
-        document["forked_from_step"] = origin[1] if origin else None
         document["steps"] = [
             {**documents.step_json(s, d), "replayed": info.replayed(s)}
             for s, d in zip(steps, digests, strict=True)
@@ -151,8 +148,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Duration", render.duration(documents.wall_seconds(info))),
         ("Recoveries", f"{info.recovery_attempts} of at most {info.max_recovery_attempts}"),
     ]
-    if origin:
-        fields.append(("Forked from", f"{origin[0]} at step {origin[1]}"))
+    fields += render.lineage_fields(info)
     fields.append(("Inputs", render.clip(render.compact(info.inputs), render.DETAIL_CHARS)))
     if info.status is WorkflowStatus.SUCCESS:
         fields.append(("Output", render.clip(render.compact(info.output), render.DETAIL_CHARS)))

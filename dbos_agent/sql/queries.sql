@@ -309,7 +309,8 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 -- scope: one workflow
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
-       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged
+       finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
+       priority, dequeued_at, dedup_id, forked_from, forked_from_step, parent_id
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
 
@@ -320,7 +321,8 @@ WHERE workflow_id = %(workflow_id)s;
 SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
-       w.wake_at, w.run_started_at, w.diverged, r.*
+       w.wake_at, w.run_started_at, w.diverged, w.priority, w.dequeued_at, w.dedup_id,
+       w.forked_from, w.forked_from_step, w.parent_id, r.*
 FROM dbos_agent.workflows AS w
 LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
     ON w.status IN ('PENDING', 'SUSPENDED')
@@ -339,7 +341,7 @@ WHERE w.workflow_id = %(workflow_id)s;
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
        finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
-       r.*
+       priority, dequeued_at, dedup_id, forked_from, forked_from_step, parent_id, r.*
 FROM dbos_agent.workflows AS w
 LEFT JOIN LATERAL dbos_agent.retrying_step(w.workflow_id) AS r
     ON w.status IN ('PENDING', 'SUSPENDED')

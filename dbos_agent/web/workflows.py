@@ -74,10 +74,7 @@ def show(workflow_id: str, client: ClientOf) -> Response:
     info = client.get_workflow(workflow_id)
     steps = client.list_steps(workflow_id)
     digests = [describe_step(step) for step in steps]
-    origin = client.fork_origin(workflow_id)
     document = workflow_document(info, bool(temporary_orphans(client, [info])))
-    document["forked_from"] = origin[0] if origin else None
-    document["forked_from_step"] = origin[1] if origin else None
     document["actions"] = {  # what the dashboard offers: what the status allows
         "cancel": info.status in CANCELLABLE,
         "resume": info.status in RESUMABLE,
