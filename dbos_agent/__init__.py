@@ -45,6 +45,7 @@ from ._engine.launch_options import LaunchOptions
 from ._engine.messaging import get_event, recv, send, set_event
 from ._engine.patches import deprecate_patch, patched
 from ._engine.queues import Queue
+from ._engine.run_step import run_step
 from ._engine.schedules import scheduled
 from ._engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
 from ._engine.step_options import StepOptions
@@ -88,6 +89,7 @@ __all__ = [
     "recv",
     "request_approval",
     "retrieve",
+    "run_step",
     "scheduled",
     "set_event",
     "sleep",

@@ -18,6 +18,7 @@ from ._engine.messaging import recv_async as recv
 from ._engine.messaging import send_async as send
 from ._engine.messaging import set_event_async as set_event
 from ._engine.patches import patched_async as patched
+from ._engine.run_step import run_step_async as run_step
 from ._engine.streams import close_stream_async as close_stream
 from ._engine.streams import read_stream_async as read_stream
 from ._engine.streams import write_stream_async as write_stream
@@ -31,6 +32,7 @@ __all__ = [
     "read_stream",
     "recv",
     "request_approval",
+    "run_step",
     "send",
     "set_event",
     "sleep",
