@@ -16,6 +16,7 @@ from ._engine.first import wait_first_async as wait_first
 from ._engine.messaging import get_event_async as get_event
 from ._engine.messaging import recv_async as recv
 from ._engine.messaging import send_async as send
+from ._engine.messaging import send_bulk_async as send_bulk
 from ._engine.messaging import set_event_async as set_event
 from ._engine.patches import patched_async as patched
 from ._engine.run_step import run_step_async as run_step
@@ -34,6 +35,7 @@ __all__ = [
     "request_approval",
     "run_step",
     "send",
+    "send_bulk",
     "set_event",
     "sleep",
     "wait_first",

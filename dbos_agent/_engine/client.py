@@ -28,7 +28,7 @@ from ..errors import WorkflowNotFoundError
 from ..postgres.opening import open_system_database
 from ..records import ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from .approvals import ApprovalRequest, decide
-from .messaging import poll_event, send_plain
+from .messaging import BulkMessage, poll_event, send_bulk_plain, send_plain
 from .operations import (
     cancel_workflow,
     fork_workflow,
@@ -197,6 +197,13 @@ class Client:
         an outage is delivered once). Returns whether a message was stored (False: its
         key was sent before). Raises WorkflowNotFoundError for an unknown id."""
         return send_plain(self.db, workflow_id, message, topic, idempotency_key)
+
+    def send_bulk(self, messages: Iterable[BulkMessage]) -> int:
+        """Send many messages in one statement: ``(destination_id, message)`` tuples, each
+        with a topic and an idempotency key after it if wanted (see ``da.send_bulk``).
+        All are stored or none (WorkflowNotFoundError for a destination that does not
+        exist); returns how many were stored (the others' keys were sent before)."""
+        return send_bulk_plain(self.db, messages)
 
     def get_event(
         self, workflow_id: str, key: str, default: Any = None, *, timeout: float = 0.0

@@ -1345,6 +1345,36 @@ WITH destination AS (
 SELECT EXISTS (SELECT 1 FROM destination) AS destination_exists,
        (SELECT count(*) FROM inserted) = 1 AS inserted;
 
+-- name: insert_messages
+-- scope: many
+-- send_bulk: insert_message for many (destination, topic, message, key) at once, given
+-- as parallel arrays, in one statement: all of them, or none when a destination does
+-- not exist (missing names them). Keys sent before insert nothing, as one send's do;
+-- the messages_notify trigger wakes each destination's waiters at commit. Returns one
+-- row per message, in the given order.
+WITH given AS (
+    SELECT *
+    FROM unnest(%(destination_ids)s::text[], %(topics)s::text[], %(messages)s::text[],
+                %(idempotency_keys)s::text[]) WITH ORDINALITY
+         AS g(destination_id, topic, message, idempotency_key, n)
+), destination AS (
+    SELECT workflow_id FROM dbos_agent.workflows
+    WHERE workflow_id = ANY(ARRAY(SELECT DISTINCT destination_id FROM given))
+    FOR KEY SHARE
+), missing AS (
+    SELECT DISTINCT g.destination_id FROM given AS g
+    WHERE NOT EXISTS (SELECT 1 FROM destination AS d WHERE d.workflow_id = g.destination_id)
+), inserted AS (
+    INSERT INTO dbos_agent.messages (destination_id, topic, message, idempotency_key)
+    SELECT destination_id, topic, message::jsonb, idempotency_key FROM given
+    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    ORDER BY n
+    ON CONFLICT ON CONSTRAINT messages_idempotency_key DO NOTHING
+    RETURNING destination_id, idempotency_key
+)
+SELECT (SELECT count(*) FROM inserted) AS inserted,
+       ARRAY(SELECT destination_id FROM missing ORDER BY destination_id) AS missing;
+
 -- name: receive_message
 -- scope: one workflow
 -- recv: consume the oldest unconsumed message of (workflow, topic) and record
