@@ -109,6 +109,34 @@ class WorkflowInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkflowFilter:
+    """Which workflows a bulk action (``Client.cancel_workflows``, ``resume_workflows``,
+    ``delete_workflows``) is about: those matching every field given (None: any).
+    ``older_than`` counts back from now on the database's clock; ``created_after`` and
+    ``created_before`` are times. Every field is a column's equality but for those three,
+    so that a new filter on a column is one field here."""
+
+    status: WorkflowStatus | None = None
+    name: str | None = None
+    queue_name: str | None = None
+    executor_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    older_than: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:  # a str (from untyped code) is checked
+            object.__setattr__(self, "status", WorkflowStatus(self.status))
+        if self.older_than is not None and self.older_than < timedelta(0):
+            raise ValueError(f"older_than must not be negative, got {self.older_than}")
+
+    @property
+    def empty(self) -> bool:
+        """No field given: it matches every workflow."""
+        return all(getattr(self, name) is None for name in self.__slots__)
+
+
+@dataclass(frozen=True, slots=True)
 class Divergence:
     """Where a workflow's log and its code parted: at step ``position`` the log recorded
     ``recorded`` and the code called ``called``, in a process of application version

@@ -144,7 +144,7 @@ class RecoveryClaim:
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """What :meth:`SystemDatabase.cancel_workflow` found and did."""
+    """What :meth:`OperationStore.cancel` found and did."""
 
     cancelled: bool
     previous: WorkflowStatus

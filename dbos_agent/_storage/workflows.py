@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 
 from ..errors import DuplicateEnqueueError
-from ..records import WorkflowInfo, WorkflowStatus
+from ..records import WorkflowFilter, WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
+from .filters import filter_params, filter_sql
 from .rows import NewWorkflow, Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
 from .sql_files import query
-
-#: list_workflows' filters, each a fixed fragment: only the given ones go in the
-#: statement, so its plan is the one for those filters (see list_workflows).
-_LIST_FILTERS: dict[str, LiteralString] = {
-    "status": "status = %(status)s",
-    "name": "name = %(name)s",
-    "executor_id": "executor_id = %(executor_id)s",
-    "queue_name": "queue_name = %(queue_name)s",
-    "created_after": "created_at >= %(created_after)s",
-    "created_before": "created_at < %(created_before)s",
-}
 
 
 class WorkflowStore:
@@ -185,32 +174,11 @@ class WorkflowStore:
         )
         return None if row is None else str(row["workflow_id"])
 
-    def list(
-        self,
-        *,
-        status: str | None = None,
-        name: str | None = None,
-        executor_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 100,
-        queue_name: str | None = None,
-    ) -> list[WorkflowInfo]:
-        """Workflows matching every given filter, newest first."""
-        given: dict[str, Any] = {
-            key: value
-            for key, value in {
-                "status": status,
-                "name": name,
-                "executor_id": executor_id,
-                "queue_name": queue_name,
-                "created_after": created_after,
-                "created_before": created_before,
-            }.items()
-            if value is not None
-        }
-        filters = " AND ".join(f for key, f in _LIST_FILTERS.items() if key in given)
-        sql = query("list_workflows").replace("{filters}", filters or "true")
-        params = {**given, "limit": limit}
+    def list(self, *, limit: int = 100, **filters: Any) -> list[WorkflowInfo]:
+        """Workflows matching every given filter (a field of :class:`WorkflowFilter`, by
+        name; None is no filter), newest first."""
+        selection = WorkflowFilter(**filters)
+        sql = query("list_workflows").replace("{filters}", filter_sql(selection))
+        params = {**filter_params(selection), "limit": limit}
         rows = self._db.run("list workflows", lambda c: c.execute(sql, params).fetchall())
         return [workflow_info(row) for row in rows]

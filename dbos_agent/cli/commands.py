@@ -28,7 +28,7 @@ from .._engine.retention import DEFAULT_STATUSES, check_statuses
 from .._engine.schedules import backfill_schedule_slots, read_schedules, set_schedule_paused
 from .._serialization import codec_for
 from .._storage.database import SystemDatabase
-from .._storage.rows import ForkResult, ResumeResult
+from .._storage.rows import ForkResult
 from .._storage.sql_files import migrations
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
 from . import render
@@ -38,11 +38,11 @@ from .arguments import PROG
 _ENDED = (WorkflowStatus.SUCCESS, WorkflowStatus.ERROR)
 
 
-def _get(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
+def get_workflow(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
     return Client.over(db).get_workflow(workflow_id)
 
 
-def _who_runs_it(executor_id: str) -> str:
+def who_runs_it(executor_id: str) -> str:
     return (
         f"it continues from its log in the first process with its function that claims it "
         f"(`{PROG} worker`, or a launch() with executor_id={executor_id!r})"
@@ -179,49 +179,6 @@ def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
         print("no steps recorded")
 
 
-def cancel(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Cancel a workflow; cancelling a cancelled one changes nothing (scripts may retry)."""
-    previous = Client.over(db).cancel(args.workflow_id)
-    changed = previous is not WorkflowStatus.CANCELLED
-    if args.json:
-        render.print_json(
-            {
-                "workflow_id": args.workflow_id,
-                "status": WorkflowStatus.CANCELLED,
-                "previous_status": previous,
-                "changed": changed,
-            }
-        )
-    elif changed:
-        print(
-            f"cancelled {args.workflow_id} (it was {previous}); a run in progress stops at its "
-            f"next step boundary"
-        )
-    else:
-        print(f"{args.workflow_id} was already CANCELLED; nothing changed")
-
-
-def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Make a cancelled or dead-lettered workflow PENDING again."""
-    report = Client.over(db).resume(args.workflow_id, executor_id=args.executor).report
-    assert isinstance(report, ResumeResult)
-    result = report
-    if args.json:
-        render.print_json(
-            {
-                "workflow_id": args.workflow_id,
-                "status": WorkflowStatus.PENDING,
-                "previous_status": result.previous,
-                "executor_id": result.executor_id,
-            }
-        )
-    else:
-        print(
-            f"resumed {args.workflow_id} (it was {result.previous}); it is PENDING on executor "
-            f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
-        )
-
-
 def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Start a new workflow that reuses the recorded steps below ``--from-step``."""
     handle = Client.over(db).fork(
@@ -250,7 +207,7 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
         print(
             f"forked {args.workflow_id} from step {result.from_step}{moved} as {new_id} "
             f"({result.copied_steps} recorded step(s) reused); it is PENDING on executor "
-            f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
+            f"{result.executor_id!r}: {who_runs_it(result.executor_id)}"
         )
 
 
@@ -275,7 +232,7 @@ def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
         client.resolve_in_doubt(args.workflow_id, args.seq, rerun=True)
     else:
         client.resolve_in_doubt(args.workflow_id, args.seq, result=json.loads(output))
-    info = _get(db, args.workflow_id)
+    info = get_workflow(db, args.workflow_id)
     if args.json:
         render.print_json(
             {
@@ -290,7 +247,7 @@ def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
         how = "it will run again" if args.rerun else "its result is recorded"
         print(
             f"resolved step {args.seq} of {args.workflow_id} ({how}); the workflow is "
-            f"{info.status}: {_who_runs_it(info.executor_id)}"
+            f"{info.status}: {who_runs_it(info.executor_id)}"
         )
 
 
@@ -303,7 +260,7 @@ def send(args: argparse.Namespace, db: SystemDatabase) -> None:
             value = json.loads(args.message)
         except ValueError:
             value = args.message
-    status = _get(db, args.workflow_id).status
+    status = get_workflow(db, args.workflow_id).status
     inserted = Client.over(db).send(args.workflow_id, value, args.topic, args.idempotency_key)
     payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
     warning = None
@@ -369,7 +326,7 @@ def gc(args: argparse.Namespace, db: SystemDatabase) -> None:
 
 def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Print a stream's items (waiting for more with --follow, until it ends)."""
-    _get(db, args.workflow_id)
+    get_workflow(db, args.workflow_id)
     items = Client.over(db).read_stream(
         args.workflow_id, args.key, args.offset, timeout=None if args.follow else 0
     )
@@ -406,7 +363,7 @@ def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
 def approvals(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Approval requests: one workflow's, or every pending one."""
     if args.workflow_id is not None:
-        _get(db, args.workflow_id)
+        get_workflow(db, args.workflow_id)
     found = Client.over(db).approvals(args.workflow_id)
     if args.json:
         render.print_json([dataclasses.asdict(a) for a in found])

@@ -6,13 +6,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 import dbos_agent as da
-from dbos_agent._engine.queues import isolated_queues
 from tests.helpers import cli, new_id, ok
 from tests.support.web import TOKEN, Server
 
@@ -30,14 +27,6 @@ def child(x: int) -> int:
 @da.durable_workflow
 def parent(x: int, child_id: str) -> int:
     return da.start(child, x, workflow_id=child_id).result()
-
-
-@pytest.fixture
-def queue_runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runtime]:
-    with isolated_queues():
-        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
-        yield rt
-        rt.shutdown(grace=5)
 
 
 def test_queue_fields_parent_and_fork_origin_are_on_the_record(

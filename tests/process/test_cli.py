@@ -562,6 +562,7 @@ EVERY_COMMAND = [
     ["workflows", "steps", "x"],
     ["workflows", "cancel", "x"],
     ["workflows", "resume", "x"],
+    ["workflows", "delete", "x"],
     ["workflows", "fork", "x", "--from-step", "0"],
     ["steps", "resolve", "x", "0", "--rerun"],
     ["retry", "x"],
