@@ -10,12 +10,14 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 import dbos_agent as da
 from dbos_agent.records import WorkflowFilter
 from dbos_agent.testing import Inspector
 from tests.helpers import cli, new_id, ok, refused, wait_until
+from tests.support.web import TOKEN, Server
 
 
 @da.durable_workflow(name="bulk_waiter")
@@ -166,3 +168,46 @@ def test_the_cli_takes_many_ids_or_filters(
         1,
         "--executor goes with one ID",
     )
+
+
+def test_the_api_takes_ids_or_filters_under_its_security_rules(
+    api: httpx.Client, server: Server
+) -> None:
+    tag = new_id("tag")
+    handles = [da.start(waiter, tag) for _ in range(3)]
+    ids = [h.workflow_id for h in handles]
+    body = {"workflow_ids": ids, "dry_run": True}
+    foreign = httpx.post(
+        f"{server.base}/api/workflows/cancel",
+        json=body,
+        headers={"Authorization": f"Bearer {TOKEN}", "Origin": "http://evil.example"},
+    )
+    assert foreign.status_code == 403, foreign.text
+    assert httpx.post(f"{server.base}/api/workflows/cancel", json=body).status_code == 401
+    plain = api.post("/api/workflows/cancel", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415
+
+    counted = api.post("/api/workflows/cancel", json=body).json()
+    assert (counted["matched"], counted["changed"], counted["dry_run"]) == (3, 3, True)
+    sent = api.post(
+        "/api/workflows/send",
+        json={"messages": [{"workflow_id": i, "message": "go!", "topic": "go"} for i in ids[:2]]},
+    )
+    assert sent.json() == {"messages": 2, "sent": 2}
+    assert {h.result(30) for h in handles[:2]} == {f"{tag}: go!"}
+    missing = api.post(
+        "/api/workflows/send", json={"messages": [{"workflow_id": new_id(), "message": 1}]}
+    )
+    assert missing.status_code == 404
+
+    done = api.post("/api/workflows/cancel", json={"workflow_ids": ids}).json()
+    assert (done["matched"], done["changed"], done["skipped"]) == (3, 1, 2)
+    refused_all = api.post("/api/workflows/delete", json={})
+    assert refused_all.status_code == 400 and "all" in refused_all.json()["error"]
+    bad_age = api.post("/api/workflows/delete", json={"name": "x", "older_than": "soon"})
+    assert bad_age.status_code == 400
+    deleted = api.post(
+        "/api/workflows/delete", json={"workflow_ids": ids, "name": "bulk_waiter"}
+    ).json()
+    assert (deleted["requested"], deleted["changed"]) == (3, 3)
+    assert api.get(f"/api/workflows/{ids[0]}").status_code == 404
