@@ -5,8 +5,8 @@ checks every workflow's status as the one-workflow action does and leaves the on
 whose status does not allow it: a bulk action never half-applies to a workflow, and
 what it does to each is what ``cancel``, ``resume`` would do to it alone (a cancel
 cancels the unfinished workflows it started; a resume hands it to whichever process
-claims it). Delete has no one-workflow form: it deletes finished workflows (not
-PENDING, ENQUEUED, SUSPENDED or DIVERGED: cancel those first) with their steps,
+claims it). Delete deletes finished workflows (not PENDING, ENQUEUED, SUSPENDED,
+DIVERGED, nor IN_DOUBT, which waits for a person: cancel those first) with their steps,
 messages, events, streams and approvals, as retention does, and leaves the workflows
 they started. A filter is read once, to the ids it matches then, and every batch
 checks it again, so that a workflow that stopped matching meanwhile is left.

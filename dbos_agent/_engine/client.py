@@ -340,8 +340,8 @@ class Client:
     ) -> BulkReport:
         """Delete many finished workflows (chosen as :meth:`cancel_workflows` chooses) with
         their steps, messages, events, streams and approvals; unfinished ones (PENDING,
-        ENQUEUED, SUSPENDED, DIVERGED: cancel them first) are left, and so are the
-        workflows they started."""
+        ENQUEUED, SUSPENDED, DIVERGED) and IN_DOUBT ones are left (cancel them first),
+        and so are the workflows they started."""
         return act_on_workflows(self.db, "delete", workflow_ids, **options)
 
     def retry(self, workflow_id: str) -> int:

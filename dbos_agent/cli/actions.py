@@ -137,7 +137,7 @@ def delete(args: argparse.Namespace, db: SystemDatabase) -> None:
         _bulk(args, db, "delete")
         return
     status = get_workflow(db, workflow_id).status
-    if status.finished and Client.over(db).delete_workflows([workflow_id]).changed:
+    if Client.over(db).delete_workflows([workflow_id]).changed:
         if args.json:
             render.print_json({"workflow_id": workflow_id, "previous_status": status})
         else:
@@ -147,6 +147,6 @@ def delete(args: argparse.Namespace, db: SystemDatabase) -> None:
     raise WorkflowStatusError(
         workflow_id,
         status,
-        f"cannot delete workflow {workflow_id!r}: it is {status} and may still run; "
-        f"cancel it first (`{PROG} workflows cancel {workflow_id}`)",
+        f"cannot delete workflow {workflow_id!r}: it is {status} (it may still run, or "
+        f"waits for a person); cancel it first (`{PROG} workflows cancel {workflow_id}`)",
     )

@@ -85,9 +85,9 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         "delete",
         "delete finished workflows with their steps, messages, events and streams",
         actions.delete,
-        "Delete finished workflows (SUCCESS, ERROR, CANCELLED, IN_DOUBT, dead-lettered) with\n"
-        "their steps, messages, events, streams and approval requests. An unfinished one\n"
-        "(PENDING, ENQUEUED, SUSPENDED, DIVERGED) is not deleted: cancel it first. The\n"
+        "Delete finished workflows (SUCCESS, ERROR, CANCELLED, dead-lettered) with their\n"
+        "steps, messages, events, streams and approval requests. An unfinished one (PENDING,\n"
+        "ENQUEUED, SUSPENDED, DIVERGED) or an IN_DOUBT one is not deleted: cancel it first. The\n"
         "workflows a deleted one started are kept. `gc` deletes by age in the background.\n"
         f"{_BULK}",
     )

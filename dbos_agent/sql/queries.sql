@@ -1211,9 +1211,10 @@ SELECT (SELECT count(*) FROM picked) AS matched, (SELECT count(*) FROM resumed) 
 -- scope: many
 -- Delete a batch of ids that also match {filters}, each with its steps, messages,
 -- events, stream items, approval requests and model usage (as retention does), if
--- it finished (it will not run again by itself: not PENDING, ENQUEUED, SUSPENDED or
--- DIVERGED). The workflows it started are not deleted. Returns how many of the ids
--- matched and how many were deleted.
+-- it finished and waits for nobody (not PENDING, ENQUEUED, SUSPENDED, DIVERGED, nor
+-- IN_DOUBT, which waits for a person: a cancel first makes those deletable). The
+-- workflows it started are not deleted. Returns how many of the ids matched and how
+-- many were deleted.
 WITH picked AS (
     SELECT workflow_id, status
     FROM dbos_agent.workflows
@@ -1224,7 +1225,7 @@ WITH picked AS (
     DELETE FROM dbos_agent.workflows
     WHERE workflow_id = ANY(ARRAY(
         SELECT workflow_id FROM picked
-        WHERE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')))
+        WHERE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED', 'IN_DOUBT')))
     RETURNING workflow_id
 ), steps AS (
     DELETE FROM dbos_agent.steps
@@ -1262,7 +1263,7 @@ SELECT count(*) AS matched,
                 OR (status = 'IN_DOUBT' AND NOT EXISTS (
                     SELECT 1 FROM dbos_agent.steps AS s
                     WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING'))
-           ELSE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED') END)
+           ELSE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED', 'IN_DOUBT') END)
            AS changed
 FROM dbos_agent.workflows AS w
 WHERE workflow_id = ANY(%(workflow_ids)s) AND {filters};

@@ -108,7 +108,8 @@ def resume_many(body: BulkBody, client: ClientOf) -> Response:
 
 @router.post("/api/workflows/delete")
 def delete_many(body: BulkBody, client: ClientOf) -> Response:
-    """Delete many finished workflows with their rows; unfinished ones are counted."""
+    """Delete many finished workflows with their rows; unfinished and in-doubt ones are
+    counted, not deleted."""
     return _bulk("delete", body, client)
 
 
