@@ -42,9 +42,10 @@ from ._engine.first import wait_first
 from ._engine.handle import WorkflowHandle, retrieve
 from ._engine.launch import Runtime, current_runtime, launch
 from ._engine.launch_options import LaunchOptions
-from ._engine.messaging import get_event, recv, send, set_event
+from ._engine.messaging import get_event, recv, send, send_bulk, set_event
 from ._engine.patches import deprecate_patch, patched
 from ._engine.queues import Queue
+from ._engine.run_step import run_step
 from ._engine.schedules import scheduled
 from ._engine.step import NotDone, RetryPolicy, RunningStep, step, step_info, step_key
 from ._engine.step_options import StepOptions
@@ -88,6 +89,7 @@ __all__ = [
     "recv",
     "request_approval",
     "retrieve",
+    "run_step",
     "scheduled",
     "set_event",
     "sleep",
@@ -109,6 +111,7 @@ __all__ += [
     "get_event",
     "read_stream",
     "send",
+    "send_bulk",
 ]
 
 # Starting: the runtime, queues, a client by URL, the handles they return, and the

@@ -16,8 +16,10 @@ from ._engine.first import wait_first_async as wait_first
 from ._engine.messaging import get_event_async as get_event
 from ._engine.messaging import recv_async as recv
 from ._engine.messaging import send_async as send
+from ._engine.messaging import send_bulk_async as send_bulk
 from ._engine.messaging import set_event_async as set_event
 from ._engine.patches import patched_async as patched
+from ._engine.run_step import run_step_async as run_step
 from ._engine.streams import close_stream_async as close_stream
 from ._engine.streams import read_stream_async as read_stream
 from ._engine.streams import write_stream_async as write_stream
@@ -31,7 +33,9 @@ __all__ = [
     "read_stream",
     "recv",
     "request_approval",
+    "run_step",
     "send",
+    "send_bulk",
     "set_event",
     "sleep",
     "wait_first",

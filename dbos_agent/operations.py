@@ -17,6 +17,7 @@ from ._engine.approvals import (
     list_approvals,
     reject,
 )
+from ._engine.bulk import BulkReport
 from ._engine.operations import cancel, fork, resolve_in_doubt, resume, rewind
 from ._engine.retention import GcReport, garbage_collect
 from ._engine.schedules import (
@@ -31,6 +32,7 @@ from ._engine.workflow import list_steps, list_workflows
 __all__ = [
     "ApprovalRequest",
     "BackfillReport",
+    "BulkReport",
     "GcReport",
     "approval_digest",
     "approve",

@@ -93,6 +93,18 @@ class WorkflowInfo:
     waiting: Waiting | None = None
     #: The partition (tenant) of a partitioned queue it was enqueued on, else None.
     partition_key: str | None = None
+    #: Its queue priority (lower is dequeued first; 0 outside a queue).
+    priority: int = 0
+    #: When a worker took it from its queue (None: not queued, or not dequeued yet).
+    dequeued_at: datetime | None = None
+    #: The deduplication id it was enqueued with (``Queue.enqueue(..., dedup_id=)``).
+    deduplication_id: str | None = None
+    #: The workflow it was forked from, and the fork point (None: not a fork).
+    forked_from: str | None = None
+    forked_from_step: int | None = None
+    #: The workflow that started it (``da.start`` in a workflow; a cancel of that one
+    #: cancels this one too), None for a workflow started from outside one.
+    parent_workflow_id: str | None = None
 
     def replayed(self, step: StepInfo) -> bool:
         """Whether ``step`` was recorded by an earlier run (the latest one replays it)."""
@@ -101,6 +113,36 @@ class WorkflowInfo:
             and step.finished_at is not None
             and step.finished_at < self.run_started_at
         )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowFilter:
+    """Which workflows a bulk action (``Client.cancel_workflows``, ``resume_workflows``,
+    ``delete_workflows``) is about: those matching every field given (None: any).
+    ``older_than`` counts back from now on the database's clock; ``created_after`` and
+    ``created_before`` are times. Every field is a column's equality but for those three,
+    so that a new filter on a column is one field here."""
+
+    status: WorkflowStatus | None = None
+    name: str | None = None
+    queue_name: str | None = None
+    executor_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    older_than: timedelta | None = None
+    #: The partition (tenant) of a partitioned queue.
+    partition_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:  # a str (from untyped code) is checked
+            object.__setattr__(self, "status", WorkflowStatus(self.status))
+        if self.older_than is not None and self.older_than < timedelta(0):
+            raise ValueError(f"older_than must not be negative, got {self.older_than}")
+
+    @property
+    def empty(self) -> bool:
+        """No field given: it matches every workflow."""
+        return all(getattr(self, name) is None for name in self.__slots__)
 
 
 @dataclass(frozen=True, slots=True)

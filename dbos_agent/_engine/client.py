@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from .._limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_delay, check_identifier, check_priority
 from .._serialization import InputsCodec, codec_for
@@ -28,8 +28,9 @@ from ..errors import WorkflowNotFoundError
 from ..postgres.opening import open_system_database
 from ..records import QueueInfo, ScheduleInfo, StepInfo, WorkflowInfo, WorkflowStatus
 from .approvals import ApprovalRequest, decide
+from .bulk import BulkOptions, BulkReport, act_on_workflows
 from .edits import Replacements, check_edits, rewind_workflow
-from .messaging import poll_event, send_plain
+from .messaging import BulkMessage, poll_event, send_bulk_plain, send_plain
 from .operations import (
     cancel_workflow,
     fork_workflow,
@@ -211,6 +212,13 @@ class Client:
         key was sent before). Raises WorkflowNotFoundError for an unknown id."""
         return send_plain(self.db, workflow_id, message, topic, idempotency_key)
 
+    def send_bulk(self, messages: Iterable[BulkMessage]) -> int:
+        """Send many messages in one statement: ``(destination_id, message)`` tuples, each
+        with a topic and an idempotency key after it if wanted (see ``da.send_bulk``).
+        All are stored or none (WorkflowNotFoundError for a destination that does not
+        exist); returns how many were stored (the others' keys were sent before)."""
+        return send_bulk_plain(self.db, messages)
+
     def get_event(
         self, workflow_id: str, key: str, default: Any = None, *, timeout: float = 0.0
     ) -> Any:
@@ -324,6 +332,33 @@ class Client:
         had (cancelling a CANCELLED one changes nothing). A run of it stops at its next
         step boundary; a finished one raises WorkflowStatusError (see ``da.operations.cancel``)."""
         return cancel_workflow(self.db, workflow_id)
+
+    def cancel_workflows(
+        self, workflow_ids: Iterable[str] | None = None, **options: Unpack[BulkOptions]
+    ) -> BulkReport:
+        """Cancel many workflows, each as :meth:`cancel` would (with the unfinished ones it
+        started): the given ids that match ``where``, or, without ids, every workflow
+        ``where`` matches (with neither, ``all_workflows=True`` must say so). One statement
+        per ``batch_size`` ids; finished and already cancelled ones are left, not an error
+        (``report.skipped``). ``dry_run`` counts what it would cancel."""
+        return act_on_workflows(self.db, "cancel", workflow_ids, **options)
+
+    def resume_workflows(
+        self, workflow_ids: Iterable[str] | None = None, **options: Unpack[BulkOptions]
+    ) -> BulkReport:
+        """Resume many workflows, each as :meth:`resume` would (chosen as
+        :meth:`cancel_workflows` chooses); the ones that cannot be resumed (running,
+        finished, in doubt, or whose deduplication id another workflow holds now) are left."""
+        return act_on_workflows(self.db, "resume", workflow_ids, **options)
+
+    def delete_workflows(
+        self, workflow_ids: Iterable[str] | None = None, **options: Unpack[BulkOptions]
+    ) -> BulkReport:
+        """Delete many finished workflows (chosen as :meth:`cancel_workflows` chooses) with
+        their steps, messages, events, streams and approvals; unfinished ones (PENDING,
+        ENQUEUED, SUSPENDED, DIVERGED) and IN_DOUBT ones are left (cancel them first),
+        and so are the workflows they started."""
+        return act_on_workflows(self.db, "delete", workflow_ids, **options)
 
     def retry(self, workflow_id: str) -> int:
         """Try now the steps of a workflow that wait out a failing dependency (the model

@@ -47,7 +47,7 @@ from .runtime.ownership import ensure_owned, owns_now
 from .runtime.plans import run_plan, run_plan_async
 from .runtime.registry import NotDone as NotDone
 from .runtime.registry import RetryPolicy as RetryPolicy
-from .runtime.registry import StepDefinition, step_definition
+from .runtime.registry import StepDefinition
 from .runtime.retries import Retrying
 from .step_options import StepOptions, StepSettings
 
@@ -140,7 +140,8 @@ def _warn_if_blocking(ctx: WorkflowContext, step: StepDefinition) -> None:
         )
 
 
-def _run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def run_sync(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A call of a sync step: through the log in a workflow, a plain call elsewhere."""
     ctx = current_context()
     if ctx is None or in_step():
         return step.fn(*args, **kwargs)
@@ -206,7 +207,8 @@ def _attempts_sync(
     return done, attempt
 
 
-async def _run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def run_async(step: StepDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """:func:`run_sync` for an async step."""
     ctx = current_context()
     if ctx is None or in_step():
         return await step.fn(*args, **kwargs)
@@ -311,14 +313,14 @@ def make_step(fn: Callable[P, R], definition: StepDefinition) -> Callable[P, R]:
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await _run_async(definition, args, kwargs)
+            return await run_async(definition, args, kwargs)
 
         wrapper: Any = async_wrapper
     else:
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return _run_sync(definition, args, kwargs)
+            return run_sync(definition, args, kwargs)
 
         wrapper = sync_wrapper
     wrapper.__dbos_agent_step__ = definition
@@ -385,14 +387,6 @@ def step(
     settings = StepSettings.of(options, f"step {name!r}" if name else "step")
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        definition = step_definition(
-            func,
-            name,
-            settings.retry,
-            idempotent=settings.idempotent,
-            guard=settings.guard,
-            timeout=settings.timeout,
-        )
-        return make_step(func, definition)
+        return make_step(func, settings.define(func, name))
 
     return decorate(fn) if fn is not None else decorate

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, TypedDict, cast
 
 from ..errors import InvalidOptionError
-from .runtime.registry import RetryPolicy
+from .runtime.registry import RetryPolicy, StepDefinition, step_definition
 
 __all__ = [
     "RETRY_OPTIONS",
@@ -140,6 +140,20 @@ class StepSettings:
             idempotent=bool(options.get("idempotent", True)),
             guard=options.get("guard"),
             timeout=_timeout(options.get("timeout"), owner),
+        )
+
+    def define(
+        self, fn: Callable[..., Any], name: str | None, *, counts_in_code_version: bool = True
+    ) -> StepDefinition:
+        """The step ``fn`` is with these settings (see ``registry.step_definition``)."""
+        return step_definition(
+            fn,
+            name,
+            self.retry,
+            idempotent=self.idempotent,
+            guard=self.guard,
+            timeout=self.timeout,
+            counts_in_code_version=counts_in_code_version,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from . import jsonb
@@ -37,6 +38,24 @@ class MessageStore:
         )
         assert row is not None
         return bool(row["destination_exists"]), bool(row["inserted"])
+
+    def send_many(
+        self, messages: Sequence[tuple[str, str, str, str | None]]
+    ) -> tuple[int, list[str]]:
+        """Send ``(destination_id, topic, message JSON, idempotency key)`` messages in one
+        statement: ``(how many were inserted, the destinations that do not exist)``; when
+        one does not, nothing is inserted."""
+        what = f"send {len(messages)} messages"
+        row = self._db.one(
+            "insert_messages",
+            what,
+            destination_ids=[m[0] for m in messages],
+            topics=[m[1] for m in messages],
+            messages=[self._db.json_in(m[2], f"message to workflow {m[0]!r}") for m in messages],
+            idempotency_keys=[m[3] for m in messages],
+        )
+        assert row is not None
+        return int(row["inserted"]), list(row["missing"])
 
     def receive(
         self,

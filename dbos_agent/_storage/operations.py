@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import psycopg
 
 from ..errors import DuplicateEnqueueError
-from ..records import WorkflowStatus
+from ..records import WorkflowFilter, WorkflowStatus
 from .connector import Connector
+from .filters import filter_params, filter_sql
 from .rows import (
     CancelResult,
     ForkResult,
@@ -20,6 +22,27 @@ from .rows import (
 )
 from .sql_files import query
 
+#: A bulk statement: an action, or the dry run that counts what ``action`` would change.
+BulkAction = Literal["cancel", "resume", "delete", "count"]
+
+_BULK_QUERIES: dict[str, str] = {
+    "cancel": "cancel_workflows",
+    "resume": "resume_workflows",
+    "delete": "delete_workflows",
+    "count": "count_workflows_to_act_on",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What one bulk statement found and did: the ids that matched, how many of those it
+    changed (or, counting, would change), and the workflows they started that a cancel
+    cancelled with them."""
+
+    matched: int
+    changed: int
+    children: int = 0
+
 
 class OperationStore:
     """What operators do to workflows (see _engine/operations.py for the rules)."""
@@ -28,13 +51,16 @@ class OperationStore:
         self._db = db
 
     def cancel(self, workflow_id: str) -> CancelResult | None:
-        """Cancel an unfinished (or stuck) workflow and notify its runner; None if unknown."""
-        row = self._db.one(
-            "cancel_workflow", f"cancel workflow {workflow_id!r}", workflow_id=workflow_id
+        """Cancel an unfinished (or stuck) workflow and notify its runner; None if unknown.
+        The bulk statement with one id: a cancel does the same to a workflow either way."""
+        sql = query("cancel_workflows").replace("{filters}", "true")
+        row = self._db.run(
+            f"cancel workflow {workflow_id!r}",
+            lambda c: c.execute(sql, {"workflow_ids": [workflow_id]}).fetchone(),
         )
-        if row is None:
+        if row is None or not row["matched"]:
             return None
-        return CancelResult(bool(row["cancelled"]), WorkflowStatus(row["status"]))
+        return CancelResult(bool(row["changed"]), WorkflowStatus(row["status"]))
 
     def cancel_overdue(self, limit: int = 100) -> list[str]:
         """Cancel up to ``limit`` workflows past their deadline (with the workflows they
@@ -125,6 +151,62 @@ class OperationStore:
         )
         text = None if row is None else text_of(row["edits"])
         return [] if not text else list(json.loads(text))
+
+    def ids(self, selection: WorkflowFilter) -> list[str]:
+        """The ids of every workflow matching ``selection``, in id order: what a bulk
+        action given a filter acts on, batch by batch."""
+        sql = query("list_workflow_ids").replace("{filters}", filter_sql(selection))
+        params = filter_params(selection)
+        rows = self._db.run("list workflow ids", lambda c: c.execute(sql, params).fetchall())
+        return [row["workflow_id"] for row in rows]
+
+    def act_on_batch(
+        self,
+        action: BulkAction,
+        workflow_ids: list[str],
+        selection: WorkflowFilter,
+        counted: BulkAction | None = None,
+    ) -> BatchResult:
+        """Cancel, resume or delete the workflows of ``workflow_ids`` that also match
+        ``selection``, in one statement (see cancel_workflows, resume_workflows and
+        delete_workflows in queries.sql); ``count`` counts what ``counted`` would change.
+
+        A resume of a batch in which two workflows of a queue hold the same deduplication
+        id (both would be unfinished again) is refused by the dedup index as a whole: that
+        batch is resumed one workflow at a time, and the second is left, as its own
+        resume would be refused."""
+        try:
+            return self._statement(action, workflow_ids, selection, counted)
+        except psycopg.errors.UniqueViolation as exc:
+            if action != "resume" or not is_duplicate_enqueue(exc):
+                raise
+        matched = changed = 0
+        for workflow_id in workflow_ids:
+            try:
+                one = self._statement(action, [workflow_id], selection, None)
+            except psycopg.errors.UniqueViolation as exc:
+                if not is_duplicate_enqueue(exc):
+                    raise
+                one = BatchResult(1, 0)
+            matched, changed = matched + one.matched, changed + one.changed
+        return BatchResult(matched, changed)
+
+    def _statement(
+        self,
+        action: BulkAction,
+        workflow_ids: list[str],
+        selection: WorkflowFilter,
+        counted: BulkAction | None,
+    ) -> BatchResult:
+        sql = query(_BULK_QUERIES[action]).replace("{filters}", filter_sql(selection))
+        params = {**filter_params(selection), "workflow_ids": workflow_ids, "action": counted}
+        row = self._db.run(
+            f"{action} {len(workflow_ids)} workflows",
+            lambda c: c.execute(sql, params).fetchone(),
+            resend=action != "resume",
+        )
+        assert row is not None
+        return BatchResult(int(row["matched"]), int(row["changed"]), int(row.get("children", 0)))
 
     def _duplicate(self, workflow_id: str) -> DuplicateEnqueueError:
         """The error of a resume refused because another unfinished workflow of its queue

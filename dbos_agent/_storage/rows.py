@@ -148,7 +148,7 @@ class RecoveryClaim:
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """What :meth:`SystemDatabase.cancel_workflow` found and did."""
+    """What :meth:`OperationStore.cancel` found and did."""
 
     cancelled: bool
     previous: WorkflowStatus
@@ -288,6 +288,12 @@ def workflow_info(row: Row) -> WorkflowInfo:
             row.get("retry_state"),
         ),
         partition_key=row.get("partition_key"),
+        priority=row.get("priority") or 0,
+        dequeued_at=row.get("dequeued_at"),
+        deduplication_id=row.get("dedup_id"),
+        forked_from=row.get("forked_from"),
+        forked_from_step=row.get("forked_from_step"),
+        parent_workflow_id=row.get("parent_id"),
     )
     found = waiting(row, info)
     return info if found is None else dataclasses.replace(info, waiting=found)

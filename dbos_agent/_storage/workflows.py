@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 
 from ..errors import DuplicateEnqueueError
-from ..records import WorkflowInfo, WorkflowStatus
+from ..records import WorkflowFilter, WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
+from .filters import conditions, filter_params
 from .rows import NewWorkflow, Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
 from .sql_files import query
-
-#: list_workflows' filters, each a fixed fragment: only the given ones go in the
-#: statement, so its plan is the one for those filters (see list_workflows).
-_LIST_FILTERS: dict[str, LiteralString] = {
-    "workflow_id": "workflow_id = %(workflow_id)s",
-    "status": "status = %(status)s",
-    "name": "name = %(name)s",
-    "executor_id": "executor_id = %(executor_id)s",
-    "queue_name": "queue_name = %(queue_name)s",
-    "partition_key": "partition_key = %(partition_key)s",
-    "created_after": "created_at >= %(created_after)s",
-    "created_before": "created_at < %(created_before)s",
-}
 
 
 class WorkflowStore:
@@ -172,8 +159,7 @@ class WorkflowStore:
 
     def _read(self, what: str, given: dict[str, Any], limit: int) -> list[WorkflowInfo]:
         """``list_workflows`` with the filters ``given`` (and only those)."""
-        filters = " AND ".join(f for key, f in _LIST_FILTERS.items() if key in given)
-        sql = query("list_workflows").replace("{filters}", filters or "true")
+        sql = query("list_workflows").replace("{filters}", conditions(given))
         params = {**given, "limit": limit}
         rows = self._db.run(what, lambda c: c.execute(sql, params).fetchall())
         return [workflow_info(row) for row in rows]
@@ -194,31 +180,8 @@ class WorkflowStore:
         )
         return None if row is None else str(row["workflow_id"])
 
-    def list(
-        self,
-        *,
-        status: str | None = None,
-        name: str | None = None,
-        executor_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 100,
-        queue_name: str | None = None,
-        partition_key: str | None = None,
-    ) -> list[WorkflowInfo]:
-        """Workflows matching every given filter, newest first, with what each waits for
+    def list(self, *, limit: int = 100, **filters: Any) -> list[WorkflowInfo]:
+        """Workflows matching every given filter (a field of :class:`WorkflowFilter`, by
+        name; None is no filter), newest first, with what each waits for
         (``WorkflowInfo.waiting``), in one statement."""
-        given: dict[str, Any] = {
-            key: value
-            for key, value in {
-                "status": status,
-                "name": name,
-                "executor_id": executor_id,
-                "queue_name": queue_name,
-                "partition_key": partition_key,
-                "created_after": created_after,
-                "created_before": created_before,
-            }.items()
-            if value is not None
-        }
-        return self._read("list workflows", given, limit)
+        return self._read("list workflows", filter_params(WorkflowFilter(**filters)), limit)

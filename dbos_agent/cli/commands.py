@@ -29,7 +29,7 @@ from .._engine.retention import DEFAULT_STATUSES, check_statuses
 from .._limits import check_identifier
 from .._serialization import codec_for
 from .._storage.database import SystemDatabase
-from .._storage.rows import ForkResult, ResumeResult, RewindResult
+from .._storage.rows import ForkResult, RewindResult
 from .._storage.sql_files import migrations
 from ..errors import WorkflowNotFoundError
 from ..records import WorkflowInfo, WorkflowStatus, describe_step
@@ -41,11 +41,11 @@ from .arguments import PROG
 _ENDED = (WorkflowStatus.SUCCESS, WorkflowStatus.ERROR)
 
 
-def _get(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
+def get_workflow(db: SystemDatabase, workflow_id: str) -> WorkflowInfo:
     return Client.over(db).get_workflow(workflow_id)
 
 
-def _who_runs_it(executor_id: str) -> str:
+def who_runs_it(executor_id: str) -> str:
     return (
         f"it continues from its log in the first process with its function that claims it "
         f"(`{PROG} worker`, or a launch() with executor_id={executor_id!r})"
@@ -124,7 +124,6 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     client = Client.over(db)
     info = client.get_workflow(args.workflow_id)
     steps = client.list_steps(info.workflow_id)
-    origin = client.fork_origin(info.workflow_id)
     edits = client.edits(info.workflow_id)
     digests = [describe_step(step) for step in steps]
     totals = documents.token_totals(digests)
@@ -133,8 +132,6 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
     if args.json:
         document = documents.workflow_json(info)
         document["budget"] = budget
-        document["forked_from"] = origin[0] if origin else None
-        document["forked_from_step"] = origin[1] if origin else None
         document["edits"] = edits
         edited = documents.edited_steps(edits)
         document["steps"] = [
@@ -158,8 +155,7 @@ def show(args: argparse.Namespace, db: SystemDatabase) -> None:
         ("Duration", render.duration(documents.wall_seconds(info))),
         ("Recoveries", f"{info.recovery_attempts} of at most {info.max_recovery_attempts}"),
     ]
-    if origin:
-        fields.append(("Forked from", f"{origin[0]} at step {origin[1]}"))
+    fields += render.lineage_fields(info)
     fields += [("Edited", render.edit_text(edit)) for edit in edits]
     fields.append(("Inputs", render.clip(render.compact(info.inputs), render.DETAIL_CHARS)))
     if info.status is WorkflowStatus.SUCCESS:
@@ -190,56 +186,6 @@ def steps(args: argparse.Namespace, db: SystemDatabase) -> None:
         render.print_steps(found, digests, show_all=args.all)
     else:
         print("no steps recorded")
-
-
-def cancel(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Cancel a workflow; cancelling a cancelled one changes nothing (scripts may retry)."""
-    previous = Client.over(db).cancel(args.workflow_id)
-    changed = previous is not WorkflowStatus.CANCELLED
-    if args.json:
-        render.print_json(
-            {
-                "workflow_id": args.workflow_id,
-                "status": WorkflowStatus.CANCELLED,
-                "previous_status": previous,
-                "changed": changed,
-            }
-        )
-    elif changed:
-        print(
-            f"cancelled {args.workflow_id} (it was {previous}); a run in progress stops at its "
-            f"next step boundary"
-        )
-    else:
-        print(f"{args.workflow_id} was already CANCELLED; nothing changed")
-
-
-def resume(args: argparse.Namespace, db: SystemDatabase) -> None:
-    """Make a cancelled or dead-lettered workflow PENDING again (an ENQUEUED or delayed one:
-    start it now; a finished one: nothing to do)."""
-    report = Client.over(db).resume(args.workflow_id, executor_id=args.executor).report
-    assert isinstance(report, ResumeResult)
-    result = report
-    if not result.resumed:  # finished: nothing to do, as DBOS does
-        if args.json:
-            render.print_json({"workflow_id": args.workflow_id, "status": result.previous})
-        else:
-            print(f"{args.workflow_id} already finished ({result.previous}): nothing to resume")
-        return
-    if args.json:
-        render.print_json(
-            {
-                "workflow_id": args.workflow_id,
-                "status": result.now or WorkflowStatus.PENDING,
-                "previous_status": result.previous,
-                "executor_id": result.executor_id,
-            }
-        )
-    else:
-        print(
-            f"resumed {args.workflow_id} (it was {result.previous}); it is PENDING on executor "
-            f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
-        )
 
 
 def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
@@ -280,7 +226,7 @@ def fork(args: argparse.Namespace, db: SystemDatabase) -> None:
         print(
             f"forked {args.workflow_id} from step {result.from_step}{moved} as {new_id} "
             f"({result.copied_steps} recorded step(s) reused); it is PENDING on executor "
-            f"{result.executor_id!r}: {_who_runs_it(result.executor_id)}"
+            f"{result.executor_id!r}: {who_runs_it(result.executor_id)}"
         )
 
 
@@ -299,7 +245,7 @@ def rewind(args: argparse.Namespace, db: SystemDatabase) -> None:
         f"{result.deleted_steps} step(s) deleted, {result.unconsumed_messages} message(s) "
         f"put back, {result.stream_items} stream item(s) and {result.events} event(s) "
         f"undone; it is {result.now} on executor {result.executor_id!r}: "
-        f"{_who_runs_it(result.executor_id)}"
+        f"{who_runs_it(result.executor_id)}"
     )
 
 
@@ -324,7 +270,7 @@ def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
         client.resolve_in_doubt(args.workflow_id, args.seq, rerun=True)
     else:
         client.resolve_in_doubt(args.workflow_id, args.seq, result=json.loads(output))
-    info = _get(db, args.workflow_id)
+    info = get_workflow(db, args.workflow_id)
     if args.json:
         render.print_json(
             {
@@ -339,7 +285,7 @@ def resolve(args: argparse.Namespace, db: SystemDatabase) -> None:
         how = "it will run again" if args.rerun else "its result is recorded"
         print(
             f"resolved step {args.seq} of {args.workflow_id} ({how}); the workflow is "
-            f"{info.status}: {_who_runs_it(info.executor_id)}"
+            f"{info.status}: {who_runs_it(info.executor_id)}"
         )
 
 
@@ -352,7 +298,7 @@ def send(args: argparse.Namespace, db: SystemDatabase) -> None:
             value = json.loads(args.message)
         except ValueError:
             value = args.message
-    status = _get(db, args.workflow_id).status
+    status = get_workflow(db, args.workflow_id).status
     inserted = Client.over(db).send(args.workflow_id, value, args.topic, args.idempotency_key)
     payload = codec_for(Any).dumps(value, f"message to workflow {args.workflow_id!r}")
     warning = None
@@ -448,7 +394,7 @@ def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
     if args.follow:
         _appeared(db, args.workflow_id, args.timeout)
     else:
-        _get(db, args.workflow_id)
+        get_workflow(db, args.workflow_id)
     items = Client.over(db).read_stream(
         args.workflow_id, args.key, args.offset, timeout=None if args.follow else 0
     )
@@ -485,7 +431,7 @@ def stream(args: argparse.Namespace, db: SystemDatabase) -> None:
 def approvals(args: argparse.Namespace, db: SystemDatabase) -> None:
     """Approval requests: one workflow's, or every pending one."""
     if args.workflow_id is not None:
-        _get(db, args.workflow_id)
+        get_workflow(db, args.workflow_id)
     found = Client.over(db).approvals(args.workflow_id)
     if args.json:
         render.print_json([dataclasses.asdict(a) for a in found])

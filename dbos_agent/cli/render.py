@@ -224,6 +224,24 @@ def diverged_fields(info: WorkflowInfo) -> list[Field]:
     ]
 
 
+def lineage_fields(info: WorkflowInfo) -> list[Field]:
+    """Where a workflow comes from and how its queue treated it, each line only when it
+    says something: the workflow that started it, the one it was forked from, its
+    priority, deduplication id and dequeue time."""
+    fields: list[Field] = []
+    if info.parent_workflow_id is not None:
+        fields.append(("Parent", info.parent_workflow_id))
+    if info.forked_from is not None:
+        fields.append(("Forked from", f"{info.forked_from} at step {info.forked_from_step}"))
+    if info.priority:
+        fields.append(("Priority", str(info.priority)))
+    if info.deduplication_id is not None:
+        fields.append(("Dedup id", info.deduplication_id))
+    if info.dequeued_at is not None:
+        fields.append(("Dequeued", ts(info.dequeued_at) + " UTC"))
+    return fields
+
+
 def folded(step: StepInfo) -> bool:
     """Whether the steps table leaves ``step`` out unless asked (``--all``): a step the
     library recorded for itself (``dbos_agent.*``: two stream writes per tool call, a

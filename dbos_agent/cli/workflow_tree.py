@@ -7,13 +7,13 @@ import argparse
 from typing import Any
 
 from ..records import WorkflowStatus
+from . import actions, commands
 from . import arguments as types
-from . import commands
 from .building import Group, add_actions, add_command
 
 
 def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
-    group = "list, inspect, cancel, resume, fork and rewind workflows"
+    group = "list, inspect, cancel, resume, fork, rewind and delete workflows"
     wf = add_actions(add_command(tree, common, "workflows", group, None))
     listing = add_command(
         wf, common, "list", "list workflows, newest first", commands.list_workflows
@@ -68,33 +68,51 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         wf,
         common,
         "cancel",
-        "cancel a workflow (a running one stops at its next step boundary)",
-        commands.cancel,
+        "cancel workflows (a running one stops at its next step boundary)",
+        actions.cancel,
         "Cancel a PENDING, SUSPENDED, ENQUEUED, DIVERGED, IN_DOUBT or dead-lettered workflow:\n"
-        "it becomes CANCELLED. A run in progress stops at its next step boundary. Cancelling\n"
-        "a CANCELLED workflow does nothing; a finished one (SUCCESS, ERROR) is an error.\n"
-        "`resume` undoes a cancel.",
+        "it becomes CANCELLED, with the unfinished workflows it started. A run in progress\n"
+        "stops at its next step boundary. Cancelling a CANCELLED workflow does nothing; a\n"
+        "finished one (SUCCESS, ERROR) is an error. `resume` undoes a cancel.\n"
+        f"{_BULK}",
     )
-    cancel.add_argument("workflow_id", metavar="ID", help="workflow id")
+    _bulk_options(cancel)
 
     resume = add_command(
         wf,
         common,
         "resume",
-        "continue a cancelled or dead-lettered workflow from its log",
-        commands.resume,
+        "continue cancelled or dead-lettered workflows from their logs",
+        actions.resume,
         "Make a CANCELLED, MAX_RECOVERY_ATTEMPTS_EXCEEDED or DIVERGED workflow (or an IN_DOUBT\n"
         "one whose steps are all resolved) PENDING again; a dead letter gets its recovery\n"
         "attempts back, a diverged one forgets which code versions diverged on it (every\n"
         "process may try it again; it is held again if the code still does not fit). It\n"
         "continues from its log, without re-running recorded steps, in the first live process\n"
         "that has its function (every launched process takes such workflows over at once).\n"
-        "An in-doubt step is resolved with `dbos-agent steps resolve` instead.",
+        "An in-doubt step is resolved with `dbos-agent steps resolve` instead.\n"
+        f"{_BULK}",
     )
-    resume.add_argument("workflow_id", metavar="ID", help="workflow id")
+    _bulk_options(resume)
     resume.add_argument(
-        "--executor", metavar="ID", help="hand it to this executor id (default: its own)"
+        "--executor",
+        metavar="ID",
+        help="hand it to this executor id (one ID only; default: its own)",
     )
+
+    delete = add_command(
+        wf,
+        common,
+        "delete",
+        "delete finished workflows with their steps, messages, events and streams",
+        actions.delete,
+        "Delete finished workflows (SUCCESS, ERROR, CANCELLED, dead-lettered) with their\n"
+        "steps, messages, events, streams and approval requests. An unfinished one (PENDING,\n"
+        "ENQUEUED, SUSPENDED, DIVERGED) or an IN_DOUBT one is not deleted: cancel it first. The\n"
+        "workflows a deleted one started are kept. `gc` deletes by age in the background.\n"
+        f"{_BULK}",
+    )
+    _bulk_options(delete)
 
     fork = add_command(
         wf,
@@ -160,6 +178,44 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
         "--executor", metavar="ID", help="hand it to this executor id (default: its own)"
     )
     rewind.add_argument("--by", help="who the rewind is recorded as (default: the OS user)")
+
+
+_BULK = (
+    "\nMany at once: several IDs, or, without IDs, every workflow matching the filters\n"
+    "(--status, --name, --queue, --older-than, all together); with neither, --all must\n"
+    "say so. Each batch of --batch-size ids is one statement that checks each workflow's\n"
+    "status as the one-workflow action does: the ones it does not allow are left and\n"
+    "counted, not an error. --dry-run counts what would change, changing nothing."
+)
+
+
+def _bulk_options(command: argparse.ArgumentParser) -> None:
+    """The ids or filters of a bulk action (``workflows cancel|resume|delete``)."""
+    command.add_argument("workflow_ids", metavar="ID", nargs="*", help="workflow ids")
+    command.add_argument(
+        "--status", type=types.status, help=f"only these: one of {', '.join(WorkflowStatus)}"
+    )
+    command.add_argument("--name", help="only workflows of this (function) name")
+    command.add_argument("--queue", metavar="NAME", help="only workflows of this queue")
+    command.add_argument(
+        "--older-than",
+        type=types.age,
+        metavar="AGE",
+        help="only workflows created more than AGE ago (45s, 90m, 12h, 30d, 2w)",
+    )
+    command.add_argument(
+        "--all", action="store_true", help="every workflow, when no ID nor filter is given"
+    )
+    command.add_argument(
+        "--dry-run", action="store_true", help="count what would change; change nothing"
+    )
+    command.add_argument(
+        "--batch-size",
+        type=types.positive,
+        default=1000,
+        metavar="N",
+        help="ids per statement (default 1000)",
+    )
 
 
 def add_steps(tree: Group[Any], common: argparse.ArgumentParser) -> None:

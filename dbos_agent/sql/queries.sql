@@ -314,6 +314,7 @@ WHERE workflow_id = %(workflow_id)s AND NOT EXISTS (SELECT 1 FROM updated);
 SELECT workflow_id, name, status, inputs::text, output::text, error::text, executor_id,
        app_version, recovery_attempts, max_recovery_attempts, created_at, updated_at,
        finished_at, wait_kind, wait_target, wait_name, wake_at, run_started_at, diverged,
+       priority, dequeued_at, dedup_id, forked_from, forked_from_step, parent_id,
        partition_key
 FROM dbos_agent.workflows
 WHERE workflow_id = %(workflow_id)s;
@@ -346,7 +347,8 @@ WITH found AS (
 SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
-       w.wake_at, w.run_started_at, w.diverged, w.queue_name, w.partition_key, r.*,
+       w.wake_at, w.run_started_at, w.diverged, w.queue_name, w.partition_key, w.priority,
+       w.dequeued_at, w.dedup_id, w.forked_from, w.forked_from_step, w.parent_id, r.*,
        last.seq AS last_seq, last.name AS last_name, last.status AS last_status,
        last.inputs::text AS last_inputs, last.output::text AS last_output,
        a.tool AS approval_tool, c.status AS child_status,
@@ -380,6 +382,13 @@ LEFT JOIN dbos_agent.workflows AS c
 LEFT JOIN dbos_agent.executors AS e
     ON w.status = 'PENDING' AND e.session_key = w.owner_key
 ORDER BY w.created_at DESC, w.workflow_id DESC;
+
+-- name: list_workflow_ids
+-- scope: many
+-- The ids a bulk action given a filter acts on (see storage/filters.py for {filters}),
+-- in id order: the batches then lock their rows in one order, as every bulk statement
+-- does, so that two of them never wait for each other crosswise.
+SELECT workflow_id FROM dbos_agent.workflows WHERE {filters} ORDER BY workflow_id;
 
 -- name: first_finished_workflow
 -- scope: many
@@ -1204,55 +1213,10 @@ RETURNING name, concurrency, worker_concurrency, rate_limit, rate_period, count_
 -- caller runs it at once (owner_key), else by nobody: its executor's next
 -- recovery, or any worker daemon, claims it.
 
--- name: cancel_workflow
--- scope: a family
--- Stop a workflow that has not finished, or drop one that is stuck (IN_DOUBT,
--- dead-lettered), and with it every unfinished workflow it started, and theirs
--- (parent_id, walked in this statement). A running process stops at its next
--- step boundary: its checkpoints are guarded on PENDING, and the notification
--- (delivered at commit) lets a listening runtime stop before the next step even
--- starts; a SUSPENDED one simply ends. Returns the status before, and whether
--- this call cancelled it.
-WITH RECURSIVE tree AS (
-    SELECT %(workflow_id)s::text AS workflow_id, 0 AS depth
-    UNION
-    SELECT c.workflow_id, t.depth + 1
-    FROM dbos_agent.workflows AS c
-    JOIN tree AS t ON c.parent_id = t.workflow_id
-    WHERE t.depth < 1000
-), target AS (
-    SELECT w.workflow_id, w.status, w.workflow_id = %(workflow_id)s AS is_root
-    FROM dbos_agent.workflows AS w
-    JOIN (SELECT DISTINCT workflow_id FROM tree) AS t USING (workflow_id)
-    FOR UPDATE OF w
-), cancelled AS (
-    UPDATE dbos_agent.workflows AS w
-    SET status = 'CANCELLED', output = NULL, owner_key = NULL,
-        wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
-        error = jsonb_build_object(
-            'type', 'dbos_agent.errors.WorkflowCancelledError',
-            'message', format('workflow %%s was cancelled (it was %%s)%%s',
-                              w.workflow_id, target.status,
-                              CASE WHEN target.is_root THEN ''
-                                   ELSE format(' with %%s, which started it',
-                                               %(workflow_id)s::text) END),
-            'args', jsonb_build_array()),
-        updated_at = now(), finished_at = now()
-    FROM target
-    WHERE w.workflow_id = target.workflow_id
-      AND (target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED')
-           OR (target.is_root AND target.status IN ('IN_DOUBT',
-                                                     'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
-    RETURNING w.workflow_id, target.is_root, pg_notify('dbos_agent_cancel', w.workflow_id)
-)
-SELECT (SELECT count(*) FROM cancelled WHERE is_root) = 1 AS cancelled, target.status
-FROM target
-WHERE target.is_root;
-
 -- name: cancel_overdue_workflows
 -- scope: many
 -- Cancel a page of unfinished workflows past their deadline, with every
--- unfinished workflow they started (and theirs), as cancel_workflow does; rows
+-- unfinished workflow they started (and theirs), as cancel_workflows does; rows
 -- another caller is cancelling are skipped. Returns the ids cancelled.
 WITH RECURSIVE overdue AS (
     SELECT workflow_id
@@ -1347,6 +1311,164 @@ SELECT (SELECT count(*) FROM resumed) = 1 AS resumed, target.status,
        w.name, w.inputs::text, COALESCE(%(executor_id)s::text, w.executor_id) AS executor_id
 FROM target
 JOIN dbos_agent.workflows AS w ON w.workflow_id = target.workflow_id;
+
+-- name: cancel_workflows
+-- scope: many
+-- Stop workflows that have not finished, or drop ones that are stuck (IN_DOUBT,
+-- dead-lettered), and with each every unfinished workflow it started, and theirs
+-- (parent_id, walked in this statement): the given ids (workflow_ids) that also match
+-- {filters} (see storage/filters.py); one id is the one-workflow cancel. A running
+-- process stops at its next step boundary: its checkpoints are guarded on PENDING,
+-- and the notification (delivered at commit) lets a listening runtime stop before
+-- the next step even starts; a SUSPENDED one simply ends. One already CANCELLED or
+-- finished is left as it is (the unfinished workflows it started are cancelled).
+-- Rows are locked in id order (every bulk statement's order). Returns how many of
+-- the ids matched, how many of those were cancelled, how many workflows they had
+-- started were cancelled with them, and the status before of the first id matched
+-- (the one-workflow cancel's answer).
+WITH RECURSIVE picked AS (
+    SELECT workflow_id, status
+    FROM dbos_agent.workflows
+    WHERE workflow_id = ANY(%(workflow_ids)s) AND {filters}
+    ORDER BY workflow_id
+    FOR UPDATE
+), tree AS (
+    SELECT workflow_id, workflow_id AS root, 0 AS depth FROM picked
+    UNION
+    SELECT c.workflow_id, t.root, t.depth + 1
+    FROM dbos_agent.workflows AS c
+    JOIN tree AS t ON c.parent_id = t.workflow_id
+    WHERE t.depth < 1000
+), target AS (
+    SELECT w.workflow_id, w.status, t.root, t.depth = 0 AS is_root
+    FROM (SELECT DISTINCT ON (workflow_id) workflow_id, root, depth
+          FROM tree ORDER BY workflow_id, depth) AS t
+    JOIN dbos_agent.workflows AS w USING (workflow_id)
+    ORDER BY w.workflow_id
+    FOR UPDATE OF w
+), cancelled AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = 'CANCELLED', output = NULL, owner_key = NULL,
+        wait_kind = NULL, wait_target = NULL, wait_name = NULL, wake_at = NULL,
+        error = jsonb_build_object(
+            'type', 'dbos_agent.errors.WorkflowCancelledError',
+            'message', format('workflow %%s was cancelled (it was %%s)%%s',
+                              w.workflow_id, target.status,
+                              CASE WHEN target.is_root THEN ''
+                                   ELSE format(' with %%s, which started it',
+                                               target.root) END),
+            'args', jsonb_build_array()),
+        updated_at = now(), finished_at = now()
+    FROM target
+    WHERE w.workflow_id = target.workflow_id
+      AND (target.status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED')
+           OR (target.is_root AND target.status IN ('IN_DOUBT',
+                                                     'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
+    RETURNING w.workflow_id, target.is_root, pg_notify('dbos_agent_cancel', w.workflow_id)
+)
+SELECT (SELECT count(*) FROM picked) AS matched,
+       (SELECT count(*) FROM cancelled WHERE is_root) AS changed,
+       (SELECT count(*) FROM cancelled WHERE NOT is_root) AS children,
+       (SELECT status FROM picked ORDER BY workflow_id LIMIT 1) AS status;
+
+-- name: resume_workflows
+-- scope: many
+-- resume_workflow for a batch of ids that also match {filters}, as Client.resume
+-- does it (no owner, each keeps its executor): CANCELLED, dead-lettered, DIVERGED
+-- and resolved IN_DOUBT workflows continue from their logs; any other is left as it
+-- is. A workflow whose deduplication id another unfinished workflow of its queue
+-- holds now is left too (resume_workflow refuses it). Returns how many of the ids
+-- matched and how many were resumed.
+WITH picked AS (
+    SELECT w.workflow_id, w.status,
+           (SELECT min(s.seq) FROM dbos_agent.steps AS s
+            WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING') AS open_intent
+    FROM dbos_agent.workflows AS w
+    WHERE w.workflow_id = ANY(%(workflow_ids)s) AND {filters}
+    ORDER BY w.workflow_id
+    FOR UPDATE OF w
+), resumed AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = CASE WHEN w.queue_name IS NOT NULL AND w.dequeued_at IS NULL
+                      THEN 'ENQUEUED' ELSE 'PENDING' END,
+        output = NULL, error = NULL, finished_at = NULL, updated_at = now(),
+        recovery_attempts = CASE WHEN picked.status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'
+                                 THEN 0 ELSE w.recovery_attempts END,
+        diverged_versions = CASE WHEN picked.status = 'DIVERGED'
+                                 THEN '{}' ELSE w.diverged_versions END,
+        run_started_at = now(), owner_key = NULL
+    FROM picked
+    WHERE w.workflow_id = picked.workflow_id
+      AND (picked.status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'DIVERGED')
+           OR (picked.status = 'IN_DOUBT' AND picked.open_intent IS NULL))
+      AND NOT (w.dedup_id IS NOT NULL AND picked.status <> 'DIVERGED' AND EXISTS (
+          SELECT 1 FROM dbos_agent.workflows AS o
+          WHERE o.queue_name = w.queue_name AND o.dedup_id = w.dedup_id
+            AND o.status IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED')))
+    RETURNING w.workflow_id
+)
+SELECT (SELECT count(*) FROM picked) AS matched, (SELECT count(*) FROM resumed) AS changed;
+
+-- name: delete_workflows
+-- scope: many
+-- Delete a batch of ids that also match {filters}, each with its steps, messages,
+-- events, stream items, approval requests and model usage (as retention does), if
+-- it finished and waits for nobody (not PENDING, ENQUEUED, SUSPENDED, DIVERGED, nor
+-- IN_DOUBT, which waits for a person: a cancel first makes those deletable). The
+-- workflows it started are not deleted. Returns how many of the ids matched and how
+-- many were deleted.
+WITH picked AS (
+    SELECT workflow_id, status
+    FROM dbos_agent.workflows
+    WHERE workflow_id = ANY(%(workflow_ids)s) AND {filters}
+    ORDER BY workflow_id
+    FOR UPDATE
+), deleted AS (
+    DELETE FROM dbos_agent.workflows
+    WHERE workflow_id = ANY(ARRAY(
+        SELECT workflow_id FROM picked
+        WHERE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED', 'IN_DOUBT')))
+    RETURNING workflow_id
+), steps AS (
+    DELETE FROM dbos_agent.steps
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+), messages AS (
+    DELETE FROM dbos_agent.messages
+    WHERE destination_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+), events AS (
+    DELETE FROM dbos_agent.events
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+), streams AS (
+    DELETE FROM dbos_agent.streams
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+), approvals AS (
+    DELETE FROM dbos_agent.approvals
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+), usage AS (
+    DELETE FROM dbos_agent.family_usage
+    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+)
+SELECT (SELECT count(*) FROM picked) AS matched, (SELECT count(*) FROM deleted) AS changed;
+
+-- name: count_workflows_to_act_on
+-- scope: many
+-- A bulk action's dry run: of a batch of ids that also match {filters}, how many
+-- matched, and how many the action (cancel, resume or delete) would change now, by
+-- the status checks of its statement (a resume whose deduplication id is held is
+-- counted: it would be left, and the dry run does not look that far).
+SELECT count(*) AS matched,
+       count(*) FILTER (WHERE CASE %(action)s
+           WHEN 'cancel' THEN status IN ('PENDING', 'SUSPENDED', 'ENQUEUED', 'DIVERGED',
+                                         'IN_DOUBT', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+           WHEN 'resume' THEN status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+                                         'DIVERGED')
+                OR (status = 'IN_DOUBT' AND NOT EXISTS (
+                    SELECT 1 FROM dbos_agent.steps AS s
+                    WHERE s.workflow_id = w.workflow_id AND s.status = 'PENDING'))
+           ELSE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED', 'IN_DOUBT') END)
+           AS changed
+FROM dbos_agent.workflows AS w
+WHERE workflow_id = ANY(%(workflow_ids)s) AND {filters};
 
 -- name: get_workflow_dedup
 -- scope: one workflow
@@ -1718,6 +1840,36 @@ WITH destination AS (
 )
 SELECT EXISTS (SELECT 1 FROM destination) AS destination_exists,
        (SELECT count(*) FROM inserted) = 1 AS inserted;
+
+-- name: insert_messages
+-- scope: many
+-- send_bulk: insert_message for many (destination, topic, message, key) at once, given
+-- as parallel arrays, in one statement: all of them, or none when a destination does
+-- not exist (missing names them). Keys sent before insert nothing, as one send's do;
+-- the messages_notify trigger wakes each destination's waiters at commit. Returns one
+-- row per message, in the given order.
+WITH given AS (
+    SELECT *
+    FROM unnest(%(destination_ids)s::text[], %(topics)s::text[], %(messages)s::text[],
+                %(idempotency_keys)s::text[]) WITH ORDINALITY
+         AS g(destination_id, topic, message, idempotency_key, n)
+), destination AS (
+    SELECT workflow_id FROM dbos_agent.workflows
+    WHERE workflow_id = ANY(ARRAY(SELECT DISTINCT destination_id FROM given))
+    FOR KEY SHARE
+), missing AS (
+    SELECT DISTINCT g.destination_id FROM given AS g
+    WHERE NOT EXISTS (SELECT 1 FROM destination AS d WHERE d.workflow_id = g.destination_id)
+), inserted AS (
+    INSERT INTO dbos_agent.messages (destination_id, topic, message, idempotency_key)
+    SELECT destination_id, topic, message::jsonb, idempotency_key FROM given
+    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    ORDER BY n
+    ON CONFLICT ON CONSTRAINT messages_idempotency_key DO NOTHING
+    RETURNING destination_id, idempotency_key
+)
+SELECT (SELECT count(*) FROM inserted) AS inserted,
+       ARRAY(SELECT destination_id FROM missing ORDER BY destination_id) AS missing;
 
 -- name: receive_message
 -- scope: one workflow

@@ -4,6 +4,7 @@ fork, rewind, retry now, send, resolve an in-doubt step), each through the app's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated, Any
 
@@ -11,11 +12,13 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from .. import _documents as documents
-from .._durations import parse_moment
+from .._durations import parse_duration, parse_moment
+from .._engine.bulk import DEFAULT_BULK_BATCH, Action
+from .._engine.client import Client
 from .._engine.operations import CANCELLABLE, RESUMABLE, REWINDABLE
 from .._limits import check_identifier
 from .._storage.rows import ForkResult, ResumeResult, RewindResult
-from ..records import WorkflowStatus, describe_step
+from ..records import WorkflowFilter, WorkflowStatus, describe_step
 from .common import CHECKED, ONE, ClientOf, json_response, workflow_document
 
 router = APIRouter(tags=["workflows"], dependencies=CHECKED)
@@ -50,6 +53,82 @@ class ResolveBody(BaseModel):
     rerun: bool = Field(default=False, description="it did not happen: run it again")
 
 
+class BulkBody(BaseModel):
+    """Which workflows a bulk action is about: ``workflow_ids``, or the filters, or both
+    (the ids that match the filters); with neither, ``all`` must say so."""
+
+    workflow_ids: list[str] | None = Field(default=None, description="the ids")
+    status: WorkflowStatus | None = None
+    name: str | None = Field(default=None, description="workflow (function) name")
+    queue: str | None = None
+    older_than: str | None = Field(default=None, description="created more than 1h, 7d... ago")
+    all: bool = Field(default=False, description="every workflow (no ids nor filter)")
+    dry_run: bool = Field(default=False, description="count what would change")
+    batch_size: int = Field(default=DEFAULT_BULK_BATCH, ge=1, le=10_000)
+
+
+class BulkMessage(BaseModel):
+    workflow_id: str
+    message: Any = Field(description="any JSON value")
+    topic: str | None = None
+    idempotency_key: str | None = None
+
+
+class SendBulkBody(BaseModel):
+    messages: list[BulkMessage]
+
+
+def _bulk(action: Action, body: BulkBody, client: Client) -> Response:
+    """``action`` on what ``body`` chooses, in batches (``dbos-agent workflows ACTION``)."""
+    where = WorkflowFilter(
+        status=body.status,
+        name=body.name,
+        queue_name=body.queue,
+        older_than=None if body.older_than is None else parse_duration(body.older_than),
+    )
+    act = {
+        "cancel": client.cancel_workflows,
+        "resume": client.resume_workflows,
+        "delete": client.delete_workflows,
+    }[action]
+    report = act(
+        body.workflow_ids,
+        where=where,
+        all_workflows=body.all,
+        dry_run=body.dry_run,
+        batch_size=body.batch_size,
+    )
+    return json_response({**dataclasses.asdict(report), "skipped": report.skipped})
+
+
+@router.post("/api/workflows/cancel")
+def cancel_many(body: BulkBody, client: ClientOf) -> Response:
+    """Cancel many workflows, each as its own cancel would; the others are counted."""
+    return _bulk("cancel", body, client)
+
+
+@router.post("/api/workflows/resume")
+def resume_many(body: BulkBody, client: ClientOf) -> Response:
+    """Resume many workflows, each as its own resume would; the others are counted."""
+    return _bulk("resume", body, client)
+
+
+@router.post("/api/workflows/delete")
+def delete_many(body: BulkBody, client: ClientOf) -> Response:
+    """Delete many finished workflows with their rows; unfinished and in-doubt ones are
+    counted, not deleted."""
+    return _bulk("delete", body, client)
+
+
+@router.post("/api/workflows/send")
+def send_many(body: SendBulkBody, client: ClientOf) -> Response:
+    """Send many messages in one statement: all, or none (404 for a missing workflow)."""
+    sent = client.send_bulk(
+        (m.workflow_id, m.message, m.topic, m.idempotency_key) for m in body.messages
+    )
+    return json_response({"messages": len(body.messages), "sent": sent})
+
+
 @router.get("/api/workflows")
 def list_workflows(
     client: ClientOf,
@@ -82,12 +161,9 @@ def show(workflow_id: str, client: ClientOf) -> Response:
     info = client.get_workflow(workflow_id)
     steps = client.list_steps(workflow_id)
     digests = [describe_step(step) for step in steps]
-    origin = client.fork_origin(workflow_id)
     edits = client.edits(workflow_id)
     edited = documents.edited_steps(edits)
     document = workflow_document(info)
-    document["forked_from"] = origin[0] if origin else None
-    document["forked_from_step"] = origin[1] if origin else None
     document["edits"] = edits
     document["actions"] = {  # what the dashboard offers: what the status allows
         "cancel": info.status in CANCELLABLE,

@@ -564,6 +564,7 @@ EVERY_COMMAND = [
     ["workflows", "steps", "x"],
     ["workflows", "cancel", "x"],
     ["workflows", "resume", "x"],
+    ["workflows", "delete", "x"],
     ["workflows", "fork", "x", "--from-step", "0"],
     ["workflows", "rewind", "x", "--to-step", "0"],
     ["steps", "resolve", "x", "0", "--rerun"],

@@ -213,9 +213,15 @@ def step_definition(
     idempotent: bool = True,
     guard: Callable[..., Any] | None = None,
     timeout: float | None = None,
+    counts_in_code_version: bool = True,
 ) -> StepDefinition:
-    step_name = check_identifier(name or fn.__qualname__, "step name")
-    note_code(fn)
+    """``counts_in_code_version`` False for a function called as a step from a workflow
+    body (``da.run_step``): the workflow's module counts already, and a module noted
+    while workflows run would change the code version under them."""
+    fallback = getattr(fn, "__qualname__", None) or type(fn).__name__
+    step_name = check_identifier(name or fallback, "step name")
+    if counts_in_code_version:
+        note_code(fn)
     if guard is not None and idempotent:
         raise ValueError(f"step {step_name!r}: a guard only makes sense with idempotent=False")
     is_async = inspect.iscoroutinefunction(fn)
