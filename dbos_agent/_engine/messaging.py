@@ -272,7 +272,8 @@ def set_event(key: str, value: Any) -> None:
 
     Inside a ``@step`` it is no step of its own: the value is set in the transaction
     that checkpoints the step, if the attempt succeeds (exactly once with the step; a
-    failed attempt, or a crash before the checkpoint, sets nothing).
+    failed attempt, or a crash before the checkpoint, sets nothing). A fork does not copy
+    such a value, nor does a rewind take it back: they follow ``set_event`` steps.
     """
     run_plan(_set_event_plan(key, value))
 

@@ -142,3 +142,19 @@ def test_set_event_needs_a_workflow(runtime: da.Runtime) -> None:
         da.set_event("k", 1)
     with pytest.raises(da.DbosAgentError, match="inside a durable workflow"):
         da.close_stream("k")
+
+
+def test_a_rewind_before_the_step_reopens_its_stream_and_a_fork_after_it_keeps_it_closed(
+    runtime: da.Runtime, engine: Engine
+) -> None:
+    wid = new_id("effects")
+    assert da.start(closes_in_a_step, wid, workflow_id=wid).result(timeout=30) == (
+        "said, then closed"
+    )
+    fork = da.operations.fork(wid, 1)  # the step replays: its items and close are copied
+    assert fork.result(timeout=30) == "said, then closed"
+    assert [i.value for i in da.read_stream(fork.workflow_id, "out", timeout=10)] == ["a", "b"]
+    # the close went with the step: the re-run closes again, once
+    assert da.operations.rewind(wid, 0).result(timeout=30) == "said, then closed"
+    rows, _ = engine.db.streams.read(wid, "out", 0)
+    assert [r.kind for r in rows] == ["value", "value", "close"]
