@@ -34,8 +34,9 @@ from typing import Any, TypeVar, overload
 from .._limits import check_identifier, check_topic
 from .._serialization import Codec, codec_for
 from .._storage.database import SystemDatabase
+from .._storage.rows import StepEffect
 from .._storage.suspension import WaitCondition
-from ..errors import WorkflowNotFoundError
+from ..errors import NotInWorkflowError, WorkflowNotFoundError
 from .runtime.checkpoints import adopt_recorded, builtin_step, checkpoint, recorded, where
 from .runtime.clock import cancel_key, wait_once
 from .runtime.context import WorkflowHost, current_context, in_step
@@ -45,7 +46,7 @@ from .runtime.notifications import EVENTS_CHANNEL, MESSAGES_CHANNEL
 from .runtime.outcome import Outcome
 from .runtime.ownership import ensure_owned, owns_now
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
-from .waits import check_seconds, workflow_only
+from .waits import check_seconds, step_attempt, workflow_only
 
 T = TypeVar("T")
 
@@ -318,8 +319,15 @@ async def recv_async(
 
 def _set_event_plan(key: str, value: Any) -> Plan[None]:
     check_identifier(key, "event key")
-    ctx = workflow_only("set_event()")
-    payload = _ANY.dumps(value, f"workflow {ctx.workflow_id!r} event {key!r}")
+    ctx = current_context()
+    if ctx is None:
+        raise NotInWorkflowError("set_event() can only be called inside a durable workflow")
+    where_ = f"workflow {ctx.workflow_id!r} event {key!r}"
+    payload = _ANY.dumps(value, where_)
+    if in_step():  # set with the step's checkpoint, if this attempt succeeds
+        attempt = step_attempt("set_event()")
+        attempt.effects.append(StepEffect("event", key, ctx.engine.db.json_in(payload, where_)))
+        return
     seq, row = ctx.begin_step(SET_EVENT_STEP)
     if row is not None:
         recorded(ctx, _SET_EVENT, seq, row).unwrap()
@@ -347,6 +355,11 @@ def set_event(key: str, value: Any) -> None:
     The last value per key wins; :func:`get_event` reads it from anywhere. A
     step (``dbos_agent.set_event``): the step and the value are written in one
     statement, and replay does not write again. Only in a workflow.
+
+    Inside a ``@step`` it is no step of its own: the value is set in the transaction
+    that checkpoints the step, if the attempt succeeds (exactly once with the step; a
+    failed attempt, or a crash before the checkpoint, sets nothing). A fork does not copy
+    such a value, nor does a rewind take it back: they follow ``set_event`` steps.
     """
     run_plan(_set_event_plan(key, value))
 

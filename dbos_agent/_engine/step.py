@@ -203,7 +203,16 @@ def _attempts_sync(
                 return adopt_recorded(ctx, step, seq, verdict), attempt
     outcome = _not_an_outage(ctx, outcome)
     fresh = step.idempotent and not retrying.recorded
-    done = checkpoint(ctx, step, seq, outcome, attempt, retrying.started_at, fresh=fresh)
+    done = checkpoint(
+        ctx,
+        step,
+        seq,
+        outcome,
+        attempt,
+        retrying.started_at,
+        fresh=fresh,
+        effects=current.effects,
+    )
     return done, attempt
 
 
@@ -261,7 +270,13 @@ async def _attempts_async(
     outcome = _not_an_outage(ctx, outcome)
     fresh = step.idempotent and not retrying.recorded
     done = await asyncio.to_thread(
-        partial(checkpoint, fresh=fresh), ctx, step, seq, outcome, attempt, retrying.started_at
+        partial(checkpoint, fresh=fresh, effects=current.effects),
+        ctx,
+        step,
+        seq,
+        outcome,
+        attempt,
+        retrying.started_at,
     )
     return done, attempt
 

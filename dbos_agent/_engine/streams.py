@@ -12,7 +12,11 @@ The contract, for a reader following ``(workflow, key)`` from an offset:
   the step comes before anything newer of it (written when the attempt fails, and before
   the first item of the next attempt). A UI drops what it shows of that step and goes on.
 * ``da.close_stream`` (from the body, checkpointed) ends the stream; nothing may follow
-  it. A reader also stops once the workflow has finished and it has read everything.
+  it. Called inside a step, the close is made in the transaction that checkpoints the
+  step, if that attempt succeeds (so once, with the step; the close item is tagged with
+  the step, so a rewind before it reopens the stream). Closing a closed stream there is
+  no error: it stays closed. A reader also stops once the workflow has finished and it
+  has read everything.
 * A workflow body that reads a stream (``da.read_stream``) records each item it reads,
   and the end, as a step: its replay reads the same items, whatever the stream holds
   then. A cancel of the reading workflow ends its wait.
@@ -38,6 +42,7 @@ import pydantic_core
 from .._limits import check_identifier
 from .._serialization import codec_for
 from .._storage.database import SystemDatabase
+from .._storage.rows import StepEffect
 from ..errors import DbosAgentError, SerializationError, WorkflowNotFoundError
 from .runtime.checkpoints import adopt_recorded, builtin_step, checkpoint, recorded
 from .runtime.clock import cancel_key, stop_if_interrupted
@@ -46,6 +51,7 @@ from .runtime.current import current_engine
 from .runtime.notifications import Notifications, Waiter
 from .runtime.outcome import Outcome
 from .runtime.plans import Io, Plan, Wait, run_plan, run_plan_async
+from .waits import step_attempt
 
 STREAM_STEP = "dbos_agent.write_stream"
 CLOSE_STEP = "dbos_agent.close_stream"
@@ -98,12 +104,12 @@ def _write_plan(key: str, value: object, kind: str) -> Plan[None]:
         raise DbosAgentError(f"{what} can only be called inside a durable workflow")
     db = ctx.engine.db
     if in_step():
-        if kind != "value":
-            raise DbosAgentError(
-                "close_stream cannot be called inside a step: close a stream from the "
-                "workflow function, where the close is checkpointed"
-            )
-        yield from _write_live(ctx, key, text)
+        if kind == "value":
+            yield from _write_live(ctx, key, text)
+            return
+        # closed with the step's checkpoint, if this attempt succeeds
+        attempt = step_attempt("close_stream()")
+        attempt.effects.append(StepEffect("close", key, None, attempt.number, attempt.id))
         return
     step = _WRITE if kind == "value" else _CLOSE
     seq, row = ctx.begin_step(step.name)
@@ -180,7 +186,8 @@ async def write_stream_async(key: str, value: object) -> None:
 
 
 def close_stream(key: str) -> None:
-    """End this workflow's stream ``key`` (checkpointed): readers stop after it."""
+    """End this workflow's stream ``key`` (checkpointed): readers stop after it. Inside a
+    ``@step`` the close happens with the step's checkpoint, if the attempt succeeds."""
     run_plan(_write_plan(key, None, "close"))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..errors import NotInWorkflowError
-from .runtime.context import WorkflowContext, current_context, in_step
+from .runtime.context import Attempt, WorkflowContext, current_attempt, current_context, in_step
 
 
 def workflow_only(what: str) -> WorkflowContext:
@@ -23,6 +23,18 @@ def workflow_only(what: str) -> WorkflowContext:
             f"so call it from the workflow function itself"
         )
     return ctx
+
+
+def step_attempt(what: str) -> Attempt:
+    """The attempt of the step running here, for a write made with its checkpoint (not
+    in a guard deciding an in-doubt step, which runs outside any attempt)."""
+    attempt = current_attempt()
+    if attempt is None:
+        raise NotInWorkflowError(
+            f"{what} cannot be called in a step's guard: call it from the step or the "
+            f"workflow function"
+        )
+    return attempt
 
 
 def check_seconds(seconds: float, what: str) -> float:

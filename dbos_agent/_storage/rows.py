@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
@@ -131,6 +131,20 @@ class StepWrite:
     existing: StepRow | None
     #: False when the workflow is PENDING under another session (it was taken over).
     owned: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StepEffect:
+    """A write asked for inside a step, made in the transaction of its checkpoint (so
+    exactly once, with it): event ``key`` set to ``value`` (JSON, ready to store), or
+    stream ``key`` closed by ``attempt`` of the step (tagged like its live items, so that
+    a rewind before the step reopens the stream and a fork after it copies the close)."""
+
+    kind: Literal["event", "close"]
+    key: str
+    value: str | None = None
+    attempt: int | None = None
+    attempt_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

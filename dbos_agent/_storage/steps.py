@@ -19,7 +19,7 @@ from ..records import StepInfo, StepStatus, WorkflowStatus
 from . import jsonb
 from .connector import Connection, Connector
 from .group_commit import GroupCommit
-from .rows import StepRow, StepWrite, retry_info, step_row, step_write, text_of
+from .rows import StepEffect, StepRow, StepWrite, retry_info, step_row, step_write, text_of
 from .sql_files import query
 
 T = TypeVar("T")
@@ -35,6 +35,31 @@ class ModelUsage:
     output_tokens: int
     cache_creation_input_tokens: int
     cache_read_input_tokens: int
+
+
+def _apply(
+    conn: Connection, effect: StepEffect, workflow_id: str, seq: int, owner_key: int | None
+) -> None:
+    if effect.kind == "event":
+        conn.execute(
+            query("put_event"),
+            {"workflow_id": workflow_id, "key": effect.key, "value": effect.value},
+        )
+        return
+    # a stream closed already (-1) stays closed: what the step asked for holds
+    conn.execute(
+        query("append_stream_item"),
+        {
+            "workflow_id": workflow_id,
+            "key": effect.key,
+            "kind": "close",
+            "value": None,
+            "seq": seq,
+            "attempt": effect.attempt,
+            "attempt_id": effect.attempt_id,
+            "owner_key": owner_key,
+        },
+    )
 
 
 class StepStore:
@@ -111,12 +136,15 @@ class StepStore:
         started_at: datetime,
         owner_key: int | None,
         fresh: bool = False,
+        effects: Sequence[StepEffect] = (),
     ) -> StepWrite:
         """Append one step to the log: the checkpoint. One round trip, one commit.
 
         ``fresh`` says no intent row can hold the position (an idempotent step),
         which allows the cheap plain insert; every other case, and every
-        surprise, goes through the statement that explains and adopts.
+        surprise, goes through the statement that explains and adopts. ``effects``
+        (writes the step asked for) are made in the same transaction, only if the step
+        row is written: a step with some takes that path, one more round trip.
         """
         where = f"workflow {workflow_id!r} step {seq} ({name}) output"
         with self._db.log_write(workflow_id, seq):
@@ -135,13 +163,22 @@ class StepStore:
 
             # the position taken (a retry, a race), the guard refusing, a failed batch:
             # record_step explains and adopts
-            if fresh and self._appends.submit(params) is True:
+            if fresh and not effects and self._appends.submit(params) is True:
                 return StepWrite(True, WorkflowStatus.PENDING, None)
 
             def body(conn: Connection) -> StepWrite:
-                return step_write(seq, conn.execute(query("record_step"), params).fetchone())
+                write = step_write(seq, conn.execute(query("record_step"), params).fetchone())
+                if write.written:
+                    for effect in effects:
+                        _apply(conn, effect, workflow_id, seq, owner_key)
+                return write
 
-            return self._db.run(f"write step {seq} of workflow {workflow_id!r}", body, where=where)
+            return self._db.run(
+                f"write step {seq} of workflow {workflow_id!r}",
+                body,
+                where=where,
+                transaction=bool(effects),
+            )
 
     def record_intent(
         self, *, workflow_id: str, seq: int, name: str, inputs: str, owner_key: int | None

@@ -1947,6 +1947,15 @@ SELECT (SELECT count(*) FROM upserted) = 1 AS written,
 FROM (SELECT 1) AS one
 LEFT JOIN dbos_agent.steps AS s ON s.workflow_id = %(workflow_id)s AND s.seq = %(seq)s;
 
+-- name: put_event
+-- scope: one workflow
+-- Set an event asked for inside a step, in the transaction of that step's checkpoint
+-- (storage/steps.py, after record_step wrote the step): the events_notify trigger
+-- NOTIFYs waiters.
+INSERT INTO dbos_agent.events (workflow_id, key, value)
+VALUES (%(workflow_id)s, %(key)s, %(value)s::jsonb)
+ON CONFLICT (workflow_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+
 -- name: get_event
 -- scope: one workflow
 -- The current value of a workflow's event (NULL: never set; 'null': set to None).

@@ -308,7 +308,7 @@ def test_async_workflows_send_recv_and_events(runtime: da.Runtime) -> None:
 
 @da.step
 def inside_a_step() -> None:
-    da.set_event("k", 1)
+    da.recv(timeout=0)
 
 
 @da.durable_workflow
@@ -322,7 +322,7 @@ def test_recv_and_set_event_only_in_a_workflow(runtime: da.Runtime) -> None:
     with pytest.raises(da.DbosAgentError, match="inside a durable workflow"):
         da.set_event("k", 1)
     with pytest.raises(da.DbosAgentError, match="inside a step"):
-        misuse()
+        misuse()  # set_event is made with the step's checkpoint (test_step_effects.py)
     with pytest.raises(ValueError):
         da.get_event("x", "k", timeout=-1)
 

@@ -7,12 +7,13 @@ get_event, streams, approvals, wait_first) share it, so a built-in step is a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from ..._errors_codec import dumps_error
 from ..._serialization import Codec
-from ..._storage.rows import StepRow, StepWrite
+from ..._storage.rows import StepEffect, StepRow, StepWrite
 from ...errors import CheckpointTooLargeError, StepInDoubtError, WorkflowDivergedError
 from ...records import StepStatus, WorkflowStatus
 from .context import OwnershipLost, StopReason, WorkflowContext
@@ -67,6 +68,7 @@ def checkpoint(
     started_at: datetime,
     *,
     fresh: bool | None = None,
+    effects: Sequence[StepEffect] = (),
 ) -> Outcome:
     """Commit a live step's outcome to the log; the one place a step is checkpointed.
 
@@ -78,11 +80,12 @@ def checkpoint(
     stored (not JSON, refused by Postgres) raises SerializationError and writes nothing;
     a database failure stops the run unfinished (PENDING). ``fresh`` (default: the step is
     idempotent) says that no row holds the position yet (no intent, no RETRYING row), for
-    the cheapest write.
+    the cheapest write. ``effects`` (what the step's successful attempt asked for inside
+    it) are written in the same transaction as a SUCCESS, and dropped with an error.
     """
     fresh = step.idempotent if fresh is None else fresh
     try:
-        write = _record(ctx, step, seq, outcome, attempts, started_at, fresh)
+        write = _record(ctx, step, seq, outcome, attempts, started_at, fresh, effects)
     except CheckpointTooLargeError as too_large:
         if outcome.error is not None:  # an error record is clipped: never too large
             raise
@@ -99,12 +102,14 @@ def _record(
     attempts: int,
     started_at: datetime,
     fresh: bool,
+    effects: Sequence[StepEffect] = (),
 ) -> StepWrite:
     if outcome.error is None:
         output = step.result.dumps(outcome.value, where(ctx, seq, step))
         status, error = StepStatus.SUCCESS, None
     else:
         status, output, error = StepStatus.ERROR, None, dumps_error(outcome.error)
+        effects = ()
     with ctx.noting_database_failures():
         return ctx.engine.db.steps.record(
             workflow_id=ctx.workflow_id,
@@ -117,6 +122,7 @@ def _record(
             started_at=started_at,
             owner_key=ctx.engine.session_key,
             fresh=fresh,
+            effects=effects,
         )
 
 

@@ -17,7 +17,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from ..._limits import check_identifier
-from ..._storage.rows import StepRow
+from ..._storage.rows import StepEffect, StepRow
 from ...errors import (
     DatabaseUnavailableError,
     DbosAgentError,
@@ -333,7 +333,9 @@ class _Bound(Generic[V]):
 @dataclass(eq=False)
 class Attempt:
     """One attempt of a step running live: what stream items written inside it are
-    tagged with (see streams.py), and what to do when it fails (void what it wrote)."""
+    tagged with (see streams.py), what to do when it fails (void what it wrote), and the
+    writes it asked for that happen only with its checkpoint (``effects``: set_event and
+    close_stream inside a step), dropped with it when it fails."""
 
     seq: int
     number: int
@@ -342,6 +344,7 @@ class Attempt:
     max_attempts: int = 1
     _id: str | None = None
     _voids: dict[str, Callable[[], object]] = field(default_factory=dict)
+    effects: list[StepEffect] = field(default_factory=list)
 
     @property
     def id(self) -> str:
