@@ -21,7 +21,11 @@ from .commands import get_workflow, who_runs_it
 
 def _where(args: argparse.Namespace) -> WorkflowFilter:
     return WorkflowFilter(
-        status=args.status, name=args.name, queue_name=args.queue, older_than=args.older_than
+        status=args.status,
+        name=args.name,
+        queue_name=args.queue,
+        partition_key=args.partition,
+        older_than=args.older_than,
     )
 
 
@@ -41,7 +45,7 @@ def _bulk(args: argparse.Namespace, db: SystemDatabase, action: Action) -> BulkR
     if not args.workflow_ids and where.empty and not args.all:
         raise InvalidOptionError(
             f"refusing to {action} every workflow: give IDs, a filter (--status, --name, "
-            "--queue, --older-than), or --all"
+            "--queue, --partition, --older-than), or --all"
         )
     client = Client.over(db)
     act = {

@@ -182,10 +182,11 @@ def add_workflows(tree: Group[Any], common: argparse.ArgumentParser) -> None:
 
 _BULK = (
     "\nMany at once: several IDs, or, without IDs, every workflow matching the filters\n"
-    "(--status, --name, --queue, --older-than, all together); with neither, --all must\n"
-    "say so. Each batch of --batch-size ids is one statement that checks each workflow's\n"
-    "status as the one-workflow action does: the ones it does not allow are left and\n"
-    "counted, not an error. --dry-run counts what would change, changing nothing."
+    "(--status, --name, --queue, --partition, --older-than, all together); with\n"
+    "neither, --all must say so. Each batch of --batch-size ids is one statement that\n"
+    "checks each workflow's status as the one-workflow action does: the ones it does\n"
+    "not allow are left and counted, not an error. --dry-run counts what would change,\n"
+    "changing nothing."
 )
 
 
@@ -197,6 +198,9 @@ def _bulk_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--name", help="only workflows of this (function) name")
     command.add_argument("--queue", metavar="NAME", help="only workflows of this queue")
+    command.add_argument(
+        "--partition", metavar="KEY", help="only workflows of this partition (tenant)"
+    )
     command.add_argument(
         "--older-than",
         type=types.age,

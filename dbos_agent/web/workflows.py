@@ -61,6 +61,9 @@ class BulkBody(BaseModel):
     status: WorkflowStatus | None = None
     name: str | None = Field(default=None, description="workflow (function) name")
     queue: str | None = None
+    partition: str | None = Field(
+        default=None, description="partition key (of a partitioned queue)"
+    )
     older_than: str | None = Field(default=None, description="created more than 1h, 7d... ago")
     all: bool = Field(default=False, description="every workflow (no ids nor filter)")
     dry_run: bool = Field(default=False, description="count what would change")
@@ -84,6 +87,7 @@ def _bulk(action: Action, body: BulkBody, client: Client) -> Response:
         status=body.status,
         name=body.name,
         queue_name=body.queue,
+        partition_key=body.partition,
         older_than=None if body.older_than is None else parse_duration(body.older_than),
     )
     act = {

@@ -11,6 +11,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent._engine.queues import isolated_queues
 from dbos_agent.errors import PartitionKeyError
+from dbos_agent.records import WorkflowFilter
 from dbos_agent.testing import Inspector, advance_clock, clock_offset, dispatch_once
 from tests.helpers import new_id, per_test, wait_until
 
@@ -137,3 +138,20 @@ def test_listing_by_partition_and_client_enqueue(
     assert {i.partition_key for i in listed} == {"acme"}
     in_process = da.operations.list_workflows(queue_name=name, partition_key="other")
     assert [i.partition_key for i in in_process] == ["other"]
+
+
+def test_a_bulk_cancel_by_partition_leaves_the_other_tenants(
+    queue_runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    name = new_id("pq")
+    q = da.Queue(name, partitioned=True)
+    later = {"delay": 3600}  # nothing dequeued meanwhile: all wait in the queue
+    acme = [q.enqueue(tenant_job, "acme", f"a{i}", partition_key="acme", **later) for i in range(3)]
+    other = q.enqueue(tenant_job, "other", "o", partition_key="other", **later)
+    with da.Client(dbos_agent_database_url) as client:
+        where = WorkflowFilter(queue_name=name, partition_key="acme")
+        report = client.cancel_workflows(where=where)
+        assert (report.matched, report.changed) == (3, 3)
+        statuses = {h.workflow_id: client.get_workflow(h.workflow_id).status for h in acme}
+        assert set(statuses.values()) == {da.WorkflowStatus.CANCELLED}
+        assert client.get_workflow(other.workflow_id).status == da.WorkflowStatus.ENQUEUED
