@@ -145,9 +145,11 @@ def test_a_bulk_cancel_by_partition_leaves_the_other_tenants(
 ) -> None:
     name = new_id("pq")
     q = da.Queue(name, partitioned=True)
-    later = {"delay": 3600}  # nothing dequeued meanwhile: all wait in the queue
-    acme = [q.enqueue(tenant_job, "acme", f"a{i}", partition_key="acme", **later) for i in range(3)]
-    other = q.enqueue(tenant_job, "other", "o", partition_key="other", **later)
+    later = 3600.0  # nothing dequeued meanwhile: all wait in the queue
+    acme = [
+        q.enqueue(tenant_job, "acme", f"a{i}", partition_key="acme", delay=later) for i in range(3)
+    ]
+    other = q.enqueue(tenant_job, "other", "o", partition_key="other", delay=later)
     with da.Client(dbos_agent_database_url) as client:
         where = WorkflowFilter(queue_name=name, partition_key="acme")
         report = client.cancel_workflows(where=where)
