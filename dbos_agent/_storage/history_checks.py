@@ -144,6 +144,15 @@ def _json_objects(value: Any, field: str) -> None:
         _json_object(item, f"{field}[{i}]")
 
 
+def _event_values(value: Any, field: str) -> None:
+    """A step's ``events`` (migration 031): an object of event keys and JSON values."""
+    if not isinstance(value, dict):
+        raise _Refused(field, f"must be a JSON object of event values, got {_kind(value)}")
+    for key, item in value.items():
+        _identifier("event key")(key, f"{field}.{key}")
+        _walk(item, f"{field}.{key}")
+
+
 def _storable_text(text: str, field: str) -> None:
     """Text Postgres can hold: no NUL, and Unicode (no unpaired surrogate)."""
     if "\x00" in text:
@@ -229,6 +238,7 @@ _STEP = (
     _Field("started_at", _time),
     _Field("finished_at", _time, NULLABLE),
     _Field("retry", _json_object, NULLABLE),
+    _Field("events", _event_values, NULLABLE),
 )
 _MESSAGE = (
     _Field("topic", _topic, null="must be a string: the default topic is stored as '', not null"),
@@ -421,6 +431,9 @@ class _Rules:
             f.check(value, field)
             if f.check in (_json, _json_object):
                 self.size(value, field)
+            elif f.check is _event_values:  # each value was within the limit when set
+                for key, item in value.items():
+                    self.size(item, f"{field}.{key}")
 
     def size(self, value: Any, field: str) -> None:
         """The checkpoint size limit, as the engine checks what it writes."""
@@ -520,6 +533,8 @@ class _Rules:
                 value = retry.get(key)
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise _Refused(f"{at}.retry.{key}", f"must be a number, got {_kind(value)}")
+        if s.get("events") is not None and status != "SUCCESS":  # migration 031
+            raise _Refused(f"{at}.events", f"must be null for a {status} step")
 
     def messages(self, m: dict[str, Any], at: str) -> None:
         if (m.get("consumed_seq") is None) != (m.get("consumed_at") is None):

@@ -62,6 +62,15 @@ def _apply(
     )
 
 
+def _events_set(effects: Sequence[StepEffect]) -> str | None:
+    """The events among ``effects`` as the step's row records them: one JSON object,
+    the last value of each key (None: the step set none)."""
+    last = {e.key: e.value for e in effects if e.kind == "event"}
+    if not last:
+        return None
+    return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{v}" for k, v in last.items()) + "}"
+
+
 class StepStore:
     """The ``steps`` table: one row per position, written once."""
 
@@ -144,7 +153,8 @@ class StepStore:
         which allows the cheap plain insert; every other case, and every
         surprise, goes through the statement that explains and adopts. ``effects``
         (writes the step asked for) are made in the same transaction, only if the step
-        row is written: a step with some takes that path, one more round trip.
+        row is written: a step with some takes that path, one more round trip. The
+        events among them are recorded on the row too, for a fork and a rewind.
         """
         where = f"workflow {workflow_id!r} step {seq} ({name}) output"
         with self._db.log_write(workflow_id, seq):
@@ -166,8 +176,10 @@ class StepStore:
             if fresh and not effects and self._appends.submit(params) is True:
                 return StepWrite(True, WorkflowStatus.PENDING, None)
 
+            recorded = {**params, "events": _events_set(effects)}
+
             def body(conn: Connection) -> StepWrite:
-                write = step_write(seq, conn.execute(query("record_step"), params).fetchone())
+                write = step_write(seq, conn.execute(query("record_step"), recorded).fetchone())
                 if write.written:
                     for effect in effects:
                         _apply(conn, effect, workflow_id, seq, owner_key)
@@ -431,6 +443,7 @@ def write_with_checkpoint(
                         "attempts": 1,
                         "started_at": started_at,
                         "owner_key": owner_key,
+                        "events": None,
                     },
                 ).fetchone(),
             )

@@ -85,20 +85,23 @@ RETURNING workflow_id, seq;
 -- PENDING and owned by the caller's session (else its status reads NOT_OWNER),
 -- and only if that position holds nothing, this step's own intent, or its own
 -- RETRYING row (a result is written once, never overwritten; a step that waited
--- for retries keeps the start of its first attempt). Returns whether this call
--- wrote, the workflow's status, and the row that was there before: the loser
--- of a race adopts the recorded result.
+-- for retries keeps the start of its first attempt). `events`: the events a success
+-- set inside the step (NULL: none), which the caller sets in the same transaction
+-- (put_event). Returns whether this call wrote, the workflow's status, and the row
+-- that was there before: the loser of a race adopts the recorded result.
 WITH workflow AS (
     SELECT dbos_agent.write_status(%(workflow_id)s, %(owner_key)s) AS status
 ), written AS (
     INSERT INTO dbos_agent.steps
-        (workflow_id, seq, name, status, inputs, output, error, attempts, started_at)
+        (workflow_id, seq, name, status, inputs, output, error, attempts, started_at,
+         events)
     SELECT %(workflow_id)s, %(seq)s, %(name)s, %(status)s, %(inputs)s::jsonb,
-           %(output)s::jsonb, %(error)s::jsonb, %(attempts)s, %(started_at)s
+           %(output)s::jsonb, %(error)s::jsonb, %(attempts)s, %(started_at)s,
+           %(events)s::jsonb
     WHERE (SELECT status FROM workflow) = 'PENDING'
     ON CONFLICT (workflow_id, seq) DO UPDATE
         SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
-            attempts = EXCLUDED.attempts, retry = NULL,
+            attempts = EXCLUDED.attempts, retry = NULL, events = EXCLUDED.events,
             started_at = least(steps.started_at, EXCLUDED.started_at), finished_at = now()
         WHERE steps.status IN ('PENDING', 'RETRYING') AND steps.name = EXCLUDED.name
     RETURNING seq
@@ -1492,8 +1495,9 @@ SELECT queue_name, dedup_id FROM dbos_agent.workflows WHERE workflow_id = %(work
 -- the original's decision. The fork gets the original's approval requests below
 -- its fork point: decided as in the original when the decision is below it too,
 -- else PENDING (asked again). And what the original published below its fork
--- point: per event key the value of its last set_event there (logs of older
--- versions, without the value in the step's inputs: the original's current value),
+-- point: per event key the value its last setter there set, a set_event step or a step
+-- that set it inside (event_sets; logs of older versions, without the value in a
+-- set_event step's inputs: the original's current value),
 -- and the stream items its body wrote there (named by the step's output, the
 -- offset, and its inputs' key; an older log has no key there: matched on any key)
 -- with the items written from its copied steps, renumbered densely from 0 (the
@@ -1581,7 +1585,7 @@ WITH original AS (
 ), copied AS (
     INSERT INTO dbos_agent.steps
         (workflow_id, seq, name, status, inputs, output, error, attempts, started_at,
-         finished_at)
+         finished_at, events)
     SELECT %(new_workflow_id)s, k.seq, k.name,
            CASE WHEN r.value IS NULL THEN k.status ELSE 'SUCCESS' END, k.inputs,
            CASE WHEN r.value IS NOT NULL THEN r.value -> 'output'
@@ -1591,7 +1595,7 @@ WITH original AS (
                                WHERE b.seq = k.seq
                                ORDER BY b.key LIMIT 1), k.output) END,
            CASE WHEN r.value IS NULL THEN k.error END, k.attempts, k.started_at,
-           k.finished_at
+           k.finished_at, k.events
     FROM kept AS k
     LEFT JOIN LATERAL (SELECT %(replace)s::jsonb -> k.seq::text AS value) AS r ON true
     RETURNING seq
@@ -1599,15 +1603,15 @@ WITH original AS (
     INSERT INTO dbos_agent.events (workflow_id, key, value)
     SELECT %(new_workflow_id)s, last.key, last.value
     FROM (
-        SELECT DISTINCT ON (k.inputs ->> 'key') k.inputs ->> 'key' AS key,
-               CASE WHEN k.inputs ? 'value' THEN k.inputs -> 'value' ELSE e.value END AS value
-        FROM kept AS k
+        SELECT DISTINCT ON (k.key) k.key, coalesce(k.value, e.value) AS value
+        FROM point AS p
+        CROSS JOIN LATERAL dbos_agent.event_sets(%(workflow_id)s, p.from_step) AS k
         LEFT JOIN dbos_agent.events AS e
-               ON e.workflow_id = %(workflow_id)s AND e.key = k.inputs ->> 'key'
-        WHERE k.name = 'dbos_agent.set_event' AND k.status = 'SUCCESS'
-        ORDER BY k.inputs ->> 'key', k.seq DESC
+               ON e.workflow_id = %(workflow_id)s AND e.key = k.key
+        WHERE EXISTS (SELECT 1 FROM inserted)
+        ORDER BY k.key, k.seq DESC
     ) AS last
-    WHERE last.key IS NOT NULL AND last.value IS NOT NULL
+    WHERE last.value IS NOT NULL
     RETURNING key
 ), asked AS (
     INSERT INTO dbos_agent.approvals
@@ -1650,10 +1654,11 @@ WHERE workflow_id = %(workflow_id)s;
 -- (one transaction, so a refusal or a failure leaves everything as it was):
 -- messages they received are unconsumed (a later recv takes them again); the stream
 -- items they wrote are deleted, a close among them with them (the stream is open again
--- unless a kept step closed it); each event a deleted set_event step set goes back to
--- the value of its last kept set_event, or is deleted when no kept step set it; their
--- approval requests are deleted with the decisions sent for them (the re-run asks
--- again); their model replies leave the family's running totals. The workflow
+-- unless a kept step closed it); each event a deleted step set (a set_event step, or a
+-- step inside it) goes back to the value its last kept setter set (event_sets), or is
+-- deleted when no kept step set it; their approval requests are deleted with the
+-- decisions sent for them (the re-run asks again); their model replies leave the
+-- family's running totals. The workflow
 -- becomes PENDING (ENQUEUED when it never left its queue) owned by owner_key (NULL:
 -- whoever claims it), with its recovery attempts back, and the rewind is appended to
 -- its edits. Refused, writing nothing, unless it is stopped (finished, cancelled,
@@ -1680,16 +1685,14 @@ WITH target AS (
                        'DIVERGED', 'IN_DOUBT', 'SUSPENDED')
       AND %(to_step)s <= coalesce(t.last_seq + 1, 0)
       AND t.open_intent IS NULL
-), kept AS (
-    SELECT s.seq, s.name, s.status, s.inputs, s.output
-    FROM dbos_agent.steps AS s
-    WHERE s.workflow_id = %(workflow_id)s AND s.seq < %(to_step)s
-      AND EXISTS (SELECT 1 FROM allowed)
+), kept_sets AS (  -- the events the kept steps set, with their positions
+    SELECT k.* FROM dbos_agent.event_sets(%(workflow_id)s, %(to_step)s) AS k
+    WHERE EXISTS (SELECT 1 FROM allowed)
 ), deleted AS (
     DELETE FROM dbos_agent.steps AS s
     USING allowed AS a
     WHERE s.workflow_id = a.workflow_id AND s.seq >= %(to_step)s
-    RETURNING s.seq, s.name, s.status, s.inputs, s.output
+    RETURNING s.seq, s.name, s.status, s.inputs, s.output, s.events
 ), asked_again AS (  -- the topics of the decisions of requests the re-run makes again
     SELECT 'dbos_agent.approval:' || ap.seq AS topic
     FROM dbos_agent.approvals AS ap
@@ -1722,18 +1725,15 @@ WITH target AS (
                                 WHERE b.key = i.key AND b."offset" = i."offset")
                ELSE i.step_seq >= %(to_step)s END
     RETURNING i."offset"
-), restored AS (  -- per event key a deleted step set: the value its last kept step set
+), restored AS (  -- per event key a deleted step set: the value its last kept setter set
     SELECT d.key,
-           (SELECT CASE WHEN k.inputs ? 'value' THEN k.inputs -> 'value' END
-            FROM kept AS k
-            WHERE k.name = 'dbos_agent.set_event' AND k.status = 'SUCCESS'
-              AND k.inputs ->> 'key' = d.key
+           (SELECT k.value FROM kept_sets AS k WHERE k.key = d.key
             ORDER BY k.seq DESC LIMIT 1) AS value,
-           EXISTS (SELECT 1 FROM kept AS k
-                   WHERE k.name = 'dbos_agent.set_event' AND k.inputs ->> 'key' = d.key)
-               AS kept_set
-    FROM (SELECT DISTINCT inputs ->> 'key' AS key FROM deleted
-          WHERE name = 'dbos_agent.set_event' AND inputs ->> 'key' IS NOT NULL) AS d
+           EXISTS (SELECT 1 FROM kept_sets AS k WHERE k.key = d.key) AS kept_set
+    FROM (SELECT inputs ->> 'key' AS key FROM deleted
+          WHERE name = 'dbos_agent.set_event' AND inputs ->> 'key' IS NOT NULL
+          UNION
+          SELECT jsonb_object_keys(events) FROM deleted WHERE events IS NOT NULL) AS d
 ), reset_events AS (
     UPDATE dbos_agent.events AS e
     SET value = r.value, updated_at = now()

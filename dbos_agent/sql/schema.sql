@@ -217,6 +217,13 @@ CREATE TABLE dbos_agent.steps (
         (status = 'RETRYING') = (retry IS NOT NULL)
         AND (retry IS NULL OR (jsonb_typeof(retry -> 'since') = 'number'
                                AND jsonb_typeof(retry -> 'next_at') = 'number'))
+    ),
+    -- The events the step set inside it (migration 031): {"key": value, ...}, the last
+    -- value of each key, written with the row (record_step) as the events are set in
+    -- its transaction; NULL: none. A fork and a rewind read them (event_sets).
+    events      jsonb,
+    CONSTRAINT steps_events_of_a_success CHECK (
+        events IS NULL OR (status = 'SUCCESS' AND jsonb_typeof(events) = 'object')
     )
 );
 -- The steps waiting for their next attempt (operators list them; few at any time).
@@ -723,6 +730,26 @@ LANGUAGE sql STABLE AS $$
     WHERE k.workflow_id = wid AND k.seq < before
       AND k.name IN ('dbos_agent.write_stream', 'dbos_agent.close_stream')
       AND k.status = 'SUCCESS'
+$$;
+
+-- The events a workflow set below step `before`, one row per setter and key (seq: the
+-- setter's position, for the caller to order by): its body's set_event steps (value NULL in logs of older versions,
+-- without the value in the step's inputs: not known) and the events its steps set
+-- (their `events`). The last setter of a key below a position is what the event held
+-- there: a fork copies it, a rewind restores it.
+CREATE FUNCTION dbos_agent.event_sets(wid text, before integer)
+RETURNS TABLE (seq integer, key text, value jsonb)
+LANGUAGE sql STABLE AS $$
+    SELECT s.seq, s.inputs ->> 'key',
+           CASE WHEN s.inputs ? 'value' THEN s.inputs -> 'value' END
+    FROM dbos_agent.steps AS s
+    WHERE s.workflow_id = wid AND s.seq < before
+      AND s.name = 'dbos_agent.set_event' AND s.status = 'SUCCESS'
+      AND s.inputs ->> 'key' IS NOT NULL
+    UNION ALL
+    SELECT s.seq, e.key, e.value
+    FROM dbos_agent.steps AS s, jsonb_each(s.events) AS e
+    WHERE s.workflow_id = wid AND s.seq < before AND s.events IS NOT NULL
 $$;
 
 -- == approvals =========================================================================

@@ -126,6 +126,7 @@ RUNS: Counter[str] = Counter()
 @da.step
 def publishes(wid: str, value: str) -> str:
     RUNS[wid] += 1
+    SEEN.setdefault(wid, []).append(da.get_event(wid, "e", timeout=0))
     da.set_event("e", value)
     return value
 
@@ -158,3 +159,69 @@ def test_a_rewind_before_the_step_reopens_its_stream_and_a_fork_after_it_keeps_i
     assert da.operations.rewind(wid, 0).result(timeout=30) == "said, then closed"
     rows, _ = engine.db.streams.read(wid, "out", 0)
     assert [r.kind for r in rows] == ["value", "value", "close"]
+
+
+def test_a_fork_after_the_step_has_the_event_it_set(runtime: da.Runtime) -> None:
+    wid = new_id("effects")
+    assert da.start(announcer, wid, workflow_id=wid).result(timeout=30) == ["announced", "done"]
+    fork = da.operations.fork(wid, 1)  # the step replays: its event is copied, once
+    assert fork.result(timeout=30) == ["announced", "done"]
+    assert da.get_event(fork.workflow_id, "stage", timeout=0) == "done"
+    again = da.operations.fork(fork.workflow_id, 1)  # the fork's step row has it too
+    assert da.get_event(again.workflow_id, "stage", timeout=0) == "done"
+    assert again.result(timeout=30) == ["announced", "done"]
+    before = da.operations.fork(wid, 0)  # before the step: not copied, the step sets it
+    assert before.result(timeout=30) == ["announced", "done"]
+
+
+def test_a_rewind_before_the_step_takes_its_event_back_and_the_re_run_sets_it_once(
+    runtime: da.Runtime,
+) -> None:
+    wid = new_id("effects")
+    handle = da.start(publishes_twice, wid, workflow_id=wid)
+    da.send(wid, "go", topic="go")
+    assert handle.result(timeout=30) == "second"
+    assert SEEN[wid] == [None, "first"] and RUNS[wid] == 2
+    # back to before the second step: the event is the first step's value again
+    assert da.operations.rewind(wid, 2).result(timeout=30) == "second"
+    assert SEEN[wid][2:] == ["first"] and RUNS[wid] == 3
+    assert da.get_event(wid, "e", timeout=0) == "second"
+    # back to the start: no kept step set it, so the event is gone until step 0 runs
+    assert da.operations.rewind(wid, 0).result(timeout=30) == "second"
+    assert SEEN[wid][3:] == [None, "first"] and RUNS[wid] == 5
+    assert da.get_event(wid, "e", timeout=0) == "second"
+
+
+@da.step
+def sets_k(value: str) -> str:
+    da.set_event("k", value)
+    return value
+
+
+@da.step
+def looks() -> Any:
+    wid = da.current_workflow_id()
+    assert wid is not None
+    return da.get_event(wid, "k", timeout=0)
+
+
+@da.durable_workflow
+def sets_k_by_turns(wid: str) -> list[Any]:
+    sets_k("step")  # 0
+    first = looks()  # 1
+    da.set_event("k", "body")  # 2
+    second = looks()  # 3
+    sets_k("step again")  # 4
+    return [first, second, looks()]  # 5
+
+
+def test_the_last_setter_below_the_point_wins_whichever_kind(runtime: da.Runtime) -> None:
+    """A fork from, and a rewind to, each look: the look runs live and sees the value of
+    the last setter below it, a step or the body's set_event."""
+    wid = new_id("effects")
+    seen = ["step", "body", "step again"]
+    assert da.start(sets_k_by_turns, wid, workflow_id=wid).result(timeout=30) == seen
+    for point in (1, 3, 5):
+        assert da.operations.fork(wid, point).result(timeout=30) == seen
+    for point in (5, 3, 1):
+        assert da.operations.rewind(wid, point).result(timeout=30) == seen

@@ -38,7 +38,8 @@ def history(workflow_id: str) -> dict[str, Any]:
         },
         "steps": [
             {"seq": 0, "name": "tool", "status": "SUCCESS", "inputs": None, "output": {"n": 1},
-             "error": None, "attempts": 1, "started_at": T, "finished_at": T, "retry": None},
+             "error": None, "attempts": 1, "started_at": T, "finished_at": T, "retry": None,
+             "events": {"state": {"a": 1}}},
             {"seq": 1, "name": "dbos_agent.recv", "status": "PENDING",
              "inputs": {"topic": "go", "deadline": None}, "output": None, "error": None,
              "attempts": 1, "started_at": T, "finished_at": None, "retry": None},
@@ -132,6 +133,14 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None] | bytes, str]] = {
     "retrying_without_retry": (
         _retrying,
         ", steps[0].retry: missing for a RETRYING step (since, next_at)",
+    ),
+    "events_of_an_intent": (
+        _set("steps[1].events", {"state": 1}),
+        ", steps[1].events: must be null for a PENDING step",
+    ),
+    "events_not_an_object": (
+        _set("steps[0].events", ["state", 1]),
+        ", steps[0].events: must be a JSON object of event values, got list",
     ),
     "output_while_waiting": (
         _set("workflow.output", 1),
