@@ -284,6 +284,25 @@ class Connector:
                 )
             yield
 
+    @contextmanager
+    def settings_applied(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """The test clock (and read-only) in force on ``conn`` for the statements of the
+        block: set for its session on a direct connection; through a pooler, for one
+        transaction around them, only when there is something to set (a lone statement
+        otherwise runs as it is, in autocommit)."""
+        if not self.pooled:
+            self.sync_clock(conn)
+            yield
+        elif self._local_settings():
+            with self.transaction(conn):
+                yield
+        else:
+            yield
+
+    def _local_settings(self) -> bool:
+        """Whether a pooled statement needs settings of its transaction (test clock, read-only)."""
+        return self.read_only or self.clock_offset != 0
+
     def advance_clock(self, seconds: float) -> None:
         """Move this process's database clock forward (for tests): leases run out, timers
         come due and rate-limit periods pass as if ``seconds`` had gone by."""
@@ -344,7 +363,7 @@ class Connector:
         """
 
         # Through a pooler, a moved test clock and read-only hold only inside a transaction.
-        local = self.pooled and (self.read_only or self.clock_offset != 0)
+        local = self.pooled and self._local_settings()
 
         def once(conn: Connection) -> T:
             if not (transaction or local):

@@ -34,7 +34,8 @@ its session registers as ``lease_only`` (migration 026) and is judged by its lea
 so others take its workflows over once the lease has run out (at once when, from its own
 host, they see its process gone), and its fence is the lease's. Its heartbeat goes through
 the pooler on a client connection of its own (which holds no server connection between
-heartbeats), each one a short transaction that sets the test clock for itself.
+heartbeats), each one statement (a transaction that sets the test clock first, in tests
+that move it).
 """
 
 from __future__ import annotations
@@ -261,9 +262,9 @@ class ExecutorSession:
     @contextlib.contextmanager
     def _statements(self, conn: psycopg.Connection[tuple[object, ...]]) -> Iterator[None]:
         """The session's statements on ``conn`` with the test clock set: for the whole
-        session on a direct connection, for one transaction through a pooler."""
+        session on its direct connection; through a pooler, as the pooled ones have it."""
         if self.lease_only:
-            with self.db.transaction(conn):
+            with self.db.settings_applied(conn):
                 yield
         else:
             self.db.sync_clock(conn)

@@ -26,7 +26,7 @@ PROCESSES, PER_PROCESS, STEPS = 3, 50, 4
 
 def _count(url: str, sql: str, *params: object) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(sql, params).fetchone()
     return int(row[0]) if row else 0
 
 
