@@ -14,6 +14,9 @@ Run (see bench/README.md for the scratch cluster and the peer)::
         --thread-list 1,2,4,8,16,64
     # side-by-side table from saved outputs (no run):
     python bench/bench_engine.py --report ours.jsonl --peer peer.jsonl --pg-limit limit.jsonl
+    # the library through pgbouncer in transaction mode (started here, in front of --dsn;
+    # the schema is migrated directly first), one pooled URL:
+    python bench/bench_engine.py --dsn ... --pgbouncer --scenarios raw,latency
 
 Scenarios (``--scenarios``, comma-separated; default: all, in this order):
 
@@ -184,7 +187,7 @@ def wf_replay(n: int) -> int:
 
 def launch(a, **kw):
     kw.setdefault("executor_id", a.executor_id or f"{ROLE}-{uuid.uuid4().hex[:10]}")
-    return da.launch(bench_dsn(a.dsn), **kw)
+    return da.launch(a.app_dsn or bench_dsn(a.dsn), **kw)
 
 
 def count_success(conn, prefix):
@@ -428,6 +431,8 @@ CHILD_OPTS = (
 
 def child_cmd(a, role, extra):
     cmd = [sys.executable, os.path.abspath(__file__), "--dsn", a.dsn, "--role", role, *extra]
+    if a.app_dsn:
+        cmd += ["--app-dsn", a.app_dsn]
     for k in CHILD_OPTS:
         cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     if a.profile:
@@ -538,6 +543,24 @@ def git_state():
 
 
 def parent(a):
+    if not a.pgbouncer:
+        return run_parent(a)
+    from dbos_agent._storage.dsn import with_dbname
+    from dbos_agent.postgres.opening import open_system_database
+    from dbos_agent.postgres.pgbouncer import Pgbouncer
+
+    with psycopg.connect(a.dsn, autocommit=True) as c:
+        if a.fresh:
+            c.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {BENCH_DB}")
+    a.fresh = False
+    open_system_database(bench_dsn(a.dsn), create=False, migrate=True, pool_size=1).close()
+    with Pgbouncer(a.dsn, pool_size=a.pgbouncer_pool) as bouncer:
+        a.app_dsn = bouncer.pooled_url(with_dbname(a.dsn, BENCH_DB))
+        return run_parent(a)
+
+
+def run_parent(a):
     from importlib.metadata import version
 
     with psycopg.connect(a.dsn, autocommit=True) as c:
@@ -568,6 +591,8 @@ def parent(a):
                 # CPU busy over 2 s before any scenario, 100 = one core: others' load
                 "machine_cpu_pct_before": round(foreign, 1),
                 "dbos_agent_path": da.__file__,
+                # where launch() connects: the server, or pgbouncer in transaction mode
+                "via": "pgbouncer (transaction mode, one URL)" if a.app_dsn else "direct",
             }
         ),
         flush=True,
@@ -851,6 +876,13 @@ def main():
     ap.add_argument("--peer", help="peer_dbos.py output (JSON lines) for the table")
     ap.add_argument("--pg-limit", help="pg_limit.py output (JSON lines) for the table")
     ap.add_argument("--report", help="print the table from this script's saved output; no run")
+    ap.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="run the library through pgbouncer in transaction mode, started in front of --dsn",
+    )
+    ap.add_argument("--pgbouncer-pool", type=int, default=20, help="its server connections")
+    ap.add_argument("--app-dsn", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--role", default="parent", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", help=argparse.SUPPRESS)
     ap.add_argument("--executor-id", help=argparse.SUPPRESS)

@@ -22,6 +22,22 @@ Scenarios (``--scenarios``, default both):
             commit limit of the same server: T connections looping BEGIN; INSERT one row;
             COMMIT for ``--raw-seconds`` (T in ``--raw-threads``, default 8,32,64), from
             pgbench when ``--pgbench PATH`` is given, else from Python threads.
+  pooler    a fleet through pgbouncer in transaction mode (issue 33), on a throwaway
+            server of this script's own with max_connections=100 (``--pooler-max-
+            connections``) and a pgbouncer of ``--pooler-pool`` (default 40) server
+            connections in front of it. For each P in ``--pooler-processes`` (default
+            8,50,100) and each way in ``--pooler-ways`` (default direct,pooled), N
+            (``--pooler-n``, default 3,000) workflows of 10 no-op steps are enqueued on a
+            fresh database, delayed; P worker daemons (``--workers`` threads,
+            ``--pooler-pool-size`` connections each, default 3, take-over looks every
+            ``--pooler-poll`` s, default 2, the library's default) start, directly or through
+            the pooler with one URL (lease-only sessions, polled wake-ups); once all are
+            registered (or the direct ones that can be: the server refuses the others),
+            the workflows are made due at once, and the rate is taken between 10 % and
+            90 % SUCCESS: workflows/s and steps/s, the peak of the server's connections to
+            the database, the workers that failed.
+            A way that does not finish within ``--pooler-timeout`` (default 300 s) is
+            reported with what it finished.
 
 Each run uses its own database ``dbos_agent_bench_fleet`` (dropped and created).
 Prints one JSON line per scenario. Run from the repository root.
@@ -356,9 +372,128 @@ def scenario_scale(args: argparse.Namespace) -> list[dict[str, object]]:
     return results
 
 
+def _url_of(server: str, database: str) -> str:
+    sys.path.insert(0, str(ROOT))
+    from dbos_agent._storage.dsn import with_dbname
+
+    return with_dbname(server, database)
+
+
+def _backends(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+        (DB_NAME,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def scenario_pooler_one(
+    server: str, pooled_url: str | None, processes: int, args: argparse.Namespace
+) -> dict[str, object]:
+    """One point: P workers directly (pooled_url None) or through the pooler."""
+    import dbos_agent as da
+    from dbos_agent.postgres.opening import open_system_database
+
+    direct = fresh_db(server)
+    open_system_database(direct, create=False, migrate=True, pool_size=1).close()
+    n, low, high = args.pooler_n, args.pooler_n // 10, args.pooler_n - args.pooler_n // 10
+    with da.Client(direct, pool_size=4) as client:  # due only once every worker is up
+        for i in range(n):
+            client.enqueue("bench-fleet", "fleet_job", 10, workflow_id=f"pool-{i:05d}", delay=86400)
+    url = pooled_url or direct
+    extra = ["--workers", str(args.workers), "--pool-size", str(args.pooler_pool_size)]
+    extra += ["--poll", str(args.pooler_poll)]  # take-over looks: the library's default
+    workers = start_workers(url, processes, *extra)
+    peak = 0
+    try:
+        with psycopg.connect(direct, autocommit=True) as mon:
+
+            def sessions() -> int:
+                row = mon.execute("SELECT count(*) FROM dbos_agent.executors").fetchone()
+                return int(row[0]) if row else 0
+
+            up_by = time.perf_counter() + args.pooler_timeout
+            while time.perf_counter() < up_by:
+                alive = sum(1 for w in workers if w.poll() is None)
+                if sessions() >= alive:
+                    break
+                time.sleep(0.2)
+            registered = sessions()
+            mon.execute(
+                "UPDATE dbos_agent.workflows SET wake_at = now()"
+                " WHERE status = 'ENQUEUED' AND queue_name = 'bench-fleet'"
+            )
+            marks: dict[str, tuple[float, int]] = {}
+            deadline = time.perf_counter() + args.pooler_timeout
+            done = 0
+            while "high" not in marks and time.perf_counter() < deadline:
+                row = mon.execute(  # on this connection: the server may have no other
+                    "SELECT count(*) FROM dbos_agent.workflows WHERE status = 'SUCCESS'"
+                ).fetchone()
+                done = int(row[0]) if row else 0
+                peak = max(peak, _backends(mon))
+                if "low" not in marks and done >= low:
+                    marks["low"] = (time.perf_counter(), done)
+                if done >= high:
+                    marks["high"] = (time.perf_counter(), done)
+                time.sleep(0.1)
+    finally:
+        stop_workers(workers)
+    exited = sum(1 for w in workers if w.returncode not in (0, -signal.SIGTERM))
+    result: dict[str, object] = {
+        "scenario": "pooler",
+        "way": "pooled (pgbouncer transaction mode, one URL)" if pooled_url else "direct",
+        "processes": processes,
+        "threads_per_process": args.workers,
+        "pool_size_per_process": args.pooler_pool_size,
+        "sessions_registered": registered,
+        "workers_failed": exited,
+        "workflows": n,
+        "peak_server_connections": peak,
+    }
+    if "high" not in marks:
+        result.update(finished=done, within_s=args.pooler_timeout, wf_per_s=None)
+        return result
+    seconds = marks["high"][0] - marks["low"][0]
+    finished = marks["high"][1] - marks["low"][1]
+    result.update(
+        window_seconds=round(seconds, 3),
+        wf_per_s=round(finished / seconds, 1),
+        steps_per_s=round(10 * finished / seconds, 1),
+    )
+    return result
+
+
+def scenario_pooler(args: argparse.Namespace) -> list[dict[str, object]]:
+    """The ``pooler`` scenario, on a server and a pgbouncer of its own."""
+    sys.path.insert(0, str(ROOT))
+    from dbos_agent.postgres.pgbouncer import Pgbouncer
+    from dbos_agent.postgres.throwaway import LocalCluster
+
+    settings = {"max_connections": str(args.pooler_max_connections)}
+    results: list[dict[str, object]] = []
+    with (
+        LocalCluster.start(settings=settings) as cluster,
+        Pgbouncer(cluster.url, pool_size=args.pooler_pool, max_client_conn=20000) as bouncer,
+    ):
+        pooled = bouncer.pooled_url(_url_of(cluster.url, DB_NAME))
+        for p in (int(x) for x in args.pooler_processes.split(",")):
+            for way in args.pooler_ways.split(","):
+                result = scenario_pooler_one(
+                    cluster.url, pooled if way == "pooled" else None, p, args
+                )
+                result["max_connections"] = args.pooler_max_connections
+                result["pgbouncer_pool"] = args.pooler_pool
+                print(json.dumps(result), flush=True)
+                results.append(result)
+    return []  # printed as they came
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dsn", required=True, help="a Postgres server URL")
+    parser.add_argument(
+        "--dsn", default=None, help="a Postgres server URL (all but the pooler scenario)"
+    )
     parser.add_argument("--scenarios", default="orphans,queue")
     parser.add_argument("--orphans", type=int, default=10_000)
     parser.add_argument("--queued", type=int, default=5_000)
@@ -368,6 +503,14 @@ def main() -> None:
     parser.add_argument("--raw-threads", default="8,32,64")
     parser.add_argument("--raw-seconds", type=float, default=5.0)
     parser.add_argument("--pgbench", default=None, help="pgbench binary for the raw limit")
+    parser.add_argument("--pooler-processes", default="8,50,100")
+    parser.add_argument("--pooler-ways", default="direct,pooled")
+    parser.add_argument("--pooler-n", type=int, default=3000)  # due at once, workers all up
+    parser.add_argument("--pooler-pool", type=int, default=40, help="pgbouncer's server pool")
+    parser.add_argument("--pooler-pool-size", type=int, default=3, help="per worker process")
+    parser.add_argument("--pooler-max-connections", type=int, default=100)
+    parser.add_argument("--pooler-timeout", type=float, default=300.0)
+    parser.add_argument("--pooler-poll", type=float, default=2.0, help="workers' --poll")
     args = parser.parse_args()
     loadavg = Path("/proc/loadavg")
     print(
@@ -381,12 +524,16 @@ def main() -> None:
         flush=True,
     )
     for name in args.scenarios.split(","):
+        if name != "pooler" and not args.dsn:
+            parser.error(f"--dsn is needed for the {name} scenario")
         if name == "orphans":
             results = [scenario_orphans(args.dsn, args.orphans)]
         elif name == "queue":
             results = [scenario_queue(args.dsn, args.queued)]
         elif name == "scale":
             results = scenario_scale(args)
+        elif name == "pooler":
+            results = scenario_pooler(args)
         else:
             parser.error(f"unknown scenario {name!r}")
         for result in results:

@@ -82,6 +82,14 @@ class InvalidDatabaseUrlError(ConfigurationError, ValueError):
     which may hold a password."""
 
 
+class PoolerError(ConfigurationError):
+    """A connection pooler where the library cannot work through it as configured: a
+    pooled URL (``?pooler=transaction``, or a pooler seen refusing a startup option or
+    losing a prepared statement) given where a direct connection is required (migrations,
+    ``session_url``), or a transaction pooler the database URL does not declare. The
+    message names the URL (password masked) and the fix; see docs/pooled-urls.md."""
+
+
 class SchemaVersionError(DbosAgentError):
     """The database's dbos_agent schema is not the one this library uses: here, newer
     than it knows (upgrade dbos_agent); :class:`SchemaNotMigratedError`, missing or older."""

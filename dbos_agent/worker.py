@@ -58,6 +58,26 @@ def add_arguments(parser: argparse.ArgumentParser, *, database_url: bool = True)
             "its password in $DBOS_AGENT_DATABASE_URL, $PGPASSWORD or $PGPASSFILE",
         )
     parser.add_argument(
+        "--session-url",
+        default=None,
+        help="a direct URL of the system database beside a pooled one (?pooler=transaction), "
+        "for the session's lock, LISTEN and migrations (default: $DBOS_AGENT_SESSION_URL; "
+        "none: liveness by the lease alone, wake-ups polled; see docs/pooled-urls.md)",
+    )
+    parser.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="database connections for statements (default: --workers + 4)",
+    )
+    parser.add_argument(
+        "--no-listen",
+        dest="listen",
+        action="store_false",
+        default=None,
+        help="poll for wake-ups instead of holding a connection that LISTENs",
+    )
+    parser.add_argument(
         "--executor-id", default=None, help="this executor's id (default: HOST:PID)"
     )
     parser.add_argument(
@@ -203,6 +223,9 @@ def run(args: argparse.Namespace) -> int:
             outage_timeout=args.outage_timeout,
             retention=args.retention,
             take_over_every=args.poll,
+            session_url=args.session_url,
+            pool_size=args.pool_size,
+            listen=args.listen,
         )
     except DbosAgentError as exc:
         given = getattr(args, "database_url", None) or os.environ.get(URL_ENV)

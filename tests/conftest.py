@@ -11,8 +11,10 @@ import pytest
 import dbos_agent as da
 from dbos_agent._engine.runtime.core import Engine
 from dbos_agent._engine.runtime.current import current_engine
+from dbos_agent.errors import PostgresNotFoundError
+from dbos_agent.postgres.pgbouncer import Pgbouncer
 from dbos_agent.testing import Inspector, RestartablePostgres
-from tests.helpers import PER_TEST
+from tests.helpers import PER_TEST, REQUIRE_PGBOUNCER_ENV
 
 # The suite starts hundreds of Python processes (apps, workers, the CLI): they write and
 # share compiled bytecode (in the checkout's ignored __pycache__/) instead of compiling
@@ -43,10 +45,40 @@ def executor_id() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(scope="session")
+def pgbouncer(dbos_agent_postgres_url: str) -> Iterator[Pgbouncer]:
+    """pgbouncer in transaction mode in front of the session's server: skipped where there
+    is none, unless $DBOS_AGENT_REQUIRE_PGBOUNCER is set (.ci/run sets it)."""
+    try:
+        bouncer = Pgbouncer(dbos_agent_postgres_url, pool_size=20)
+    except PostgresNotFoundError as exc:
+        if os.environ.get(REQUIRE_PGBOUNCER_ENV):
+            pytest.fail(f"{REQUIRE_PGBOUNCER_ENV} is set, but {exc}")
+        pytest.skip(str(exc))
+    with bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pooled_database_url(pgbouncer: Pgbouncer, dbos_agent_database_url: str) -> str:
+    """The session database through pgbouncer, declared pooled (``?pooler=transaction``)."""
+    return pgbouncer.pooled_url(dbos_agent_database_url)
+
+
 @pytest.fixture
-def runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runtime]:
-    """A launched runtime on the session database, shut down after the test."""
-    rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
+def database_url(request: pytest.FixtureRequest, dbos_agent_database_url: str) -> str:
+    """The session database: directly, or through pgbouncer in transaction mode for a
+    test parametrized with ``tests.helpers.direct_and_pooled``."""
+    if getattr(request, "param", "direct") == "pooled":
+        return str(request.getfixturevalue("pooled_database_url"))
+    return dbos_agent_database_url
+
+
+@pytest.fixture
+def runtime(database_url: str, executor_id: str) -> Iterator[da.Runtime]:
+    """A launched runtime on the session database (directly unless the test is
+    parametrized with ``direct_and_pooled``), shut down after the test."""
+    rt = da.launch(database_url, executor_id=executor_id, workers=8)
     try:
         yield rt
     finally:

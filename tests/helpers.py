@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from dbos_agent._storage.database import SystemDatabase
@@ -25,6 +26,12 @@ from tests.processes import output
 
 #: The root of this checkout: subprocesses import its dbos_agent, whatever is installed.
 CHECKOUT = Path(__file__).resolve().parent.parent
+
+#: Set (as .ci/run does) to make a missing pgbouncer a failure instead of a skip.
+REQUIRE_PGBOUNCER_ENV = "DBOS_AGENT_REQUIRE_PGBOUNCER"
+#: Runs a test twice: on the session database directly, and through pgbouncer in
+#: transaction mode (its ``database_url`` fixture, and the ``runtime`` built on it).
+direct_and_pooled = pytest.mark.parametrize("database_url", ["direct", "pooled"], indirect=True)
 
 
 _T = TypeVar("_T")

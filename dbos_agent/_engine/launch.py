@@ -80,6 +80,7 @@ def launch(
             pool_size=o.pool_size or o.workers + 4,
             outage_timeout=o.outage_timeout,
             max_checkpoint_bytes=o.max_checkpoint_bytes,
+            session_url=o.session_url,
         )
         try:
             engine = Engine(

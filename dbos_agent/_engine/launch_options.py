@@ -37,9 +37,24 @@ class LaunchOptions(EngineOptions):
     background thread.
     """
 
-    # -- Connections.
+    # -- Connections. A process opens at most ``pool_size`` connections for its statements
+    # (opened as they are needed, kept while idle), one for its executor session (its
+    # advisory lock and heartbeat) and one that LISTENs (see ``listen``): ``workers + 6``
+    # by default. Through a transaction pooler (a database URL with ``?pooler=transaction``)
+    # these are connections to the pooler, which holds a server connection only for the
+    # length of each transaction; with ``session_url`` the session's and the listener's
+    # go to the server directly (2 per process), without it there are none: the session is
+    # judged by its lease alone and waits poll (docs/pooled-urls.md).
     pool_size: int | None = None
-    """Database connections (default: ``workers + 4``)."""
+    """Database connections for statements (default: ``workers + 4``)."""
+    session_url: str | None = None
+    """A direct URL of the system database (default: ``$DBOS_AGENT_SESSION_URL``), for what
+    a transaction pooler cannot carry when the database URL goes through one: the executor
+    session's advisory lock, ``LISTEN`` and migrations at launch. Without it such a process
+    is judged alive by its lease alone (a dead one's workflows are taken over once
+    ``lease_seconds`` ran out, not ``session_grace``), polls for wake-ups, and does not
+    migrate (run ``dbos-agent migrate`` with a direct URL first). A pooled URL here is
+    refused (PoolerError)."""
 
     # -- Sessions and failover. Other executors take this process's workflows over only
     # once its session is dead: its heartbeat lease ran out (a hung or partitioned

@@ -10,6 +10,16 @@ What goes in is checked here, once for every caller: each JSON value against the
 checkpoint limit, NUL characters made storable (``jsonb.py``), and a value that
 Postgres still refuses reported as the caller's :class:`SerializationError`.
 Rows come back as dicts, read by column name.
+
+**Through a transaction pooler** (a URL with ``?pooler=transaction``: pgbouncer's
+transaction mode, the pooled URLs of Supabase, Neon and RDS Proxy) every transaction may
+run on another server connection, so nothing is kept on a connection from one transaction
+to the next: no statement is prepared on the server (``prepare_threshold=None``), no
+startup option is sent (poolers refuse ``options``), and what a direct connection sets
+once for its whole session (the idle-in-transaction bound, the test clock, read-only) is
+set with ``set_config(..., is_local => true)`` inside each transaction instead. A pooler
+the URL does not declare is seen (it refuses the startup option, or a prepared statement
+goes missing) and refused with a :class:`PoolerError` naming the fix.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
@@ -28,11 +38,12 @@ from .._limits import DEFAULT_MAX_CHECKPOINT_BYTES, check_checkpoint_size
 from ..errors import (
     CheckpointError,
     DatabaseUnavailableError,
+    PoolerError,
     SerializationError,
     WriteRefusedError,
 )
 from . import jsonb
-from .dsn import postgres_url, redact_url, scrub
+from .dsn import postgres_url, redact_url, scrub, split_pooler
 from .outages import (
     DEFAULT_OUTAGE_TIMEOUT_S,
     OutageMonitor,
@@ -61,6 +72,14 @@ class _OutcomeUnknown(Exception):
 #: otherwise hold its row locks, and block whoever takes its workflows over, until it
 #: wakes. The library's transactions hold no wait of their own between statements.
 IDLE_IN_TRANSACTION_S = 15
+#: The same, and the test clock, set inside each transaction of a pooled connection.
+_SET_LOCAL: LiteralString = (
+    "SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
+    " set_config('dbos_agent.clock_offset', %s, true)"
+)
+_SET_LOCAL_READ_ONLY: LiteralString = (
+    _SET_LOCAL + ", set_config('transaction_read_only', 'on', true)"
+)
 
 
 def connection_options(application_name: str, keepalives_idle: int = 30) -> dict[str, Any]:
@@ -88,6 +107,24 @@ def refuse_writes() -> None:
     _writes_refused = True
 
 
+def _lost_prepared_statement(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says a statement psycopg prepared is missing or there already: the
+    next transaction ran on another server connection, behind a transaction pooler."""
+    missing = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
+    return isinstance(exc, missing) and "_pg3_" in str(exc)
+
+
+def _bounds_idle_transactions(conn: Connection) -> bool:
+    """Whether the server ends a transaction left idle within IDLE_IN_TRANSACTION_S by its
+    own settings (those of the database, the role or the server, as every server
+    connection of a pooler starts with them)."""
+    row = conn.execute(
+        "SELECT setting::bigint AS ms FROM pg_settings"
+        " WHERE name = 'idle_in_transaction_session_timeout'"
+    ).fetchone()
+    return row is not None and 0 < int(row["ms"]) <= IDLE_IN_TRANSACTION_S * 1000
+
+
 class Connector:
     """A pool of connections to the system database and the one way statements run on it.
 
@@ -97,6 +134,9 @@ class Connector:
     DEBUG level only (for tools such as the test inspector). With ``read_only`` every
     pooled connection is read-only in Postgres itself, and a statement that would write
     raises :class:`WriteRefusedError` at once (a replay check writes nothing).
+
+    ``pooled`` (read from the URL's ``?pooler=transaction``) says the URL goes through a
+    transaction pooler: see the module's doc. ``role`` names the URL in errors.
     """
 
     def __init__(
@@ -109,10 +149,17 @@ class Connector:
         application_name: str = "dbos_agent",
         warn_on_outage: bool = True,
         read_only: bool = False,
+        role: str = "the database URL",
     ) -> None:
         if max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes}")
+        #: The URL as given (checked; a pooled one keeps its ``?pooler=transaction``): what
+        #: another process or tool of the library is handed to reach the same database.
         self.url = postgres_url(url)
+        self._libpq_url, pooler = split_pooler(self.url)
+        #: Whether the URL goes through a transaction pooler (``?pooler=transaction``).
+        self.pooled = pooler is not None
+        self.role = role
         self.redacted_url = redact_url(url)
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.application_name = application_name
@@ -127,15 +174,59 @@ class Connector:
         #: Seconds added to the database clock (``dbos_agent.now()``) on every connection
         #: this process uses: tests move time with :meth:`advance_clock` instead of sleeping.
         self.clock_offset = 0.0
+        #: Through a pooler: whether the server ends idle transactions by itself, soon
+        #: enough (``ALTER DATABASE ... SET idle_in_transaction_session_timeout``, an RDS
+        #: parameter group), which spares each transaction its ``set_config`` (seen by
+        #: :meth:`open`).
+        self._server_bounds_idle = False
         self._clocks: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     def _connect_pooled(self) -> Connection:
-        options = connection_options(self.application_name)
-        settings = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S}s"
-        if self.read_only:
-            settings += " -c default_transaction_read_only=on"
-        options["options"] = settings
-        return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, **options)
+        options = self._options(self.application_name)
+        if self.read_only and not self.pooled:
+            options["options"] += " -c default_transaction_read_only=on"
+        url = self._libpq_url
+        return self._connect(
+            lambda: psycopg.connect(url, autocommit=True, row_factory=dict_row, **options)
+        )
+
+    def _options(self, application_name: str, keepalives_idle: int = 30) -> dict[str, Any]:
+        """The options of a connection of this connector: through a pooler, no startup
+        option and no statement prepared on the server; directly, the idle-in-transaction
+        bound for the whole session (which also tells a pooler the URL does not declare:
+        pgbouncer refuses it)."""
+        options = connection_options(application_name, keepalives_idle)
+        if self.pooled:
+            options["prepare_threshold"] = None
+        else:
+            options["options"] = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S}s"
+        return options
+
+    def _connect(self, connect: Callable[[], T]) -> T:
+        """``connect()``, a pooler's refusal of the startup option told as what it is."""
+        try:
+            return connect()
+        except psycopg.OperationalError as exc:
+            if "unsupported startup parameter" not in str(exc):
+                raise
+        raise PoolerError(
+            self.undeclared_pooler("it refused a startup parameter, as pgbouncer does")
+        )
+
+    def undeclared_pooler(self, seen: str) -> str:
+        """What to say when this connector's URL turns out to go through a pooler (``seen``:
+        how that showed), naming the fix for its role."""
+        if self.role == "the database URL":
+            fix = (
+                "add ?pooler=transaction to it (and give a direct URL as session_url, or "
+                "$DBOS_AGENT_SESSION_URL, for the session's lock and LISTEN)"
+            )
+        else:
+            fix = "give the server's direct URL here (not the pooler's)"
+        return (
+            f"{self.role} {self.redacted_url} goes through a connection pooler ({seen}): "
+            f"{fix}; see docs/pooled-urls.md"
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -145,7 +236,9 @@ class Connector:
         The error is raised outside the ``except``: libpq's exception is not kept even
         as its context, which a traceback or a logger might still walk."""
         try:
-            with self._pool.connection(timeout=CONNECT_TIMEOUT_S):
+            with self._pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+                if self.pooled:
+                    self._server_bounds_idle = _bounds_idle_transactions(conn)
                 return
         except psycopg.Error as exc:
             why = scrub(describe(exc), self.url)
@@ -157,20 +250,58 @@ class Connector:
         """Close every pooled connection."""
         self._pool.close()
 
+    def release_idle(self) -> None:
+        """Close the idle pooled connections (a direct URL's, once migrations are done)."""
+        self._pool.drop_idle()
+
     @contextmanager
     def connection(self) -> Iterator[Connection]:
         """A pooled autocommit connection, rows as dicts (for tests and tools)."""
         with self._pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
-            self.sync_clock(conn)
+            if not self.pooled:
+                self.sync_clock(conn)
             yield conn
 
     def connect_dedicated(
         self, application_name: str, *, keepalives_idle: int = 30
     ) -> psycopg.Connection[tuple[Any, ...]]:
         """A connection of its own (not pooled, autocommit): the session's, the listener's."""
-        return psycopg.connect(
-            self.url, autocommit=True, **connection_options(application_name, keepalives_idle)
-        )
+        options = self._options(application_name, keepalives_idle)
+        return self._connect(lambda: psycopg.connect(self._libpq_url, autocommit=True, **options))
+
+    @contextmanager
+    def transaction(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """A transaction on ``conn``. Through a pooler it first sets, for itself alone,
+        what a direct connection has for its whole session: the idle-in-transaction bound,
+        the test clock and, for a read-only connector, read-only."""
+        with conn.transaction():
+            if self.pooled and not (
+                self._server_bounds_idle and self.clock_offset == 0 and not self.read_only
+            ):
+                conn.execute(
+                    _SET_LOCAL_READ_ONLY if self.read_only else _SET_LOCAL,
+                    (f"{IDLE_IN_TRANSACTION_S}s", f"{self.clock_offset} seconds"),
+                )
+            yield
+
+    @contextmanager
+    def settings_applied(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """The test clock (and read-only) in force on ``conn`` for the statements of the
+        block: set for its session on a direct connection; through a pooler, for one
+        transaction around them, only when there is something to set (a lone statement
+        otherwise runs as it is, in autocommit)."""
+        if not self.pooled:
+            self.sync_clock(conn)
+            yield
+        elif self._local_settings():
+            with self.transaction(conn):
+                yield
+        else:
+            yield
+
+    def _local_settings(self) -> bool:
+        """Whether a pooled statement needs settings of its transaction (test clock, read-only)."""
+        return self.read_only or self.clock_offset != 0
 
     def advance_clock(self, seconds: float) -> None:
         """Move this process's database clock forward (for tests): leases run out, timers
@@ -231,16 +362,20 @@ class Connector:
         with a fallback of its own (a group commit whose writers then write alone).
         """
 
+        # Through a pooler, a moved test clock and read-only hold only inside a transaction.
+        local = self.pooled and self._local_settings()
+
         def once(conn: Connection) -> T:
-            if not transaction:
+            if not (transaction or local):
                 return body(conn)
-            with conn.transaction():
+            with self.transaction(conn):
                 return body(conn)
 
         def attempt() -> T:
             conn = self._pool.take(self._attempt_wait())
             try:
-                self.sync_clock(conn)
+                if not self.pooled:
+                    self.sync_clock(conn)
                 if resend:
                     return once(conn)
                 conn.execute("SELECT 1")  # a dead pooled connection fails here, harmlessly
@@ -254,6 +389,13 @@ class Connector:
                 if self.read_only and isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
                     raise WriteRefusedError(
                         f"refused to {what}: this connection only reads"
+                    ) from None
+                if _lost_prepared_statement(exc):
+                    conn.close()
+                    raise PoolerError(
+                        self.undeclared_pooler(
+                            "a statement prepared on one server connection was missing on the next"
+                        )
                     ) from None
                 if is_transient(exc):  # e.g. read-only after a failover: never reuse it
                     conn.close()

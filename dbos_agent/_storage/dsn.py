@@ -20,12 +20,16 @@ from ..errors import InvalidDatabaseUrlError, UnsupportedDatabaseError
 from .redaction import normal_scheme, redact_url, scrub
 
 __all__ = [
+    "POOLER_PARAMETER",
+    "SESSION_URL_ENV",
     "URL_ENV",
+    "configured_session_url",
     "configured_url",
     "is_url",
     "postgres_url",
     "redact_url",
     "scrub",
+    "split_pooler",
     "with_dbname",
 ]
 
@@ -34,6 +38,16 @@ _ANY_SCHEME_RE = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
 _PORTS_RE = re.compile(r"\d*(?:,\d*)*")
 #: The environment variable that names the system database.
 URL_ENV = "DBOS_AGENT_DATABASE_URL"
+#: The environment variable that names a direct URL of it, for what needs a session of its
+#: own when ``$DBOS_AGENT_DATABASE_URL`` goes through a transaction pooler (docs/pooled-urls.md).
+SESSION_URL_ENV = "DBOS_AGENT_SESSION_URL"
+#: The query parameter that declares a URL pooled: ``?pooler=transaction`` (taken out before
+#: libpq reads the URL, which knows no such parameter).
+POOLER_PARAMETER = "pooler"
+_POOLER_MODES = ("transaction",)
+_CONNINFO_POOLER_RE = re.compile(
+    rf"(^|\s){POOLER_PARAMETER}\s*=\s*('?)([a-z]*)\2(?=\s|$)", re.IGNORECASE
+)
 # libpq's parse errors, by their fixed start, told in words of our own: libpq's own quote
 # a piece of the string, and that piece may be a piece of the password.
 _LIBPQ_PROBLEMS = (
@@ -74,13 +88,14 @@ def postgres_url(dsn: str, *, source: str | None = None) -> str:
     came from, e.g. ``$DBOS_AGENT_DATABASE_URL``).
     """
     text = normal_scheme(dsn)
+    bare, _ = split_pooler(text)
     other = _ANY_SCHEME_RE.match(text)
     if other is not None and _SCHEME_RE.match(text) is None:
         raise UnsupportedDatabaseError(
             f"the database URL {redact_url(dsn)} is a {other.group(1)!r} URL: dbos_agent "
             f"needs PostgreSQL: a postgresql:// URL (postgresql+psycopg:// is read as one)"
         )
-    problem = _problem(text)
+    problem = _problem(bare)
     if problem is not None:
         shown = "URL postgresql://…" if other is not None else "connection string"
         if source is not None:
@@ -90,6 +105,42 @@ def postgres_url(dsn: str, *, source: str | None = None) -> str:
             f" it has {problem}; {_HINT}"
         )
     return text
+
+
+def split_pooler(dsn: str) -> tuple[str, str | None]:
+    """``dsn`` without its ``pooler`` parameter (URL query or key=value form), and that
+    parameter's value in lower case (None when it has none).
+
+    Only ``pooler=transaction`` is known: a transaction-mode pooler (pgbouncer's
+    ``pool_mode = transaction``, Supabase's pooler on port 6543, Neon's ``-pooler`` host,
+    RDS Proxy). Any other value raises an :class:`InvalidDatabaseUrlError` saying so.
+    """
+    text = dsn.strip()
+    if is_url(text):
+        base, mark, query = text.partition("?")
+        pairs = query.split("&") if mark else []
+        found = [pair.split("=", 1)[1].lower() for pair in pairs if _is_pooler_pair(pair)]
+        if not found:
+            return text, None
+        kept = [pair for pair in pairs if not _is_pooler_pair(pair)]
+        bare = base + ("?" + "&".join(kept) if kept else "")
+    else:
+        found = [m.group(3).lower() for m in _CONNINFO_POOLER_RE.finditer(text)]
+        if not found:
+            return text, None
+        bare = " ".join(_CONNINFO_POOLER_RE.sub(" ", text).split())
+    mode = found[-1]
+    if mode not in _POOLER_MODES:
+        raise InvalidDatabaseUrlError(
+            f"the database URL says {POOLER_PARAMETER}={mode!r}: only "
+            f"{POOLER_PARAMETER}=transaction is known (a transaction-mode pooler); a "
+            f"session-mode pooler keeps sessions and needs no parameter"
+        )
+    return bare, mode
+
+
+def _is_pooler_pair(pair: str) -> bool:
+    return pair.lower().startswith(POOLER_PARAMETER + "=")
 
 
 def _problem(text: str) -> str | None:
@@ -128,6 +179,15 @@ def with_dbname(dsn: str, dbname: str) -> str:
     )
     path = "/" + quote(dbname, safe="")
     return urlunsplit((parts.scheme, parts.netloc, path, query, parts.fragment))
+
+
+def configured_session_url(explicit: str | None = None) -> str | None:
+    """The session URL given, else ``$DBOS_AGENT_SESSION_URL``, else None; see
+    :func:`postgres_url`."""
+    if explicit:
+        return postgres_url(explicit)
+    url = os.environ.get(SESSION_URL_ENV)
+    return postgres_url(url, source=f"${SESSION_URL_ENV}") if url else None
 
 
 def configured_url(explicit: str | None = None) -> str | None:

@@ -27,6 +27,15 @@ heartbeat's ``was_dead`` is judged by the rules as the server now applies them, 
 after a restart or a failover may be more lenient than when a claim on the old server
 judged the session; but then the connection was re-opened (or the heartbeat came late),
 which ends the streak all the same.
+
+**Lease only.** A process whose only URL goes through a transaction pooler has no
+session of its own on the server to hold the lock on (``SystemDatabase.direct`` is None):
+its session registers as ``lease_only`` (migration 026) and is judged by its lease alone,
+so others take its workflows over once the lease has run out (at once when, from its own
+host, they see its process gone), and its fence is the lease's. Its heartbeat goes through
+the pooler on a client connection of its own (which holds no server connection between
+heartbeats), each one statement (a transaction that sets the test clock first, in tests
+that move it).
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
 
 from .._processes import process_key, session_gone_here
-from ..errors import DatabaseUnavailableError
+from ..errors import DatabaseUnavailableError, PoolerError
+from .connector import Connector
 from .database import SystemDatabase
 from .locks import SESSION_LOCK_CLASS
 from .outages import describe, is_transient
@@ -105,7 +115,12 @@ class ExecutorSession:
         #: The queues this process dequeues from, read for every heartbeat (a limited
         #: queue is shared among the sessions serving it).
         self.queues = queues
-        self._window = min(grace_seconds, lease_seconds) * _FENCE_SHARE
+        #: Where the session connects: a direct connection holding the lock, else (through
+        #: a pooler) a pooled one, the session then judged by its lease alone.
+        self._link: Connector = db.direct or db
+        self.lease_only = db.direct is None
+        liveness = lease_seconds if self.lease_only else min(grace_seconds, lease_seconds)
+        self._window = liveness * _FENCE_SHARE
         #: Seconds between heartbeats: several per fence window.
         self.interval = min(1.0, self._window / 3)
         #: Replaced as a whole, so readers never see half of an update.
@@ -122,15 +137,22 @@ class ExecutorSession:
         """Take a fresh session key (lock + row), start heartbeating, return the key."""
         with self._lock:
             why = None
+            conn = None
             try:
                 conn = self._connect()
                 key = self._take_new_key(conn)
                 self._register(conn, key)
             except psycopg.Error as exc:  # raised below, without it as its context
                 why = describe(exc)
-            if why is not None:
+            except BaseException:
+                if conn is not None:
+                    conn.close()
+                raise
+            if why is not None or conn is None:
+                if conn is not None:
+                    conn.close()
                 raise DatabaseUnavailableError(
-                    f"cannot open an executor session on {self.db.redacted_url}: {why}"
+                    f"cannot open an executor session on {self._link.redacted_url}: {why}"
                 )
             self._conn, self.key = conn, key
             self.state = Fence(1, time.monotonic() + self._window)
@@ -151,9 +173,11 @@ class ExecutorSession:
         if conn is None or conn.closed:
             return
         try:
-            conn.execute(query("forget_idle_executor"), {"session_key": self.key})
-            conn.execute(query("end_executor"), {"session_key": self.key})
-            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (SESSION_LOCK_CLASS, self.key))
+            with self._statements(conn):
+                conn.execute(query("forget_idle_executor"), {"session_key": self.key})
+                conn.execute(query("end_executor"), {"session_key": self.key})
+            if not self.lease_only:
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (SESSION_LOCK_CLASS, self.key))
         except psycopg.Error as exc:
             log.warning("could not end executor session %s cleanly: %s", self.key, describe(exc))
         finally:
@@ -180,11 +204,11 @@ class ExecutorSession:
                 fresh = True
             else:
                 try:
-                    self.db.sync_clock(self._conn)
-                    row = self._conn.execute(
-                        query("heartbeat_executor"),
-                        {"session_key": self.key, "queues": self.queues()},
-                    ).fetchone()
+                    with self._statements(self._conn):
+                        row = self._conn.execute(
+                            query("heartbeat_executor"),
+                            {"session_key": self.key, "queues": self.queues()},
+                        ).fetchone()
                 except psycopg.Error:
                     self._drop_connection()
                     raise
@@ -235,8 +259,19 @@ class ExecutorSession:
 
     # -- the connection and the lock ----------------------------------------------------
 
+    @contextlib.contextmanager
+    def _statements(self, conn: psycopg.Connection[tuple[object, ...]]) -> Iterator[None]:
+        """The session's statements on ``conn`` with the test clock set: for the whole
+        session on its direct connection; through a pooler, as the pooled ones have it."""
+        if self.lease_only:
+            with self.db.settings_applied(conn):
+                yield
+        else:
+            self.db.sync_clock(conn)
+            yield
+
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
-        conn = self.db.connect_dedicated("dbos_agent_session", keepalives_idle=10)
+        conn = self._link.connect_dedicated("dbos_agent_session", keepalives_idle=10)
         self._backend_pid = conn.info.backend_pid
         return conn
 
@@ -245,9 +280,29 @@ class ExecutorSession:
             row = conn.execute(query("next_session_key")).fetchone()
             assert row is not None
             key = int(str(row[0]))
+            if self.lease_only:
+                return key
             if self._try_lock(conn, key):
+                self._check_kept(conn, key)
                 return key
         raise DatabaseUnavailableError("could not find a free executor session key")
+
+    def _check_kept(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
+        """Refuse a session connection that does not keep its session: the lock just
+        taken must be held by the backend the next statement runs on. Behind a
+        transaction pooler that is another server connection, sooner or later."""
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
+            " AND classid = %s AND objid = %s AND objsubid = 2 AND granted"
+            " AND pid = pg_backend_pid())",
+            (SESSION_LOCK_CLASS, key),
+        ).fetchone()
+        if not (row and row[0]):
+            raise PoolerError(
+                self._link.undeclared_pooler(
+                    "the session's lock was not held by the server connection of its next statement"
+                )
+            )
 
     @staticmethod
     def _try_lock(conn: psycopg.Connection[tuple[object, ...]], key: int) -> bool:
@@ -257,7 +312,10 @@ class ExecutorSession:
         return bool(row and row[0])
 
     def _register(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
-        self.db.sync_clock(conn)
+        with self._statements(conn):
+            self._insert_row(conn, key)
+
+    def _insert_row(self, conn: psycopg.Connection[tuple[object, ...]], key: int) -> None:
         conn.execute(
             query("register_executor"),
             {
@@ -271,6 +329,7 @@ class ExecutorSession:
                 "lease_seconds": self.lease_seconds,
                 "grace_seconds": self.grace_seconds,
                 "queues": self.queues(),
+                "lease_only": self.lease_only,
             },
         )
 
@@ -279,28 +338,33 @@ class ExecutorSession:
         old_backend = self._backend_pid
         conn = self._connect()
         try:
-            for _ in range(_TAKE_LOCK_ATTEMPTS):
-                if self._try_lock(conn, self.key):
-                    break
-                # Most likely our previous connection's backend, not yet gone: end it.
-                holder = conn.execute(
-                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
-                    " AND objid = %s AND objsubid = 2 AND granted",
-                    (SESSION_LOCK_CLASS, self.key),
-                ).fetchone()
-                if holder is not None and holder[0] == old_backend:
-                    conn.execute("SELECT pg_terminate_backend(%s)", (old_backend,))
-                time.sleep(0.05)
-            else:
-                raise psycopg.OperationalError(
-                    f"executor session {self.key}: its lock is still held elsewhere"
-                )
+            if not self.lease_only:
+                self._take_lock_back(conn, old_backend)
             self._register(conn, self.key)
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         log.debug("executor session %s is back (reconnected)", self.key)
+
+    def _take_lock_back(
+        self, conn: psycopg.Connection[tuple[object, ...]], old_backend: int | None
+    ) -> None:
+        for _ in range(_TAKE_LOCK_ATTEMPTS):
+            if self._try_lock(conn, self.key):
+                return
+            # Most likely our previous connection's backend, not yet gone: end it.
+            holder = conn.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+                " AND objid = %s AND objsubid = 2 AND granted",
+                (SESSION_LOCK_CLASS, self.key),
+            ).fetchone()
+            if holder is not None and holder[0] == old_backend:
+                conn.execute("SELECT pg_terminate_backend(%s)", (old_backend,))
+            time.sleep(0.05)
+        raise psycopg.OperationalError(
+            f"executor session {self.key}: its lock is still held elsewhere"
+        )
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None

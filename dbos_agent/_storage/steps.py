@@ -426,7 +426,7 @@ def write_with_checkpoint(
     caller to explain or adopt."""
 
     def body(conn: Connection) -> Checkpointed[T]:
-        with conn.transaction():
+        with db.transaction(conn):
             result = write(conn)
             checkpoint = step_write(
                 seq,

@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from .._storage.database import SystemDatabase
-from .._storage.dsn import URL_ENV, configured_url
+from .._storage.database import MIGRATE_DIRECTLY, SystemDatabase
+from .._storage.dsn import URL_ENV, configured_session_url, configured_url
 from .._storage.sql_files import migrations
-from ..errors import NoDatabaseError, SchemaNotMigratedError, SchemaVersionError
+from ..errors import NoDatabaseError, PoolerError, SchemaNotMigratedError, SchemaVersionError
 from .embedded import DEFAULT_DIRECTORY, embedded_database_url
 
 __all__ = ["DatabaseOptions", "connect_system_database", "open_system_database"]
@@ -36,6 +36,9 @@ class DatabaseOptions(TypedDict, total=False):
     max_checkpoint_bytes: int
     application_name: str
     warn_on_outage: bool
+    #: A direct URL beside a pooled database URL (default: ``$DBOS_AGENT_SESSION_URL`` when
+    #: migrating, else none); see ``SystemDatabase``.
+    session_url: str | None
 
 
 def open_system_database(
@@ -53,12 +56,12 @@ def open_system_database(
     applied; without, the schema is only checked (SchemaNotMigratedError naming
     ``dbos-agent migrate``). Closed again if anything fails.
     """
-    db, named = _connect(database_url, create, options)
+    db, named = _connect(database_url, create, options, migrating=migrate)
     try:
-        if migrate:
+        if migrate and db.direct is not None:
             db.migrate()
         else:
-            _require_current_schema(db, named=named)
+            _require_current_schema(db, named=named, migrating=migrate)
     except BaseException:
         db.close()
         raise
@@ -71,14 +74,17 @@ def connect_system_database(
     """The system database, open, its schema not looked at: the first half of
     :func:`open_system_database`, for ``dbos-agent migrate``, which reports the version
     it found before migrating."""
-    return _connect(database_url, create, options)[0]
+    return _connect(database_url, create, options, migrating=True)[0]
 
 
 def _connect(
-    database_url: str | None, create: bool, options: DatabaseOptions
+    database_url: str | None, create: bool, options: DatabaseOptions, *, migrating: bool
 ) -> tuple[SystemDatabase, bool]:
-    """The database open, and whether its URL was named (else it is the embedded one)."""
+    """The database open, and whether its URL was named (else it is the embedded one).
+    What migrates reads ``$DBOS_AGENT_SESSION_URL`` when no session URL is given."""
     named = configured_url(database_url)
+    if migrating:
+        options["session_url"] = configured_session_url(options.get("session_url"))
     db = SystemDatabase(named or _embedded_url(create=create), **options)
     try:
         db.open()
@@ -108,8 +114,9 @@ def _embedded_url(*, create: bool) -> str:
         raise NoDatabaseError(f"cannot start the embedded Postgres in {directory}/: {exc}") from exc
 
 
-def _require_current_schema(db: SystemDatabase, *, named: bool) -> None:
-    """Refuse a schema this version does not match, saying what to run."""
+def _require_current_schema(db: SystemDatabase, *, named: bool, migrating: bool = False) -> None:
+    """Refuse a schema this version does not match, saying what to run (``migrating``:
+    the caller would have migrated, but its URL goes through a pooler)."""
     known = migrations()[-1][0]
     found = db.schema_version()
     if found == known:
@@ -118,6 +125,13 @@ def _require_current_schema(db: SystemDatabase, *, named: bool) -> None:
         raise SchemaVersionError(
             f"the database at {db.redacted_url} has dbos_agent schema version {found}, "
             f"newer than this dbos_agent knows ({known}); upgrade dbos_agent"
+        )
+    if db.pooled:
+        has = f"dbos_agent schema version {found}" if found else "no dbos_agent schema"
+        error = PoolerError if migrating else SchemaNotMigratedError
+        raise error(
+            f"the database at {db.redacted_url} has {has}, this dbos_agent needs {known}, "
+            f"and migrations do not go through a pooler. {MIGRATE_DIRECTLY}"
         )
     if named:
         command = f"`{MIGRATE_COMMAND} --database-url {db.redacted_url}`"

@@ -577,7 +577,7 @@ SELECT EXISTS (
                                                    'process_key', e.process_key))
                  FROM dbos_agent.executors AS e
                  WHERE e.heartbeat_at > '-infinity'
-                   AND e.session_key NOT IN (SELECT session_key FROM locked)),
+                   AND (e.lease_only OR e.session_key NOT IN (SELECT session_key FROM locked))),
                 '[]'::json) AS unlocked;
 
 -- name: claim_diverged_workflows
@@ -899,15 +899,16 @@ SELECT nextval('dbos_agent.session_keys')::integer AS session_key;
 -- by then): the lease starts over and the lock is no longer missing.
 INSERT INTO dbos_agent.executors
     (session_key, executor_id, app_version, code_version, hostname, pid, process_key,
-     lease_seconds, grace_seconds, heartbeat_at, queues)
+     lease_seconds, grace_seconds, heartbeat_at, queues, lease_only)
 VALUES (%(session_key)s, %(executor_id)s, %(app_version)s, %(code_version)s, %(hostname)s,
         %(pid)s, %(process_key)s, %(lease_seconds)s, %(grace_seconds)s, dbos_agent.now(),
-        %(queues)s::text[])
+        %(queues)s::text[], %(lease_only)s)
 ON CONFLICT (session_key) DO UPDATE
     SET executor_id = EXCLUDED.executor_id, app_version = EXCLUDED.app_version,
         code_version = EXCLUDED.code_version, hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, process_key = EXCLUDED.process_key,
         lease_seconds = EXCLUDED.lease_seconds, grace_seconds = EXCLUDED.grace_seconds,
-        heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = EXCLUDED.queues;
+        heartbeat_at = dbos_agent.now(), lock_lost_at = NULL, queues = EXCLUDED.queues,
+        lease_only = EXCLUDED.lease_only;
 
 -- name: heartbeat_executor
 -- scope: many
@@ -948,20 +949,21 @@ WHERE session_key = %(session_key)s;
 
 -- name: list_unlocked_sessions
 -- scope: many
--- Sessions without their lock and not yet known dead, with what tells whether
--- their process still runs (when it ran on the caller's host).
+-- Sessions without their lock (or without any: lease_only) and not yet known dead,
+-- with what tells whether their process still runs (when it ran on the caller's host).
 SELECT session_key, pid, process_key
 FROM dbos_agent.executors
 WHERE heartbeat_at > '-infinity'
-  AND session_key NOT IN (SELECT dbos_agent.locked_sessions());
+  AND (lease_only OR session_key NOT IN (SELECT dbos_agent.locked_sessions()));
 
 -- name: end_dead_session
 -- scope: many
 -- The caller saw that a session's process is gone (same host, pid not running):
--- the session is dead at once. Guarded on the lock still being free.
+-- the session is dead at once. Guarded on the lock still being free (a lease_only
+-- session holds none).
 UPDATE dbos_agent.executors SET heartbeat_at = '-infinity'
 WHERE session_key = %(session_key)s AND process_key = %(process_key)s
-  AND session_key NOT IN (SELECT dbos_agent.locked_sessions())
+  AND (lease_only OR session_key NOT IN (SELECT dbos_agent.locked_sessions()))
 RETURNING session_key;
 
 -- name: delete_dead_executors
@@ -2595,7 +2597,7 @@ WITH unfinished AS (
                                       'heartbeat_at', e.heartbeat_at,
                                       'code_version', e.code_version,
                                       'process_key', e.process_key,
-                                      'lock_free', e.session_key NOT IN (
+                                      'lock_free', e.lease_only OR e.session_key NOT IN (
                                           SELECT dbos_agent.locked_sessions()))
                     ORDER BY e.executor_id, e.session_key) AS sessions
     FROM dbos_agent.executors AS e

@@ -393,7 +393,10 @@ CREATE TABLE dbos_agent.executors (
     -- The queues this session dequeues from (a limited queue is shared among them).
     queues        text[]      NOT NULL DEFAULT '{}',
     -- The code version of its process (registry.code_version), beside app_version.
-    code_version  text
+    code_version  text,
+    -- A session that holds no lock (its process reaches the server only through a
+    -- transaction pooler): judged by its lease alone, see locked_sessions().
+    lease_only    boolean     NOT NULL DEFAULT false
 );
 CREATE INDEX executors_by_id ON dbos_agent.executors (executor_id);
 
@@ -401,13 +404,18 @@ CREATE INDEX executors_by_id ON dbos_agent.executors (executor_id);
 -- that reconnects can always take its own key back.
 CREATE SEQUENCE dbos_agent.session_keys AS integer MINVALUE 1 CYCLE;
 
--- The sessions whose advisory lock is held now (their connection is open).
+-- The sessions whose advisory lock is held now (their connection is open), and those
+-- that hold none (lease_only): no one stamps their lock as lost or waits out a grace for
+-- them; they are dead once their lease has run out (or, seen from their own host, once
+-- their process is gone: the statements that list sessions for that check list them too).
 CREATE FUNCTION dbos_agent.locked_sessions() RETURNS SETOF integer
 LANGUAGE sql STABLE AS $$
     SELECT l.objid::bigint::integer
     FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.classid = 233710 AND l.objsubid = 2 AND l.granted
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    UNION ALL
+    SELECT e.session_key FROM dbos_agent.executors AS e WHERE e.lease_only
 $$;
 
 -- The timeline a server writes on changes at every promotion of a standby (and at the

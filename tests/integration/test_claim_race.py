@@ -112,6 +112,7 @@ def comes_back(url: str, done: threading.Event, backend: list[int]) -> None:
                 "lease_seconds": 30,
                 "grace_seconds": 3,
                 "queues": [],
+                "lease_only": False,
             },
         )
         done.set()

@@ -9,15 +9,20 @@ import threading
 import psycopg
 
 from dbos_agent._storage.connector import IDLE_IN_TRANSACTION_S, Connector
+from tests.helpers import direct_and_pooled
 
 
-def test_pooled_connections_end_a_transaction_left_idle(dbos_agent_database_url: str) -> None:
-    db = Connector(dbos_agent_database_url, pool_size=2)
+@direct_and_pooled
+def test_pooled_connections_end_a_transaction_left_idle(database_url: str) -> None:
+    """Directly, the setting holds for the connection's whole session; through a
+    transaction pooler, for each transaction, which sets it for itself."""
+    db = Connector(database_url, pool_size=2)
     db.open()
     try:
         shown = db.run(
             "read the setting",
             lambda conn: conn.execute("SHOW idle_in_transaction_session_timeout").fetchone(),
+            transaction=True,
         )
         assert shown == {"idle_in_transaction_session_timeout": f"{IDLE_IN_TRANSACTION_S}s"}
     finally:

@@ -12,7 +12,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent._engine.queues import isolated_queues
 from dbos_agent.testing import Inspector, advance_clock, clock_offset, dispatch_once
-from tests.helpers import new_id, per_test, wait_until
+from tests.helpers import direct_and_pooled, new_id, per_test, wait_until
 
 ORDER: list[str] = per_test([])
 RUNS: Counter[str] = per_test(Counter())
@@ -39,9 +39,9 @@ def queued(tag: str, seconds: float = 0.0) -> str:
 
 
 @pytest.fixture
-def queue_runtime(dbos_agent_database_url: str, executor_id: str):  # type: ignore[no-untyped-def]
+def queue_runtime(database_url: str, executor_id: str):  # type: ignore[no-untyped-def]
     with isolated_queues():
-        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
+        rt = da.launch(database_url, executor_id=executor_id, workers=8)
         yield rt
         rt.shutdown(grace=5)
 
@@ -94,6 +94,7 @@ def test_worker_concurrency_and_priority(queue_runtime: da.Runtime) -> None:
     assert IN_FLIGHT["max"] == 1
 
 
+@direct_and_pooled
 def test_global_concurrency_limit(queue_runtime: da.Runtime) -> None:
     q = da.Queue(new_id("q"), concurrency=2)
     handles = [q.enqueue(queued, f"c{i}", 0.1) for i in range(8)]
@@ -122,6 +123,7 @@ def test_rate_limit(queue_runtime: da.Runtime, dbos_agent_database_url: str) -> 
     assert starts[-1] - starts[0] >= 1.0  # 7 starts at 3 per 0.5 s need three windows
 
 
+@direct_and_pooled
 def test_a_rate_limit_period_passes_when_the_clock_moves(queue_runtime: da.Runtime) -> None:
     """Three an hour: the next three start once the database clock moved an hour, not
     after one (the test does not sleep through the period)."""

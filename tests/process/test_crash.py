@@ -68,11 +68,17 @@ KILL_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("kill", KILL_POINTS)
-def test_killed_at_each_point_then_recovered(
-    kill: str, dbos_agent_database_url: str, tmp_path: Path
-) -> None:
-    url, wid, executor = dbos_agent_database_url, new_id("crash"), new_id("executor")
+@pytest.mark.parametrize(
+    ("kill", "database_url"),
+    [
+        *((kill, "direct") for kill in KILL_POINTS),
+        # through pgbouncer in transaction mode: a step cut off, and the guarded charge
+        *((kill, "pooled") for kill in ("in-step-1", "in-charge")),
+    ],
+    indirect=["database_url"],
+)
+def test_killed_at_each_point_then_recovered(kill: str, database_url: str, tmp_path: Path) -> None:
+    url, wid, executor = database_url, new_id("crash"), new_id("executor")
     crashed = _run(["run", wid, str(N)], _env(url, tmp_path, executor, kill))
     assert crashed.returncode == -signal.SIGKILL, output(crashed)
     assert _status(url, wid) == "PENDING"

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 import dbos_agent as da
 from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.testing import Inspector
-from tests.helpers import SimulatedCrash, new_id, wait_until
+from tests.helpers import SimulatedCrash, direct_and_pooled, new_id, wait_until
 from tests.processes import output
 
 CRASH: set[str] = set()
@@ -70,6 +70,7 @@ def approval_flow() -> Approval:
     return decision
 
 
+@direct_and_pooled
 def test_send_and_recv_across_threads_in_order_and_by_topic(
     runtime: da.Runtime, engine: Engine
 ) -> None:
@@ -344,7 +345,11 @@ def app_env(url: str, workdir: Path, executor: str, kill: str = "") -> dict[str,
     return env
 
 
-@pytest.mark.parametrize("kill", ["after-recv-0", "after-recv-1"])
+@pytest.mark.parametrize(
+    ("kill", "database_url"),
+    [("after-recv-0", "direct"), ("after-recv-1", "direct"), ("after-recv-1", "pooled")],
+    indirect=["database_url"],
+)
 def test_a_message_is_received_once_across_a_crash(
     kill: str, runtime: da.Runtime, engine: Engine, tmp_path: Path
 ) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import dbos_agent as da
 from dbos_agent.testing import Inspector
-from tests.helpers import new_id, wait_until
+from tests.helpers import direct_and_pooled, new_id, wait_until
 from tests.processes import assert_never_two_at_once, start_worker, stop_workers
 from tests.processes import executions as _executions
 
@@ -46,10 +46,11 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
     stop_workers(procs)
 
 
+@direct_and_pooled
 def test_three_workers_one_killed_mid_way_all_workflows_finish_once(
-    dbos_agent_database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path
 ) -> None:
-    url, log = dbos_agent_database_url, tmp_path / "steps.log"
+    url, log = database_url, tmp_path / "steps.log"
     log.touch()
     ids = [new_id("fleet") for _ in range(50)]
     workers = [_worker(url, log, "--lease", "1.5", "--workers", "4") for _ in range(3)]

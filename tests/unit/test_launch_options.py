@@ -35,6 +35,10 @@ KEYWORDS = {
     "wake_suspended",
     "async_runs",
     "run_schedules",
+    # issue 33: a pooled database URL beside a direct one, and how wake-ups come
+    "session_url",
+    "listen",
+    "poll_interval",
 }
 
 
@@ -54,6 +58,8 @@ def test_bad_values_fail_when_made() -> None:
         LaunchOptions(retention=timedelta(0))
     with pytest.raises(ValueError, match="suspend_after must be >= 0"):
         LaunchOptions(suspend_after=-1)
+    with pytest.raises(ValueError, match="poll_interval must be > 0"):
+        LaunchOptions(poll_interval=0)
     with pytest.raises(ValueError, match="take_over_every must be > 0"):
         da.launch("postgresql://nowhere.invalid/db", LaunchOptions(), take_over_every=-1)
 

@@ -47,6 +47,18 @@ class EngineOptions:
     take); it also looks at once when a session ends leaving work or a workflow is resumed
     without an owner."""
 
+    # -- Wake-ups.
+    listen: bool | None = None
+    """Wake waiting workflows on Postgres' ``NOTIFY``, on a connection of its own that
+    ``LISTEN``s (one per process). None (the default): when a direct connection is at hand
+    (the database URL is not pooled, or ``session_url`` is given), else poll. False: poll,
+    saving that connection; a wake-up then takes up to ``poll_interval``."""
+    poll_interval: float = 1.0
+    """Seconds between looks for what a ``NOTIFY`` would have said: a waiting workflow
+    re-checks its wait this often when nothing LISTENs (ten times as long while LISTEN is
+    up, as a guard against a lost NOTIFY), and without LISTEN the waker looks for suspended
+    workflows to wake this often too (else every 2 s)."""
+
     # -- Background work.
     run_queues: bool = True
     """Run the workflows of the queues this process defines, as its free worker slots and
@@ -62,6 +74,8 @@ class EngineOptions:
         check_identifier(self.executor_id, "executor id")
         if not self.take_over_every > 0:
             raise ValueError(f"take_over_every must be > 0 seconds, got {self.take_over_every!r}")
+        if not self.poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {self.poll_interval!r}")
         if not self.suspend_after >= 0:
             raise ValueError(f"suspend_after must be >= 0 seconds, got {self.suspend_after!r}")
 

@@ -31,6 +31,7 @@ from ..._storage.database import SystemDatabase
 from ..._storage.rows import Runner
 from ..._storage.session import ExecutorSession
 from ...errors import (
+    PoolerError,
     WorkflowCancelledError,
     WorkflowInputsError,
     WorkflowInterruptedError,
@@ -72,14 +73,27 @@ class PassIntervals:
     #: Take back the workflows this process owns but does not run (recovery.py).
     take_back: float = 30.0
     #: The waker's sweep for what a lost NOTIFY or another process's timer left (waking.py).
-    sweep: float = 2.0
+    sweep: float = 2.0  # with LISTEN; without, EngineOptions.poll_interval
     #: Take over the workflows of dead sessions (recovery.py; ``launch(take_over_every=)``).
     take_over: float = 2.0
 
 
 _DEFAULTS = EngineOptions()
+_LISTENING_SWEEP_S = PassIntervals().sweep
 #: What makes one of the engine's background passes, given the engine being built.
 PassFactory = Callable[["Engine"], BackgroundPass]
+
+
+def _listens(db: SystemDatabase, options: EngineOptions) -> bool:
+    """Whether this process LISTENs (``EngineOptions.listen``): never without a direct
+    connection, where asking for it is refused."""
+    if options.listen and db.direct is None:
+        raise PoolerError(
+            f"listen=True needs a direct connection, and the database URL {db.redacted_url} "
+            f"goes through a pooler: give launch() the server's direct URL as session_url "
+            f"($DBOS_AGENT_SESSION_URL), or leave listen unset to poll"
+        )
+    return db.direct is not None if options.listen is None else options.listen
 
 
 class Engine:
@@ -131,7 +145,9 @@ class Engine:
             io_threads=db.pool_size, max_runs=options.async_runs, on_room=self.room.freed
         )
         #: LISTEN/NOTIFY wake-ups for recv, get_event and other waiters (notifications.py).
-        self.notifications = Notifications(db)
+        self.notifications = Notifications(
+            db, poll_interval=options.poll_interval, listen=_listens(db, options)
+        )
         #: Set once, when shutdown begins: the one shutdown flag (``stopping`` reads it).
         self._stopped = threading.Event()
         self.recovery_done = threading.Event()
@@ -139,8 +155,12 @@ class Engine:
         self._lock = threading.Lock()
         self.runs = RunTable()
         self.notifications.subscribe(CANCEL_CHANNEL, self.note_cancelled)
-        #: How often the background passes look unprompted (tests shorten them).
-        self.passes = PassIntervals(take_over=options.take_over_every)
+        #: How often the background passes look unprompted (tests shorten them); without
+        #: LISTEN the waker's sweep is how suspended workflows learn of what woke them.
+        self.passes = PassIntervals(
+            sweep=options.poll_interval if self.notifications.polls else _LISTENING_SWEEP_S,
+            take_over=options.take_over_every,
+        )
         self._background: list[threading.Thread] = []
         self._dispatch_wanted = threading.Event()
         #: Woken when this process may own workflows it does not run (after an outage);

@@ -8,6 +8,11 @@ drop it), so every waiter also re-checks the database every
 ``poll_interval`` seconds: a lost notification delays a wake-up, it never
 hangs a workflow. After each (re)connect every waiter re-checks at once.
 
+Behind a transaction pooler without a direct URL (``SystemDatabase.direct`` is None)
+nothing LISTENs: a LISTEN there would hold for one transaction on one server connection.
+Every waiter then polls every ``poll_interval``, and the waker sweeps as often (see
+``core.py``): a wake-up takes up to that long instead of a round trip.
+
 Durable waits block on a :class:`Waiter`, synchronously or on an event loop; the
 plans that drive them are in ``plans.py``.
 """
@@ -25,6 +30,7 @@ from typing import Any
 
 import psycopg
 
+from ..._storage.connector import Connector
 from ..._storage.database import SystemDatabase
 from ..._storage.outages import describe, is_transient
 
@@ -110,8 +116,11 @@ class Notifications:
         down, long while it is healthy (every reconnect re-checks all waiters)."""
         return self.poll_interval * (10 if self.listening.is_set() else 1)
 
-    def __init__(self, db: SystemDatabase, *, poll_interval: float = 1.0) -> None:
-        self._db = db
+    def __init__(
+        self, db: SystemDatabase, *, poll_interval: float = 1.0, listen: bool = True
+    ) -> None:
+        #: Where the listener connects; None: nothing LISTENs, every waiter polls.
+        self._link = db.direct if listen else None
         #: Seconds between database re-checks of a waiter when no NOTIFY comes.
         self.poll_interval = poll_interval
         #: Set while LISTEN is active on a live connection.
@@ -133,10 +142,17 @@ class Notifications:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    @property
+    def polls(self) -> bool:
+        """Whether nothing LISTENs here (every waiter polls, see the module's doc)."""
+        return self._link is None
+
     def start(self) -> None:
-        """Start the listener thread (``launch()`` does this)."""
+        """Start the listener thread (``launch()`` does this), unless nothing LISTENs."""
         if self._thread is not None:
             raise RuntimeError("the notification listener was started already")
+        if self._link is None:
+            return
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._thread = threading.Thread(
@@ -239,18 +255,20 @@ class Notifications:
             waiter.wake()
 
     def _run(self) -> None:
+        link = self._link
+        assert link is not None
         delay = _RECONNECT_MIN_S
         while not self._closed.is_set():
             try:
-                with self._db.connect_dedicated("dbos_agent_listener") as conn:
-                    self._db.monitor.succeeded()
+                with link.connect_dedicated("dbos_agent_listener") as conn:
+                    link.monitor.succeeded()
                     delay = _RECONNECT_MIN_S
-                    self._serve(conn)
+                    self._serve(conn, link)
             except Exception as exc:
                 if self._closed.is_set():
                     break
                 if is_transient(exc):
-                    self._db.monitor.failed(exc)
+                    link.monitor.failed(exc)
                 else:
                     log.warning("the notification listener failed: %s", describe(exc))
             finally:
@@ -258,7 +276,7 @@ class Notifications:
             self._closed.wait(delay)
             delay = min(delay * 2, _RECONNECT_MAX_S)
 
-    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+    def _serve(self, conn: psycopg.Connection[Any], link: Connector) -> None:
         """LISTEN on every wanted channel and dispatch NOTIFYs until closed."""
         assert self._wake_r is not None
         listened: set[str] = set()
@@ -266,7 +284,7 @@ class Notifications:
             with self._lock:
                 wanted = {MESSAGES_CHANNEL, EVENTS_CHANNEL, *self._subscribers}
             for channel in sorted(wanted - listened):
-                self._db.listen(conn, channel)
+                link.listen(conn, channel)
                 listened.add(channel)
             if not self.listening.is_set():
                 self.listening.set()
