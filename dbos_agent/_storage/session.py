@@ -30,7 +30,7 @@ which ends the streak all the same.
 
 **Lease only.** A process whose only URL goes through a transaction pooler has no
 session of its own on the server to hold the lock on (``SystemDatabase.direct`` is None):
-its session registers as ``lease_only`` (migration 026) and is judged by its lease alone,
+its session registers as ``lease_only`` (migration 030) and is judged by its lease alone,
 so others take its workflows over once the lease has run out (at once when, from its own
 host, they see its process gone), and its fence is the lease's. Its heartbeat goes through
 the pooler on a client connection of its own (which holds no server connection between

@@ -1,4 +1,4 @@
--- dbos_agent schema, version 26: sessions that hold no lock, behind a transaction pooler.
+-- dbos_agent schema, version 30: sessions that hold no lock, behind a transaction pooler.
 --
 -- A process whose only URL goes through a transaction pooler (pgbouncer in transaction
 -- mode, the pooled URLs of Supabase, Neon and RDS Proxy) has no session of its own to hold
