@@ -25,12 +25,10 @@ started when the last small one started, and the seconds until every small one f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -38,8 +36,7 @@ import psycopg
 import dbos_agent as da
 from dbos_agent._engine.queues import isolated_queues
 from dbos_agent._engine.workflow import definition_of
-from dbos_agent.postgres.throwaway import LocalCluster
-from dbos_agent.testing.databases import fresh_database
+from dbos_agent.testing.databases import scratch_database
 
 WORK_SECONDS = 0.005
 
@@ -63,20 +60,6 @@ SELECT %(prefix)s || i, %(name)s, 'ENQUEUED', %(inputs)s::jsonb, 'bench', 50, %(
        %(partition_key)s, clock_timestamp()
 FROM generate_series(1, %(n)s) AS i
 """
-
-
-@contextlib.contextmanager
-def database(dsn: str | None) -> Iterator[str]:
-    if dsn is not None:
-        with fresh_database(dsn) as url:
-            yield url
-        return
-    cluster = LocalCluster.start()
-    try:
-        with fresh_database(cluster.url) as url:
-            yield url
-    finally:
-        cluster.stop()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -163,7 +146,7 @@ def main() -> int:
     meta = {k: v for k, v in vars(args).items() if k != "dsn"}
     print(json.dumps({"meta": meta}), flush=True)
     for name in args.scenarios.split(","):
-        with database(args.dsn) as url:
+        with scratch_database(args.dsn) as url:
             print(json.dumps(scenario(url, name, args)), flush=True)
     return 0
 

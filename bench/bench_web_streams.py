@@ -25,7 +25,6 @@ among them). One JSON line per phase.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import socket
 import struct
@@ -33,15 +32,13 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import dbos_agent as da
-from dbos_agent.postgres.throwaway import LocalCluster
-from dbos_agent.testing.databases import fresh_database
+from dbos_agent.testing.databases import scratch_database
 from tests.support.web_load import Served, closed_by_peer
 
 
@@ -50,20 +47,6 @@ def big_stream(items: int, size: int) -> int:
     for i in range(items):
         da.write_stream("big", f"{i:08d}" + "x" * (size - 8))
     return items
-
-
-@contextlib.contextmanager
-def database(dsn: str | None) -> Iterator[str]:
-    if dsn is not None:
-        with fresh_database(dsn) as url:
-            yield url
-        return
-    cluster = LocalCluster.start()
-    try:
-        with fresh_database(cluster.url) as url:
-            yield url
-    finally:
-        cluster.stop()
 
 
 def stream_path(wid: str) -> str:
@@ -205,7 +188,7 @@ def main() -> int:
     parser.add_argument("--serve-option", action="append", default=[])
     args = parser.parse_args()
     socket.setdefaulttimeout(120)
-    with database(args.dsn) as url:
+    with scratch_database(args.dsn) as url:
         with da.launch(url, executor_id="bench-web-streams"):
             wid = da.start(big_stream, args.items, args.item_bytes).workflow_id
             da.retrieve(wid).result(timeout=600)

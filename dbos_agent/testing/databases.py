@@ -40,3 +40,22 @@ def fresh_database(server_url: str) -> Iterator[str]:
                 redact_url(server_url),
                 scrub(str(exc), server_url),
             )
+
+
+@contextlib.contextmanager
+def scratch_database(server_url: str | None) -> Iterator[str]:
+    """A fresh database on ``server_url``'s server, or, without one, on a throwaway local
+    cluster started for it (and stopped after): what a script measuring the library wants
+    when it may or may not be given a server."""
+    if server_url is not None:
+        with fresh_database(server_url) as url:
+            yield url
+        return
+    from ..postgres.throwaway import LocalCluster
+
+    cluster = LocalCluster.start()
+    try:
+        with fresh_database(cluster.url) as url:
+            yield url
+    finally:
+        cluster.stop()
