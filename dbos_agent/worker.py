@@ -210,6 +210,17 @@ def run(args: argparse.Namespace) -> int:
     """Run the daemon with the options of :func:`add_arguments` until a signal; returns
     the exit status."""
     executor_id = args.executor_id or f"{socket.gethostname()}:{os.getpid()}"
+    # Before the app's import and the launch, which take a while: a SIGTERM meanwhile (a
+    # deploy stopping a worker that is still starting) stops it once it has started, as
+    # any other, instead of killing it half-way through taking its workflows back.
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         import_app(args.app)
         configure_logging(quiet=args.quiet, verbose=args.verbose, app=args.app)
@@ -231,14 +242,6 @@ def run(args: argparse.Namespace) -> int:
         given = getattr(args, "database_url", None) or os.environ.get(URL_ENV)
         print(f"dbos-agent: error: {scrub(str(exc), given)}", file=sys.stderr)
         return 1
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     log.info(
         "worker %s started (session %s): %d workflow(s), queues: %s, schedules: %s",
         executor_id,
@@ -247,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
         ", ".join(q.name for q in registered_queues()) or "none",
         ", ".join(s.name for s in registered_schedules()) or "none",
     )
+    if stop.is_set():  # its own line went out before logging was set up
+        log.info("received a signal while starting: stopping")
     while not stop.wait(1.0):  # the take-over and queue threads do the work
         pass
     running = len(runtime.running())
