@@ -37,7 +37,7 @@ def test_queue_fields_parent_and_fork_origin_are_on_the_record(
     assert queued.result(30) == 2
     info = queued.get_info()
     assert (info.priority, info.deduplication_id) == (3, "order-7")
-    assert info.dequeued_at is not None and info.created_at <= info.dequeued_at
+    assert info.dequeued_at is not None  # (a transaction-start time: it may precede created_at)
     assert info.parent_workflow_id is None and info.forked_from is None
 
     parent_id, child_id = new_id("parent"), new_id("child")
