@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 import dbos_agent as da
-from dbos_agent._engine.queues import isolated_queues
 from tests.helpers import new_id
 
 GATE: dict[str, threading.Event] = {}
@@ -23,14 +21,6 @@ def wait_for_gate(key: str) -> str:
 @da.durable_workflow
 def dedup_gated(key: str) -> str:
     return wait_for_gate(key)
-
-
-@pytest.fixture
-def queue_runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runtime]:
-    with isolated_queues():
-        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
-        yield rt
-        rt.shutdown(grace=5)
 
 
 def test_a_second_enqueue_with_the_id_is_refused_until_the_first_finishes(

@@ -4,7 +4,6 @@ per partition, partitions served in turn, listing by partition."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,14 +27,6 @@ def tenant_job(tenant: str, tag: str) -> str:
     if gate is not None:
         assert gate.wait(30)
     return f"{tenant}:{tag}"
-
-
-@pytest.fixture
-def queue_runtime(dbos_agent_database_url: str, executor_id: str) -> Iterator[da.Runtime]:
-    with isolated_queues():
-        rt = da.launch(dbos_agent_database_url, executor_id=executor_id, workers=8)
-        yield rt
-        rt.shutdown(grace=5)
 
 
 def test_a_key_is_needed_on_a_partitioned_queue_and_refused_on_another(
