@@ -74,13 +74,19 @@ def normal_scheme(dsn: str) -> str:
 def _userinfo_end(url: str, rest: str) -> int:
     """Where the user info of ``url`` (``rest``: what follows ``scheme://``) ends, -1 if
     it has none. libpq's reading (the first ``@`` before any ``/``) when libpq reads the
-    URL and it has no other ``@`` outside its query; else the last ``@``, so that a
-    password holding ``@``, ``/`` or ``?`` is masked whole."""
+    URL and it has no other ``@`` outside its query (nor in a secret setting of the query,
+    which may be the rest of the password: ``app:@pw?password=@host``); else the last
+    ``@``, so that a password holding ``@``, ``/`` or ``?`` is masked whole."""
     first = next((i for i, char in enumerate(rest) if char in "@/"), -1)
     if first >= 0 and rest[first] == "@":
         query = rest.find("?", first)
-        if "@" not in rest[first + 1 : query if query >= 0 else len(rest)] and _parses(
-            normal_scheme(url)
+        secret_values = (
+            [m.group(2) for m in _QUERY_SECRET_RE.finditer(rest[query:])] if query >= 0 else []
+        )
+        if (
+            "@" not in rest[first + 1 : query if query >= 0 else len(rest)]
+            and not any("@" in value for value in secret_values)
+            and _parses(normal_scheme(url))
         ):
             return first
     return rest.rfind("@")

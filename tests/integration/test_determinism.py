@@ -214,12 +214,12 @@ def test_read_stream_waits_for_a_workflow_that_does_not_exist_yet(runtime: da.Ru
 
 @da.durable_workflow
 async def patches_concurrently(tag: str) -> list[bool]:
-    return list(await asyncio.gather(da.patched_async("first"), da.patched_async("second")))
+    return list(await asyncio.gather(da.aio.patched("first"), da.aio.patched("second")))
 
 
 @da.durable_workflow
 async def patches_in_turn(tag: str) -> list[bool]:
-    return [await da.patched_async("first"), await da.patched_async("second")]
+    return [await da.aio.patched("first"), await da.aio.patched("second")]
 
 
 def test_concurrent_patched_async_calls_are_refused(runtime: da.Runtime) -> None:

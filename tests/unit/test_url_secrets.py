@@ -55,6 +55,8 @@ def test_no_piece_of_a_password_is_shown_or_left_in_a_scrubbed_text(
         ("postgresql://app:Zq9Secret?M15@127.0.0.1:1/app", "postgresql://app:***@127.0.0.1:1/app"),
         ("POSTGRESQL://app:pw@h:1,h2:2/db", "POSTGRESQL://app:***@h:1,h2:2/db"),
         ("postgresql://app:pw@h/db?application_name=x@y", "postgresql://app:***@h/db?application_name=x@y"),
+        # the password's rest may be the query's secret: '@Qz0000?password=' masked whole
+        ("postgresql://app:@Qz0000?password=@[::1:1/app", "postgresql://app:***"),
         ("postgresql://app@h/db password=pw x", "postgresql://app@h/db password=***"),
         ("postgresql://h/db?password=a&b&sslmode=require", "postgresql://h/db?password=***&sslmode=require"),
         ("host=h password='a b' port=5432", "host=h password=*** port=5432"),
