@@ -1434,26 +1434,11 @@ WITH picked AS (
         SELECT workflow_id FROM picked
         WHERE status NOT IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'DIVERGED', 'IN_DOUBT')))
     RETURNING workflow_id
-), steps AS (
-    DELETE FROM dbos_agent.steps
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-), messages AS (
-    DELETE FROM dbos_agent.messages
-    WHERE destination_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-), events AS (
-    DELETE FROM dbos_agent.events
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-), streams AS (
-    DELETE FROM dbos_agent.streams
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-), approvals AS (
-    DELETE FROM dbos_agent.approvals
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-), usage AS (
-    DELETE FROM dbos_agent.family_usage
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
+), logs AS (
+    SELECT * FROM dbos_agent.delete_logs(ARRAY(SELECT workflow_id FROM deleted))
 )
-SELECT (SELECT count(*) FROM picked) AS matched, (SELECT count(*) FROM deleted) AS changed;
+SELECT (SELECT count(*) FROM picked) AS matched, (SELECT count(*) FROM deleted) AS changed
+FROM logs;  -- FROM logs: a plain WITH query runs only where it is read
 
 -- name: count_workflows_to_act_on
 -- scope: many
@@ -1982,14 +1967,14 @@ WHERE workflow_id = %(workflow_id)s AND seq = %(seq)s;
 -- name: delete_finished_workflows
 -- scope: many
 -- Delete one batch: the oldest batch_size workflows with one of `statuses`
--- that finished more than older_than seconds ago, with their steps, messages
--- and events. created_at <= finished_at, so the redundant bound on created_at
+-- that finished more than older_than seconds ago, with their logs (delete_logs:
+-- steps, messages, events, streams, approvals, model usage). created_at <= finished_at, so the redundant bound on created_at
 -- lets the scan walk workflows_by_created (or workflows_by_status for one
 -- status) in order and stop at the batch. SKIP LOCKED: a row that a run, an
 -- operator or another collector holds waits for the next pass. The DELETE
 -- re-checks the status and the other rows go only with a workflow that was
 -- deleted, so a workflow resumed meanwhile keeps its log. The deletes look
--- their rows up with = ANY(ARRAY(...)), which every plan (psycopg's prepared,
+-- their rows up with = ANY(array), which every plan (psycopg's prepared,
 -- generic one too) serves from an index: workflows_pkey, steps_pkey, the
 -- index of messages_idempotency_key (destination_id first), events_pkey.
 -- Returns the four counts.
@@ -2007,35 +1992,11 @@ WITH picked AS (
     WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM picked))
       AND status = ANY(%(statuses)s)
     RETURNING workflow_id
-), steps AS (
-    DELETE FROM dbos_agent.steps
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-    RETURNING 1
-), messages AS (
-    DELETE FROM dbos_agent.messages
-    WHERE destination_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-    RETURNING 1
-), events AS (
-    DELETE FROM dbos_agent.events
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-    RETURNING 1
-), streams AS (  -- runs, though not counted (a data-modifying WITH always runs)
-    DELETE FROM dbos_agent.streams
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-    RETURNING 1
-), approvals AS (  -- the same
-    DELETE FROM dbos_agent.approvals
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-    RETURNING 1
-), usage AS (  -- the same: the model usage of the families these were the roots of
-    DELETE FROM dbos_agent.family_usage
-    WHERE workflow_id = ANY(ARRAY(SELECT workflow_id FROM deleted))
-    RETURNING 1
+), logs AS (
+    SELECT * FROM dbos_agent.delete_logs(ARRAY(SELECT workflow_id FROM deleted))
 )
-SELECT (SELECT count(*) FROM deleted) AS workflows,
-       (SELECT count(*) FROM steps) AS steps,
-       (SELECT count(*) FROM messages) AS messages,
-       (SELECT count(*) FROM events) AS events;
+SELECT (SELECT count(*) FROM deleted) AS workflows, logs.steps, logs.messages, logs.events
+FROM logs;
 
 -- name: count_finished_workflows
 -- scope: many

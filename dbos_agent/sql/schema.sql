@@ -830,3 +830,28 @@ CREATE TABLE dbos_agent.schedules (
     last_passed_slot      timestamptz,
     CONSTRAINT schedules_last_run_whole CHECK ((last_slot IS NULL) = (last_workflow_id IS NULL))
 );
+
+-- == deleting ==========================================================================
+
+-- What hangs off a workflow, deleted with it (retention's batches, `dbos-agent workflows
+-- delete`): steps, the messages sent to it, events, stream items, approval requests and
+-- the model usage of the family it was the root of. Returns the counts retention reports.
+CREATE FUNCTION dbos_agent.delete_logs(ids text[])
+RETURNS TABLE (steps bigint, messages bigint, events bigint)
+LANGUAGE sql VOLATILE AS $$
+    WITH steps AS (
+        DELETE FROM dbos_agent.steps WHERE workflow_id = ANY(ids) RETURNING 1
+    ), messages AS (
+        DELETE FROM dbos_agent.messages WHERE destination_id = ANY(ids) RETURNING 1
+    ), events AS (
+        DELETE FROM dbos_agent.events WHERE workflow_id = ANY(ids) RETURNING 1
+    ), streams AS (
+        DELETE FROM dbos_agent.streams WHERE workflow_id = ANY(ids)
+    ), approvals AS (
+        DELETE FROM dbos_agent.approvals WHERE workflow_id = ANY(ids)
+    ), usage AS (
+        DELETE FROM dbos_agent.family_usage WHERE workflow_id = ANY(ids)
+    )
+    SELECT (SELECT count(*) FROM steps), (SELECT count(*) FROM messages),
+           (SELECT count(*) FROM events)
+$$;
