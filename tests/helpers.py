@@ -23,6 +23,7 @@ from psycopg import sql
 from dbos_agent._storage.database import SystemDatabase
 from dbos_agent.testing import fresh_database
 from tests.processes import output
+from tests.support import zygote
 
 #: The root of this checkout: subprocesses import its dbos_agent, whatever is installed.
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -144,9 +145,7 @@ def cli(
     env["PYTHONPATH"] = os.pathsep.join(
         [str(CHECKOUT), *([str(cwd)] if cwd is not None else []), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
-    return subprocess.run(
-        command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
-    )
+    return zygote.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 
 _CLI_LOCK = threading.Lock()

@@ -12,6 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tests.support import zygote
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -58,7 +60,7 @@ def run_app(
     """Run ``command`` to its end, its output captured: exiting other than with ``status``
     (or outlasting ``timeout``) fails the test with all it wrote in the message."""
     try:
-        done = subprocess.run(
+        done = zygote.run(
             command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired as exc:
@@ -89,7 +91,7 @@ def start_worker(
 ) -> subprocess.Popen[str]:
     """``python -m dbos_agent.worker --app APP`` on ``url`` (stderr kept, stdout dropped),
     polling for orphans every 0.2 s unless ``extra`` says otherwise."""
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "dbos_agent.worker", "--app", app, "--poll", "0.2", *extra],
         env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **(env or {})},
         cwd=ROOT,
@@ -103,7 +105,7 @@ def start_module(
     url: str, module: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
     """``python -m MODULE ARGS`` on ``url`` in the checkout, its stdout and stderr kept."""
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", module, *args],
         env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **(env or {})},
         cwd=ROOT,

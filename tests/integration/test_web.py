@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from tests.apps.diverging import hold_diverged
 from tests.helpers import new_id, wait_until
+from tests.support import zygote
 from tests.support.web import NEEDS_CHROMIUM, Server, dashboard, screenshot
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def test_a_workflows_stream_keys_are_listed(api: httpx.Client) -> None:
 
 def test_serve_refuses_a_public_address_without_a_token() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_HTTP_TOKEN"}
-    refused = subprocess.run(
+    refused = zygote.run(
         [sys.executable, "-m", "dbos_agent", "serve", "--host", "0.0.0.0", "--no-token"],
         capture_output=True,
         text=True,

@@ -26,6 +26,7 @@ import pytest
 import dbos_agent as da
 from tests.helpers import new_id, wait_until
 from tests.processes import ROOT, output
+from tests.support import zygote
 from tests.support.web import CHROMIUM, NEEDS_CHROMIUM, Server, free_port
 
 if TYPE_CHECKING:
@@ -312,7 +313,7 @@ def test_a_page_of_another_origin_cannot_cancel_a_workflow_in_chromium(
 
 def _serve(url: str, *args: str, cwd: Path = ROOT) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_HTTP_TOKEN"}
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "dbos_agent", "--database-url", url, "serve", *args],
         env={**env, "PYTHONPATH": str(ROOT)},
         cwd=cwd,

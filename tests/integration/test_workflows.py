@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from dbos_agent._engine.runtime.registry import code_version
 from dbos_agent._storage.database import SystemDatabase
 from tests.helpers import SimulatedCrash, new_id, per_test, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 RUNS: Counter[str] = per_test(Counter())
 GATES: dict[str, threading.Event] = per_test({})
@@ -560,7 +560,7 @@ else:
 def test_a_program_ends_quietly_with_or_without_shutdown(
     dbos_agent_database_url: str, mode: str
 ) -> None:
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", NO_WITH, dbos_agent_database_url, mode],
         capture_output=True,
         text=True,

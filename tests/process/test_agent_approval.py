@@ -17,6 +17,7 @@ from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 from tests.support.web import CHROMIUM, TOKEN, Server, dashboard
 
 pytestmark = pytest.mark.long  # many processes, a minute or more: started first
@@ -32,7 +33,7 @@ def _env(url: str) -> dict[str, str]:
 
 
 def _agent(url: str, task: str, workdir: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return zygote.popen(
         [
             sys.executable,
             str(EXAMPLE),
@@ -57,7 +58,7 @@ def _waiting_for_approval(db: Inspector, task: str) -> bool:
 
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, "-m", "dbos_agent", *args],
         env=_env(url),
         capture_output=True,

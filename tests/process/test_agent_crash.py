@@ -36,6 +36,7 @@ import pytest
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from dbos_agent.testing import Inspector
 from tests.helpers import wait_until
+from tests.support import zygote
 
 pytestmark = pytest.mark.long  # many processes, a minute or more: started first
 
@@ -164,7 +165,7 @@ def start_server(case: Case, case_dir: Path) -> tuple[subprocess.Popen[bytes], s
     ]
     if case.chunk_delay:
         cmd += ["--chunk-delay", str(case.chunk_delay)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = zygote.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: port_file.exists() or proc.poll() is not None, 30, "the server")
         assert port_file.exists()
@@ -205,9 +206,7 @@ def run_agent(result: Result, attempt: Attempt, url: str, db_url: str) -> Run:
         url,
         *attempt.flags,
     ]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = zygote.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     stream = proc.stdout
     output: list[str] = []

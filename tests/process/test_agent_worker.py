@@ -9,7 +9,6 @@ the tools work in the run's own work directory (a workflow input), not the worke
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import dbos_agent as da
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE
 from tests.helpers import new_id, wait_until
 from tests.processes import ROOT, start_worker, stop_workers
+from tests.support import zygote
 
 EXAMPLE = ROOT / "examples" / "coding_agent.py"
 
@@ -27,7 +27,7 @@ def test_a_worker_finishes_a_crashed_agent_run_in_its_work_directory(
     url, task, workdir = dbos_agent_database_url, new_id("worker-agent"), tmp_path / "work"
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     env.update(DBOS_AGENT_DATABASE_URL=url, PYTHONPATH=str(ROOT))
-    crashed = subprocess.run(
+    crashed = zygote.run(
         [
             sys.executable,
             str(EXAMPLE),

@@ -25,6 +25,7 @@ from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, text,
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, per_test, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 CURRENT: dict[str, Any] = per_test({})
@@ -265,7 +266,7 @@ def _app(url: str, model_url: str, log: Path, wid: str, *, hang: bool) -> subpro
     env.pop("HANG_ODD", None)
     if hang:
         env["HANG_ODD"] = "1"
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "tests.apps.async_agent_app", wid],
         env=env,
         cwd=ROOT,

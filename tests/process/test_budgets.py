@@ -22,6 +22,7 @@ from dbos_agent.agent.scripted_server import Delay, Reply, ScriptedServer, Scrip
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, cli, new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS: dict[str, Model] = {}
@@ -176,14 +177,14 @@ def test_a_budget_holds_across_a_kill_of_the_process(dbos_agent_database_url: st
             "PYTHONPATH": str(ROOT),
         }
         app = [sys.executable, "-m", "tests.apps.budget_app", wid, "5"]
-        first = subprocess.Popen(app, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE)
+        first = zygote.popen(app, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE)
         try:  # killed while the third reply is delayed (not once it is answered: by then
             # the run may have recorded it, and a fast one does)
             wait_until(lambda: model.next_index >= 3, 60, "the third call under way")
         finally:
             first.send_signal(signal.SIGKILL)
             first.communicate(timeout=30)
-        second = subprocess.run(app, env=env, cwd=ROOT, text=True, capture_output=True, timeout=120)
+        second = zygote.run(app, env=env, cwd=ROOT, text=True, capture_output=True, timeout=120)
         assert second.returncode == 0, output(second)
         outcome = json.loads(second.stdout.strip().splitlines()[-1])
         assert outcome["error"] == "BudgetExceededError", outcome

@@ -29,6 +29,7 @@ from dbos_agent.testing.plugin import fresh_database
 from tests.apps.diverging import hold_diverged
 from tests.helpers import SimulatedCrash, cli, new_id, ok, per_test, refused, wait_until
 from tests.processes import ROOT, output, start_worker, stop_workers
+from tests.support import zygote
 
 RUNS: Counter[str] = per_test(Counter())
 PAUSE: dict[str, threading.Event] = per_test({})
@@ -304,7 +305,7 @@ def test_the_worker_command_takes_the_workers_options(
         "--app",
         "tests.apps.worker_app",
     ]
-    worker = subprocess.Popen(
+    worker = zygote.popen(
         [sys.executable, "-m", "dbos_agent", *command, "--poll", "0.2"],
         env={**env, "DBOS_AGENT_DATABASE_URL": ignored, "PYTHONPATH": str(ROOT)},
         cwd=tmp_path,
@@ -336,7 +337,7 @@ def test_only_migrate_creates_a_database(tmp_path: Path) -> None:
     no_binaries = tmp_path / "no-binaries"
     no_binaries.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
-    result = subprocess.run(
+    result = zygote.run(
         [sys.executable, "-m", "dbos_agent", "migrate"],
         env={**env, "DBOS_AGENT_PG_BIN": str(no_binaries)},
         cwd=tmp_path,
@@ -648,7 +649,7 @@ def test_no_command_prints_the_password_of_any_database_url(scheme: str, tmp_pat
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
     env.update(PYTHONPATH=str(ROOT), DBOS_AGENT_DATABASE_URL="postgresql://u@127.0.0.1:2/ignored")
     procs = [
-        subprocess.Popen(
+        zygote.popen(
             [sys.executable, "-m", "dbos_agent", "--database-url", url, *command],
             env=env,
             cwd=ROOT,
@@ -667,7 +668,7 @@ def test_no_command_prints_the_password_of_any_database_url(scheme: str, tmp_pat
         "    except da.DbosAgentError as exc:\n"
         "        print(type(exc).__name__, exc)\n"
     )
-    library = subprocess.run(
+    library = zygote.run(
         [sys.executable, "-c", code, url],
         env=env,
         cwd=tmp_path,

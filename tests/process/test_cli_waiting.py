@@ -16,6 +16,7 @@ from dbos_agent.testing import Inspector
 from dbos_agent.testing.plugin import fresh_database
 from tests.helpers import CHECKOUT, cli, new_id, ok, refused
 from tests.processes import output
+from tests.support import zygote
 
 CRASHY_APP = CHECKOUT / "tests" / "apps" / "crashy_app.py"
 
@@ -58,7 +59,7 @@ def test_an_orphan_left_by_a_killed_process_says_so(
             "CRASHY_KILL": "after-step-1",
             "PYTHONPATH": str(CHECKOUT),
         }
-        crashed = subprocess.run(
+        crashed = zygote.run(
             [sys.executable, str(CRASHY_APP), "run", wid, "4"],
             env=env,
             capture_output=True,
@@ -88,7 +89,7 @@ def test_stream_follow_waits_for_a_workflow_started_after_it(
     url, wid = dbos_agent_database_url, new_id("ticker")
     env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_DATABASE_URL"}
     env.update(DBOS_AGENT_DATABASE_URL=url, PYTHONPATH=str(CHECKOUT))
-    follower = subprocess.Popen(
+    follower = zygote.popen(
         [sys.executable, "-m", "dbos_agent", "stream", wid, "ticks", "--follow"],
         env=env,
         stdout=subprocess.PIPE,

@@ -19,6 +19,7 @@ import pytest
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 APP = Path(__file__).parents[1] / "apps" / "crashy_app.py"
 N = 4
@@ -39,7 +40,7 @@ def _env(url: str, workdir: Path, executor: str, kill: str = "", slow: float = 0
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, str(APP), *args], env=env, capture_output=True, text=True, timeout=120
     )
 
@@ -147,7 +148,7 @@ def test_killed_from_outside_at_random_moments(
     env = _env(url, tmp_path, executor, slow=0.05)
     for round_ in range(3):
         mode = ["run", wid, str(n)] if round_ == 0 else ["recover", wid]
-        proc = subprocess.Popen(
+        proc = zygote.popen(
             [sys.executable, str(APP), *mode],
             env=env,
             stdout=subprocess.PIPE,

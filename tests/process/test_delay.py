@@ -22,6 +22,7 @@ from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import new_id, per_test, wait_until
 from tests.processes import ROOT, output
+from tests.support import zygote
 
 RUNS: Counter[str] = per_test(Counter())
 
@@ -126,7 +127,7 @@ def test_a_delayed_start_survives_its_process_and_starts_at_its_time(
     prefix = new_id("delay")
     env = {**os.environ, "DBOS_AGENT_DATABASE_URL": dbos_agent_database_url}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    first = subprocess.Popen(
+    first = zygote.popen(
         [sys.executable, "-m", "tests.apps.delay_app", "start", prefix, "3"],
         env=env,
         cwd=ROOT,
@@ -147,7 +148,7 @@ def test_a_delayed_start_survives_its_process_and_starts_at_its_time(
             ids[1]: da.WorkflowStatus.ENQUEUED,
         }
         assert all(db.steps(wid) == [] for wid in ids)  # nothing ran in the killed process
-    second = subprocess.run(
+    second = zygote.run(
         [sys.executable, "-m", "tests.apps.delay_app", "wait", prefix],
         env=env,
         cwd=ROOT,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,12 +16,13 @@ import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import cli, new_id, ok, wait_until
 from tests.processes import ROOT, output, start_worker, stop_workers
+from tests.support import zygote
 
 
 def _start(url: str, version: str, workflow_id: str, log: Path, app_version: str = "") -> None:
     """Start deploy_flow with version ``version``'s code (under application version
     ``app_version``, if any); returns once it waits."""
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", f"tests.apps.deploy.{version}", "start", workflow_id],
         env={
             **os.environ,

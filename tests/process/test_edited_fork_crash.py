@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 from dbos_agent import Client
 from tests.helpers import new_id
 from tests.processes import output
+from tests.support import zygote
 
 APP = Path(__file__).parents[1] / "apps" / "edited_fork_app.py"
 
@@ -26,7 +26,7 @@ def _run(args: list[str], url: str, workdir: Path, executor: str, kill: str = ""
         EDITED_KILL=kill,
         PYTHONPATH=str(APP.parents[2]),
     )
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, str(APP), *args], env=env, capture_output=True, text=True, timeout=120
     )
     if kill:

@@ -28,6 +28,7 @@ from dbos_agent.postgres.throwaway import LocalCluster
 from dbos_agent.testing import fresh_database
 from tests.helpers import wait_until
 from tests.processes import output
+from tests.support import zygote
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,7 +95,7 @@ class Children:
     def spawn(self, mode: str) -> subprocess.Popen[str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        proc = subprocess.Popen(
+        proc = zygote.popen(
             [sys.executable, "-c", CHILD, str(self.directory), mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -19,6 +19,7 @@ from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.helpers import new_id, wait_until
 from tests.processes import assert_never_two_at_once
 from tests.processes import executions as _executions
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ def _app(url: str, log: Path, prefix: str, executor: str) -> subprocess.Popen[st
         "WORKER_APP_STEP_SECONDS": "0.05",
         "FLEET_EXECUTOR": executor,
     }
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "tests.apps.fleet_app", prefix, "6", "20"],
         env=env,
         cwd=ROOT,

@@ -30,6 +30,7 @@ from dbos_agent.agent.mcp import McpConnectionError, McpHttpServer
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.process.test_mcp_tools import CURRENT, async_calls, effects, use
+from tests.support import zygote
 from tests.support.web import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ SECRETS = ("pw-sekrit", "tok-sekrit", "hdr-sekrit")
 
 
 def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen(
+    server = zygote.popen(
         [sys.executable, "-m", "tests.apps.mcp_server_app", "--http", str(port)],
         cwd=ROOT,
         env={**os.environ, "MCP_SIDE_EFFECTS": str(log)},

@@ -35,6 +35,7 @@ from dbos_agent.agent.scripted_server import ScriptedServer, text, tool_use
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 pytestmark = pytest.mark.long  # many processes, a minute or more: started first
 
@@ -279,7 +280,7 @@ def test_an_mcp_call_before_a_kill_9_is_not_repeated_and_the_body_runs_once(
             "PYTHONPATH": str(ROOT),
         }
         command = [sys.executable, "-m", "tests.apps.mcp_agent_app", wid]
-        first = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        first = zygote.popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
         try:
             wait_until(lambda: effects(log, "slow-start", "B"), 60, "the slow MCP call")
             first.send_signal(signal.SIGKILL)
@@ -289,9 +290,7 @@ def test_an_mcp_call_before_a_kill_9_is_not_repeated_and_the_body_runs_once(
                 first.kill()
         kill_server(log)  # its server would end with its stdin; do not wait for that
         assert len(model.requests) == 2
-        resumed = subprocess.run(
-            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=90
-        )
+        resumed = zygote.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert resumed.returncode == 0, output(resumed)
     assert json.loads(resumed.stdout.splitlines()[-1]) == "finished"
     assert len(model.requests) == 3  # turns 0 and 1 were not asked (nor paid) again

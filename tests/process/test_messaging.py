@@ -21,6 +21,7 @@ from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, direct_and_pooled, new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 CRASH: set[str] = set()
 
@@ -354,7 +355,7 @@ def test_a_message_is_received_once_across_a_crash(
     kill: str, runtime: da.Runtime, engine: Engine, tmp_path: Path
 ) -> None:
     url, wid, executor = engine.db.url, new_id("crash-recv"), new_id("executor")
-    app = subprocess.Popen(
+    app = zygote.popen(
         [sys.executable, str(APP), "recv", wid],
         env=app_env(url, tmp_path, executor, kill),
         stdout=subprocess.PIPE,
@@ -377,7 +378,7 @@ def test_a_message_is_received_once_across_a_crash(
     consumed = [seq for _, _, seq in _mailbox(url, wid)]
     assert consumed == ([0, None] if kill == "after-recv-0" else [0, 2])
 
-    recovered = subprocess.run(
+    recovered = zygote.run(
         [sys.executable, str(APP), "recover", wid],
         env=app_env(url, tmp_path, executor),
         capture_output=True,

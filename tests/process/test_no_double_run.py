@@ -14,6 +14,7 @@ import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,7 @@ def test_thousands_of_wakes_with_every_pass_running_every_few_ms_run_each_step_o
     url, log = dbos_agent_database_url, tmp_path / "race.log"
     prefix = new_id("race")
     ids = [f"{prefix}-{i}" for i in range(WORKFLOWS)]
-    app = subprocess.Popen(
+    app = zygote.popen(
         [sys.executable, "-m", "tests.apps.race_app", prefix, str(WORKFLOWS), str(ROUNDS)],
         env={
             **os.environ,

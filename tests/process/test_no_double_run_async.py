@@ -25,6 +25,7 @@ import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,7 @@ class Stress:
 
     def spawn(self, *args: str) -> subprocess.Popen[str]:
         recorded = self.recorded_steps() if self.recorded_before else set()  # none yet
-        app = subprocess.Popen(
+        app = zygote.popen(
             [sys.executable, "-m", "tests.apps.double_app", *args],
             env={
                 **os.environ,

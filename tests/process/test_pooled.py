@@ -19,6 +19,7 @@ import pytest
 import dbos_agent as da
 from tests.helpers import wait_until
 from tests.processes import ROOT, output
+from tests.support import zygote
 
 APP = ROOT / "tests" / "apps" / "pooled_app.py"
 PROCESSES, PER_PROCESS, STEPS = 3, 50, 4
@@ -61,7 +62,7 @@ def test_a_fleet_through_pgbouncer_loses_a_process_and_every_workflow_finishes_o
     ids = [f"{prefix}-{p}-{i:03d}" for p in range(PROCESSES) for i in range(PER_PROCESS)]
     like = f"{prefix}-%"
     procs = [
-        subprocess.Popen(
+        zygote.popen(
             [sys.executable, str(APP), f"{prefix}-{p}", str(PER_PROCESS)],
             env=env,
             cwd=ROOT,

@@ -33,6 +33,7 @@ from tests.apps import pydantic_ai_app as app
 from tests.apps.pydantic_ai_events_app import narrate, narrator
 from tests.helpers import new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "narrator__model.request_stream"
@@ -91,7 +92,7 @@ def story_told(items: list[dict[str, Any]]) -> str:
 
 
 def run_app(url: str, wid: str, model_url: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "tests.apps.pydantic_ai_events_app", wid, "tell"],
         env={**os.environ, "DBOS_AGENT_DATABASE_URL": url, "MODEL_URL": model_url},
         cwd=ROOT,
@@ -107,7 +108,7 @@ class Follower:
     def __init__(self, url: str, wid: str) -> None:
         self.items: list[dict[str, Any]] = []
         command = ["stream", wid, DEFAULT_EVENTS_KEY, "--follow", "--json"]
-        self.process = subprocess.Popen(
+        self.process = zygote.popen(
             [sys.executable, "-m", "dbos_agent", *command],
             env={**os.environ, "DBOS_AGENT_DATABASE_URL": url},
             cwd=ROOT,

@@ -28,6 +28,7 @@ import pytest
 from dbos_agent.agent.scripted_server import CHANGELOG_LINE, ScriptedServer, coding_task_script
 from dbos_agent.records import StepStatus
 from dbos_agent.testing import Inspector
+from tests.support import zygote
 
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("mcp")
@@ -104,7 +105,7 @@ def run_example(result: Result, flags: list[str], db_url: str) -> Run:
         *flags,
     ]
     try:
-        done = subprocess.run(
+        done = zygote.run(
             cmd,
             env=env,
             cwd=result.dir,

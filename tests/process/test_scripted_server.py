@@ -41,6 +41,7 @@ from dbos_agent.agent.scripted_server import (
     tool_use,
 )
 from tests.helpers import wait_until
+from tests.support import zygote
 
 MODEL = "claude-scripted-1"
 HELLO: list[MessageParam] = [{"role": "user", "content": "Say hello."}]
@@ -321,7 +322,7 @@ def start_subprocess(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes
     env = dict(os.environ)
     repo_root = str(Path(dbos_agent.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo_root, env.get("PYTHONPATH")]))
-    proc = subprocess.Popen(
+    proc = zygote.popen(
         [
             *(sys.executable, "-m", "dbos_agent.agent.scripted_server"),
             *("--port", "0", "--port-file", str(port_file), *args),
@@ -382,15 +383,13 @@ def run_tool(name: str, tool_input: dict[str, Any]) -> tuple[str, bool]:
         Path(tool_input["path"]).write_text(tool_input["content"])
         return "ok", False
     assert name == "run_bash"
-    done = subprocess.run(
-        tool_input["command"], shell=True, capture_output=True, text=True, timeout=30
-    )
+    done = zygote.run(tool_input["command"], shell=True, capture_output=True, text=True, timeout=30)
     return f"exit code {done.returncode}\n{done.stdout}{done.stderr}", done.returncode != 0
 
 
 def test_coding_task_script_drives_a_full_conversation(tmp_path: Path) -> None:
     seed_coding_task(tmp_path)
-    assert subprocess.run([sys.executable, "test_calc.py"], cwd=tmp_path).returncode != 0
+    assert zygote.run([sys.executable, "test_calc.py"], cwd=tmp_path).returncode != 0
 
     replies: list[Message] = []
     messages: list[MessageParam] = [
@@ -440,7 +439,7 @@ def test_coding_task_script_drives_a_full_conversation(tmp_path: Path) -> None:
     final = replies[-1].content[0]
     assert final.type == "text" and "all tests pass" in final.text
     assert (tmp_path / "CHANGELOG.md").read_text().count(CHANGELOG_LINE) == 1
-    assert subprocess.run([sys.executable, "test_calc.py"], cwd=tmp_path).returncode == 0
+    assert zygote.run([sys.executable, "test_calc.py"], cwd=tmp_path).returncode == 0
     assert resumed.model_dump(exclude={"id"}) == replies[3].model_dump(exclude={"id"})
     assert server.paid_calls == 7
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from dbos_agent._engine.runtime.core import Engine
 from dbos_agent.records import StepStatus
 from tests.helpers import new_id
 from tests.processes import output
+from tests.support import zygote
 
 APP = Path(__file__).parents[1] / "apps" / "step_effects_app.py"
 
@@ -35,7 +35,7 @@ def test_a_kill_inside_the_step_sets_nothing_and_recovery_sets_it_once(
     runtime: da.Runtime, engine: Engine
 ) -> None:
     url, wid, executor = engine.db.url, new_id("effects-crash"), new_id("executor")
-    killed = subprocess.run(
+    killed = zygote.run(
         [sys.executable, str(APP), "run", wid],
         env=_env(url, executor, "killed", kill=True),
         capture_output=True,
@@ -48,7 +48,7 @@ def test_a_kill_inside_the_step_sets_nothing_and_recovery_sets_it_once(
     assert [(r.kind, r.value) for r in rows] == [("value", '"killed"')]  # live, no close
     assert da.operations.list_steps(wid) == []
 
-    recovered = subprocess.run(
+    recovered = zygote.run(
         [sys.executable, str(APP), "recover", wid],
         env=_env(url, executor, "recovered", kill=False),
         capture_output=True,

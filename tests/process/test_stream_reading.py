@@ -17,6 +17,7 @@ import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,7 +99,7 @@ def test_a_reader_killed_and_recovered_replays_what_it_read_before(
     env = {**os.environ, "DBOS_AGENT_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
 
     def run_reader() -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return zygote.popen(
             [sys.executable, "-m", "tests.apps.stream_reader_app", rid, sid],
             env=env,
             cwd=ROOT,

@@ -24,6 +24,7 @@ from dbos_agent.agent import Model
 from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text
 from tests.helpers import cli, new_id, wait_until
 from tests.processes import output
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS: Counter[str] = Counter()
@@ -198,7 +199,7 @@ def test_a_reader_across_a_kill_of_the_writer_sees_no_gap_no_duplicate_and_a_res
     reader.start()
 
     def writer(delay: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return zygote.popen(
             [sys.executable, "-m", "tests.apps.stream_app", wid],
             env={**env, "STREAM_DELAY": delay},
             cwd=ROOT,

@@ -27,6 +27,7 @@ from dbos_agent._storage.rows import Runner
 from dbos_agent.testing import Inspector
 from tests.helpers import blocked_in, new_id, wait_until
 from tests.processes import ROOT, output
+from tests.support import zygote
 
 SUSPENDED = da.WorkflowStatus.SUSPENDED
 HANDLED: Counter[str] = Counter()
@@ -194,7 +195,7 @@ def test_the_cli_tells_suspended_workflows_and_what_they_wait_for(
     env = dict(os.environ, DBOS_AGENT_DATABASE_URL=dbos_agent_database_url)
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
+        done = zygote.run(
             [sys.executable, "-m", "dbos_agent", *args],
             env=env,
             capture_output=True,
@@ -373,7 +374,7 @@ def test_a_direct_call_waits_in_its_caller_and_is_never_suspended(
 
 def _app(url: str, log: Path, *args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, DBOS_AGENT_DATABASE_URL=url, SUSP_LOG=str(log), PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "tests.apps.suspension_app", *args],
         env=env,
         cwd=ROOT,

@@ -21,6 +21,7 @@ from dbos_agent.testing import Inspector, advance_clock, clock_offset
 from tests.helpers import SimulatedCrash, new_id, wait_until
 from tests.process.test_messaging import APP, app_env
 from tests.processes import run_app
+from tests.support import zygote
 
 CRASH: set[str] = set()
 
@@ -184,7 +185,7 @@ def test_durable_sleep_across_a_real_crash(dbos_agent_database_url: str, tmp_pat
     test needs no clock of its own, however slow the machine."""
     url, wid = dbos_agent_database_url, new_id("crash-nap")
     env = app_env(url, tmp_path, new_id("executor"))
-    app = subprocess.Popen(
+    app = zygote.popen(
         [sys.executable, str(APP), "sleep", wid, "600"],
         env=env,
         stdout=subprocess.PIPE,

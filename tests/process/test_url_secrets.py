@@ -32,6 +32,7 @@ import dbos_agent as da
 from dbos_agent import cli
 from dbos_agent._storage.dsn import URL_ENV
 from tests.processes import ROOT, output
+from tests.support import zygote
 from tests.support.secret_forms import FORMS, Secret, leaks, secrets, texts_of
 from tests.support.web import free_port
 
@@ -139,7 +140,7 @@ TOKEN = "QzToken1-QzToken2"
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, "-m", "dbos_agent", *args],
         env=env,
         cwd=ROOT,

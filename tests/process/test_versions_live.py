@@ -19,6 +19,7 @@ import psycopg
 
 from tests.helpers import cli, migrated_database, ok, wait_until
 from tests.processes import ROOT, output, start_worker, stop_workers
+from tests.support import zygote
 
 #: One build of the application: the builds differ in their source, so in code version.
 APP = '''"""A build of the application the versions test runs (build {build})."""
@@ -46,7 +47,7 @@ def code_version_of(url: str, tmp_path: Path, build: int) -> str:
     with the sessions ``versions`` lists."""
     env = {**os.environ, "DBOS_AGENT_DATABASE_URL": url}
     env["PYTHONPATH"] = f"{tmp_path / f'build{build}'}{os.pathsep}{ROOT}"
-    result = subprocess.run(
+    result = zygote.run(
         [sys.executable, "-m", "dbos_agent", "check-deploy", "--app", "versions_app", "--json"],
         capture_output=True,
         text=True,

@@ -19,6 +19,7 @@ from dbos_agent.testing import Inspector
 from tests.helpers import direct_and_pooled, new_id, wait_until
 from tests.processes import assert_never_two_at_once, start_worker, stop_workers
 from tests.processes import executions as _executions
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,7 +151,7 @@ def test_an_executor_only_recovers_its_application_version(
 @pytest.mark.parametrize("spec", ["tests.no_such_module", "tests.apps.worker_app:missing"])
 def test_a_bad_app_is_a_clear_error(dbos_agent_database_url: str, spec: str) -> None:
     env = dict(os.environ, DBOS_AGENT_DATABASE_URL=dbos_agent_database_url, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "dbos_agent.worker", "--app", spec],
         env=env,
         cwd=ROOT,

@@ -37,6 +37,7 @@ from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.apps.fault_app import expected, read_log
 from tests.helpers import wait_until
 from tests.processes import ROOT, start_worker
+from tests.support import zygote
 
 
 @dataclass
@@ -99,7 +100,7 @@ def run_chaos(
                 name = "chain" if i % 2 == 0 else "paced"
                 client.enqueue("chaos", name, wid, steps, workflow_id=wid)
         first, second = _worker(env, lease), _worker(env, lease)
-        app = subprocess.Popen(
+        app = zygote.popen(
             [sys.executable, "-m", "tests.apps.fault_app", "app", str(app_workflows), str(steps)],
             env=env,
             cwd=ROOT,

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.helpers import wait_until
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,7 @@ class Served:
         self.token = token
         self._errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (read after the exit)
         env = {k: v for k, v in os.environ.items() if k != "DBOS_AGENT_HTTP_TOKEN"}
-        self.process = subprocess.Popen(
+        self.process = zygote.popen(
             [
                 *(sys.executable, "-m", "dbos_agent", "--database-url", url, "serve"),
                 *("--port", "0", "--token", token, *options),

@@ -5,12 +5,12 @@ interpreter (logging is process-wide)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import CHECKOUT
+from tests.support import zygote
 
 _PROBE = """
 import logging, sys
@@ -28,7 +28,7 @@ logging.getLogger("httpx").warning("warning")
     ("case", "libraries"), [("default", False), ("verbose", True), ("app", True)]
 )
 def test_other_libraries_info_lines_are_left_out_by_default(case: str, libraries: bool) -> None:
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", _PROBE, case],
         capture_output=True,
         text=True,

@@ -1,0 +1,167 @@
+"""The suite's forked processes (tests.support.zygote) look, from inside and outside, like
+the exec'd ones they stand in for: the same argv, path, directory, environment, streams,
+open files, exit statuses and signals. Each case runs the same command both ways."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.processes import ROOT, output
+from tests.support import zygote
+
+_PROBE = textwrap.dedent(
+    """
+    names = sorted(globals())
+    import atexit, json, os, sys, threading, time
+
+    def later():
+        time.sleep(0.2)
+        print("thread joined", flush=True)
+
+    threading.Thread(target=later).start()  # not a daemon: the exit waits for it
+    atexit.register(lambda: print("atexit ran", flush=True))
+    print(json.dumps({
+        "name": __name__,
+        "globals": names,
+        "spec": str(__spec__ and __spec__.name),
+        "builtins": type(__builtins__).__name__,
+        "loader": type(__loader__).__name__,
+        "cached": repr(globals().get("__cached__")),
+        "file": globals().get("__file__"),
+        "argv": sys.argv,
+        "path": sys.path[:3],
+        "cwd": os.getcwd(),
+        "env": os.environ.get("PROBE_VALUE"),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))[:4],
+        "stdin": sys.stdin.read(),
+        "threads": threading.active_count(),
+        "bytecode": sys.dont_write_bytecode,
+        "tty": sys.stdout.isatty(),
+    }))
+    print("to stderr", file=sys.stderr)
+    how = os.environ.get("PROBE_EXIT", "")
+    if how == "int":
+        sys.exit(3)
+    if how == "text":
+        sys.exit("bad input")
+    if how == "raise":
+        raise ValueError("raised by the probe")
+    """
+)
+
+
+def _both(command: list[str], **kwargs: Any) -> tuple[subprocess.CompletedProcess[str], ...]:
+    """``command`` forked from the zygote, then exec'd, each to its end."""
+    env = dict(kwargs.pop("env", os.environ))
+    runs = []
+    for way in ("0", "1"):
+        runs.append(
+            zygote.run(
+                command,
+                env={**env, zygote.EXEC_ENV: way},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                **kwargs,
+            )
+        )
+    return tuple(runs)
+
+
+def test_a_zygote_starts_for_the_suite_and_forks() -> None:
+    process = zygote.popen([sys.executable, "-c", "pass"])
+    assert isinstance(process, zygote.ForkedPopen)
+    assert process.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("form", ["script", "-c", "-m"])
+@pytest.mark.parametrize("exit_how", ["", "int", "text", "raise"])
+def test_a_forked_process_is_what_an_execd_one_is(tmp_path: Path, form: str, exit_how: str) -> None:
+    package = tmp_path / "probe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "probe.py").write_text(_PROBE)
+    target = {
+        "script": [str(package / "probe.py")],
+        "-c": ["-c", _PROBE],
+        "-m": ["-m", "probe_pkg.probe"],
+    }[form]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path),
+        "PROBE_VALUE": "given",
+        "PROBE_EXIT": exit_how,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    forked, execd = _both(
+        [sys.executable, *target, "one", "two"], env=env, cwd=tmp_path, input="fed in"
+    )
+    for done in (forked, execd):
+        assert done.returncode == {"": 0, "int": 3, "text": 1, "raise": 1}[exit_how], output(done)
+        lines = done.stdout.splitlines()
+        assert lines[1:] == ["thread joined", "atexit ran"], output(done)
+    seen_forked, seen_execd = (json.loads(d.stdout.splitlines()[0]) for d in (forked, execd))
+    assert seen_forked == seen_execd
+    assert seen_forked["argv"][1:] == ["one", "two"]
+    assert seen_forked["fds"] == [0, 1, 2, 3]  # 3: the listing's own; nothing inherited
+    assert seen_forked["stdin"] == "fed in"
+    assert forked.stderr.startswith("to stderr\n")
+    if exit_how == "raise":
+        assert "ValueError: raised by the probe" in forked.stderr
+        assert "zygote" not in forked.stderr, forked.stderr  # the traceback is the program's
+        assert forked.stderr.count("File ") == execd.stderr.count("File ")
+    if exit_how == "text":
+        assert forked.stderr == execd.stderr == "to stderr\nbad input\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_signals_end_a_forked_process_as_an_execd_one(sig: int) -> None:
+    code = "import time; print('up', flush=True); time.sleep(60)"
+    statuses = []
+    for way in ("0", "1"):
+        process = zygote.popen(
+            [sys.executable, "-c", code],
+            env={**os.environ, zygote.EXEC_ENV: way},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        assert process.stdout.readline() == "up\n"
+        assert process.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=0.01)
+        process.send_signal(sig)
+        statuses.append(process.wait(timeout=60))
+        process.communicate()
+    assert statuses[0] == statuses[1] == -sig
+
+
+def test_what_it_cannot_reproduce_is_execd() -> None:
+    cases: list[tuple[list[str], dict[str, Any]]] = [
+        ([sys.executable, "-X", "dev", "-c", "pass"], {}),
+        (["python3", "-c", "pass"], {}),
+        ([sys.executable, "-c", "pass"], {"env": {**os.environ, "PYTHONHASHSEED": "7"}}),
+        ([sys.executable, "-c", "pass"], {"pass_fds": (0,)}),
+    ]
+    for command, kwargs in cases:
+        process = zygote.popen(command, **kwargs)
+        assert type(process) is subprocess.Popen, command
+        assert process.wait(timeout=60) == 0
+
+
+def test_a_forked_process_runs_the_checkouts_library(tmp_path: Path) -> None:
+    forked, execd = _both(
+        [sys.executable, "-c", "import dbos_agent, sys; print(dbos_agent.__file__)"],
+        cwd=tmp_path,
+    )
+    assert forked.stdout == execd.stdout == f"{ROOT / 'dbos_agent' / '__init__.py'}\n"
