@@ -125,7 +125,9 @@ def test_a_forked_process_is_what_an_execd_one_is(tmp_path: Path, form: str, exi
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_signals_end_a_forked_process_as_an_execd_one(sig: int) -> None:
-    code = "import time; print('up', flush=True); time.sleep(60)"
+    # Short sleeps: a signal that lands between the print and the sleep's system call is
+    # handled only when the interpreter next looks, which one long sleep would put off.
+    code = "import time\nprint('up', flush=True)\nwhile True: time.sleep(0.05)"
     statuses = []
     for way in ("0", "1"):
         process = zygote.popen(
