@@ -169,7 +169,7 @@ class Client:
         check_identifier(queue, "queue name")
         check_identifier(workflow_name, "workflow name")
         check_priority(priority, queue)
-        recorded = {q.name: q for q in self.db.queues.list()}.get(queue)
+        recorded = self.db.queues.get(queue)
         if recorded is not None:
             check_partition_key(queue, recorded.partitioned, partition_key)
         wid = take_workflow_id(workflow_id)

@@ -74,7 +74,12 @@ class QueueStore:
 
     def list(self) -> list[QueueInfo]:
         """Every queue recorded in the database, by name."""
-        return [queue_info(row) for row in self._db.all("list_queues", "list queues")]
+        return [queue_info(row) for row in self._db.all("list_queues", "list queues", name=None)]
+
+    def get(self, name: str) -> QueueInfo | None:
+        """Queue ``name`` as recorded in the database; None where it is not recorded."""
+        row = self._db.one("list_queues", f"read queue {name!r}", name=name)
+        return None if row is None else queue_info(row)
 
     def set(self, name: str, changes: dict[str, Any], *, reset: bool = False) -> QueueInfo:
         """Change the given limits of queue ``name`` (keys ``concurrency``,

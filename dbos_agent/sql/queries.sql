@@ -1182,9 +1182,12 @@ WHERE q.source = 'code'
 
 -- name: list_queues
 -- scope: many
+-- Every recorded queue, or with `name` only that one (what Client.enqueue checks a
+-- partition key against).
 SELECT name, concurrency, worker_concurrency, rate_limit, rate_period, count_suspended,
        fair_share, partitioned, source, updated_at
 FROM dbos_agent.queues
+WHERE %(name)s::text IS NULL OR name = %(name)s
 ORDER BY name;
 
 -- name: set_queue
