@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,17 @@ def start_module(
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def kill9(process: subprocess.Popen[Any]) -> float:
+    """SIGKILL ``process`` and wait for its end; returns when (``time.time()``) it stopped
+    running: the moment the kill returned, after which the kernel lets it run nothing more.
+    Not the moment its end is reported, which a busy machine can tell tens of milliseconds
+    later: a take-over started in between is no overlap."""
+    process.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    process.wait(10)
+    return killed_at
 
 
 def stop_workers(procs: list[subprocess.Popen[str]]) -> str:

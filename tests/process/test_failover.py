@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.helpers import new_id, wait_until
-from tests.processes import assert_never_two_at_once
+from tests.processes import assert_never_two_at_once, kill9
 from tests.processes import executions as _executions
 from tests.support import zygote
 
@@ -67,9 +66,7 @@ def test_two_app_processes_one_killed_the_survivor_continues_its_workflows(
             "every victim workflow to have run a step",
             every=0.02,
         )
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(10)
-        killed_at = time.time()
+        killed_at = kill9(victim)
         with Inspector(url) as db:
             wait_until(lambda: db.all_finished(ids), 60, "every workflow to finish")
             assert set(db.statuses(ids).values()) == {da.WorkflowStatus.SUCCESS}
@@ -121,9 +118,7 @@ def test_an_app_process_killed_while_postgres_restarts_is_still_taken_over(
                 "every victim workflow under way",
                 every=0.02,
             )
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(10)
-            killed_at = time.time()
+            killed_at = kill9(victim)
             server.restart()
             with Inspector(url) as db:
                 wait_until(lambda: db.all_finished(ids), 90, "every workflow to finish")

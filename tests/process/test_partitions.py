@@ -74,10 +74,10 @@ def test_tenant_limits_hold_across_three_workers_and_a_kill(dbos_agent_database_
             "half the workflows to start",
             every=0.02,
         )
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(10)
+        victim.send_signal(signal.SIGKILL)  # dead from here on: the clock read after is later
         with psycopg.connect(url) as conn:
             killed_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+        victim.wait(10)
 
         def all_done() -> bool:
             with Inspector(url) as db:

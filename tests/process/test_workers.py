@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import dbos_agent as da
 from dbos_agent.testing import Inspector
 from tests.helpers import direct_and_pooled, new_id, wait_until
-from tests.processes import assert_never_two_at_once, start_worker, stop_workers
+from tests.processes import assert_never_two_at_once, kill9, start_worker, stop_workers
 from tests.processes import executions as _executions
 from tests.support import zygote
 
@@ -66,9 +65,7 @@ def test_three_workers_one_killed_mid_way_all_workflows_finish_once(
             "the victim to be mid-way",
             every=0.02,
         )
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(10)
-        killed_at = time.time()
+        killed_at = kill9(victim)
         statuses = _wait_all(url, ids, 60)
     finally:
         _stop(workers)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from tests.support import zygote
 _PROBE = textwrap.dedent(
     """
     names = sorted(globals())
-    import atexit, json, os, sys, threading, time
+    import atexit, json, os, signal, sys, threading, time
 
     def later():
         time.sleep(0.2)
@@ -46,6 +49,9 @@ _PROBE = textwrap.dedent(
         "threads": threading.active_count(),
         "bytecode": sys.dont_write_bytecode,
         "tty": sys.stdout.isatty(),
+        "sigint": repr(signal.getsignal(signal.SIGINT)),
+        "signals": [line for line in open("/proc/self/status").read().splitlines()
+                    if line.startswith(("SigBlk", "SigIgn"))],
     }))
     print("to stderr", file=sys.stderr)
     how = os.environ.get("PROBE_EXIT", "")
@@ -123,7 +129,35 @@ def test_a_forked_process_is_what_an_execd_one_is(tmp_path: Path, form: str, exi
         assert forked.stderr == execd.stderr == "to stderr\nbad input\n"
 
 
+@contextmanager
+def _signals(sigint: Any, blocked: set[int]) -> Iterator[None]:
+    """This thread's SIGINT handler and signal mask set for the block (an exec keeps an
+    ignored signal and the mask; a shell starts a background job with SIGINT ignored)."""
+    handler = signal.signal(signal.SIGINT, sigint)
+    mask = signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_a_forked_process_keeps_the_callers_ignored_signals_and_mask(
+    tmp_path: Path, ignored: bool
+) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE)
+    sigint = signal.SIG_IGN if ignored else signal.default_int_handler
+    with _signals(sigint, {signal.SIGUSR1} if ignored else set()):
+        forked, execd = _both([sys.executable, str(script)], cwd=tmp_path)
+    seen = [json.loads(done.stdout.splitlines()[0]) for done in (forked, execd)]
+    assert seen[0] == seen[1]
+    assert ("SIG_IGN" in seen[0]["sigint"]) is ignored
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+@_signals(signal.default_int_handler, set())  # as the shell running the suite may not
 def test_signals_end_a_forked_process_as_an_execd_one(sig: int) -> None:
     # Short sleeps: a signal that lands between the print and the sleep's system call is
     # handled only when the interpreter next looks, which one long sleep would put off.
@@ -143,9 +177,26 @@ def test_signals_end_a_forked_process_as_an_execd_one(sig: int) -> None:
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(timeout=0.01)
         process.send_signal(sig)
-        statuses.append(process.wait(timeout=60))
+        try:
+            statuses.append(process.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{way=}: still running\n{_state(process.pid)}") from None
         process.communicate()
     assert statuses[0] == statuses[1] == -sig
+
+
+def _state(pid: int) -> str:
+    """What the kernel (and py-spy, where installed) says process ``pid`` is doing."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        stack = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"(no /proc entry: {exc})"
+    lines = [line for line in status.splitlines() if line.startswith(("State", "Sig", "Shd"))]
+    if shutil.which("py-spy") is not None:
+        spy = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True)
+        lines += [spy.stdout, spy.stderr]
+    return "\n".join([*lines, f"wchan: {stack}"])
 
 
 def test_what_it_cannot_reproduce_is_execd() -> None:

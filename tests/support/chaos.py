@@ -36,7 +36,7 @@ import dbos_agent as da
 from dbos_agent.testing import Inspector, RestartablePostgres
 from tests.apps.fault_app import expected, read_log
 from tests.helpers import wait_until
-from tests.processes import ROOT, start_worker
+from tests.processes import ROOT, kill9, start_worker
 from tests.support import zygote
 
 
@@ -147,9 +147,7 @@ def run_chaos(
 
             def kill() -> None:
                 nonlocal killed_at
-                first.send_signal(signal.SIGKILL)
-                first.wait(10)
-                killed_at = time.time()
+                killed_at = kill9(first)
                 procs.append(_worker(env, lease))
 
             # the paused worker is back (its session alive again); the other one holds

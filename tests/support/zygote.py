@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +37,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).parent.parent.parent
+
+#: The signals whose disposition a child takes from its caller (ignored, or the default).
+SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    signal.SIGCHLD,
+)
 
 #: Set (to anything but 0) in the environment, every process is exec'd.
 EXEC_ENV = "DBOS_AGENT_TEST_EXEC"
@@ -182,6 +195,9 @@ class ForkedPopen(subprocess.Popen[Any]):
             "env": {os.fsdecode(k): os.fsdecode(v) for k, v in given.items()},
             "cwd": os.fsdecode(os.path.abspath(cwd if cwd is not None else os.getcwd())),
             "new_session": start_new_session,
+            # What an exec keeps of the caller's signals: the ignored ones and the mask.
+            "ignored": [int(n) for n in SIGNALS if signal.getsignal(n) == signal.SIG_IGN],
+            "mask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         }
         fds = array.array("i", [p2cread, c2pwrite, errwrite])
         for target in range(3):

@@ -29,7 +29,7 @@ from importlib.machinery import BuiltinImporter, SourceFileLoader
 from pathlib import Path
 from typing import Any
 
-from tests.support.zygote import MESSAGE
+from tests.support.zygote import MESSAGE, SIGNALS
 
 #: What the zygote imports before it forks: what most test processes import first.
 PREIMPORTED = (
@@ -135,8 +135,10 @@ def _fork(
 def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> None:
     """In the forked child: become the process ``request`` describes, run it, exit as the
     interpreter would (non-daemon threads joined, ``atexit`` run, streams flushed)."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for number in SIGNALS:  # as an exec leaves them: ignored where the caller ignores them
+        default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+        signal.signal(number, signal.SIG_IGN if number in request["ignored"] else default)
+    signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     for fd in set(fds) - {0, 1, 2}:
