@@ -202,6 +202,7 @@ def _state(pid: int) -> str:
 def test_what_it_cannot_reproduce_is_execd() -> None:
     cases: list[tuple[list[str], dict[str, Any]]] = [
         ([sys.executable, "-X", "dev", "-c", "pass"], {}),
+        ([sys.executable, "-B", "-c", "pass"], {}),
         (["python3", "-c", "pass"], {}),
         ([sys.executable, "-c", "pass"], {"env": {**os.environ, "PYTHONHASHSEED": "7"}}),
         ([sys.executable, "-c", "pass"], {"pass_fds": (0,)}),

@@ -142,8 +142,8 @@ def _plan(
     if kwargs.get("process_group") is not None or kwargs.get("executable") is not None:
         return None
     rest, unbuffered = [str(a) for a in args[1:]], False
-    while rest and rest[0] in ("-u", "-B"):
-        unbuffered = unbuffered or rest.pop(0) == "-u"
+    while rest and rest[0] == "-u":
+        unbuffered = bool(rest.pop(0))
     if not rest or (rest[0].startswith("-") and rest[0] not in ("-m", "-c")):
         return None
     if rest[0] in ("-m", "-c") and len(rest) < 2:
