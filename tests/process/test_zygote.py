@@ -85,7 +85,7 @@ def _both(command: list[str], **kwargs: Any) -> tuple[subprocess.CompletedProces
 
 def test_a_zygote_starts_for_the_suite_and_forks() -> None:
     process = zygote.popen([sys.executable, "-c", "pass"])
-    assert isinstance(process, zygote.ForkedPopen)
+    assert isinstance(process, zygote.ForkedPopen), zygote._ZYGOTE.failure
     assert process.wait(timeout=60) == 0
 
 

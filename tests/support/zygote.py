@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -73,13 +74,15 @@ class _Zygote:
         self._process: subprocess.Popen[bytes] | None = None
         self._path = ""
         self._env: dict[str, str] = {}
-        self._failed = False
+        self._folder = ""
+        #: Why the zygote could not start (what it wrote), once it could not.
+        self.failure: str | None = None
 
     def connect(self) -> tuple[socket.socket, dict[str, str]] | None:
         """A connection to the zygote and the environment it started with; None where it
         cannot be started (then the caller execs)."""
         with self._lock:
-            if self._process is None and not self._failed:
+            if self._process is None and self.failure is None:
                 self._start()
             if self._process is None or self._process.poll() is not None:
                 return None
@@ -92,7 +95,7 @@ class _Zygote:
             return conn, self._env
 
     def _start(self) -> None:
-        folder = tempfile.mkdtemp(prefix="zygote-")
+        self._folder = folder = tempfile.mkdtemp(prefix="zygote-")
         self._path = os.path.join(folder, "socket")
         self._env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         log = open(os.path.join(folder, "log"), "wb")  # noqa: SIM115 (the zygote's stderr)
@@ -108,20 +111,24 @@ class _Zygote:
         assert process.stdout is not None
         ready = process.stdout.readline()
         process.stdout.close()
+        atexit.register(self.stop)
         if ready.strip() != b"ready":
             process.kill()
             process.wait()
-            self._failed = True
+            with open(os.path.join(folder, "log"), errors="replace") as written:
+                self.failure = f"the zygote did not start:\n{written.read()[-4000:]}"
             return
         self._process = process
-        atexit.register(self.stop)
 
     def stop(self) -> None:
-        """Stop the zygote (its children, if any still run, are left to run)."""
+        """Stop the zygote (its children, if any still run, are left to run) and remove
+        its folder."""
         with self._lock:
             if self._process is not None and self._process.poll() is None:
                 self._process.terminate()
                 self._process.wait()
+            if self._folder:
+                shutil.rmtree(self._folder, ignore_errors=True)
 
 
 _ZYGOTE = _Zygote()
