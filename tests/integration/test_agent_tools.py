@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
+import psycopg
 import pytest
 from anthropic.types import ToolResultBlockParam, ToolUseBlock
 from pydantic import BaseModel, Field
@@ -171,7 +172,31 @@ def slow(i: int, delay: float) -> int:
     return i
 
 
-REGISTRY = ToolRegistry([add, explode, slow])
+#: Where in_turn looks for the steps that finish before it (the test's database).
+TURN_DATABASE: list[str] = per_test([])
+
+
+@tool
+def in_turn(i: int, wid: str) -> int:
+    """Return i once the call after it (i + 1, up to 3) has been checkpointed: the calls
+    finish in the reverse of their order, however busy the machine."""
+    with _in_slow_lock:
+        IN_SLOW["now"] += 1
+        IN_SLOW["max"] = max(IN_SLOW["max"], IN_SLOW["now"])
+    with psycopg.connect(TURN_DATABASE[0], autocommit=True) as conn:
+        while (
+            i < 3
+            and not conn.execute(
+                "SELECT 1 FROM dbos_agent.steps WHERE workflow_id = %s AND seq = %s", (wid, i + 1)
+            ).fetchone()
+        ):
+            time.sleep(0.01)
+    with _in_slow_lock:
+        IN_SLOW["now"] -= 1
+    return i
+
+
+REGISTRY = ToolRegistry([add, explode, slow, in_turn])
 
 
 def block(name: str, tool_input: Any, n: int) -> ToolUseBlock:
@@ -220,17 +245,21 @@ def test_registry_dispatch_turns_every_failure_into_an_is_error_result(
     assert results[0] == {"type": "tool_result", "tool_use_id": "toolu_00", "content": "5"}
     assert all(r.get("is_error") for r in results[1:])
     contents = [str(r["content"]) for r in results]
-    assert contents[1] == "unknown tool 'nope'; available tools: add, explode, slow"
+    assert contents[1] == "unknown tool 'nope'; available tools: add, explode, in_turn, slow"
     assert contents[2].startswith("invalid input for tool 'add': a: Input should be a valid int")
     assert contents[3] == "invalid input for tool 'add': b: Field required"
     assert contents[4] == "ValueError: boom"
     assert [r["tool_use_id"] for r in results] == [f"toolu_{n:02d}" for n in range(5)]
 
 
-def test_parallel_tool_calls_take_positions_in_reply_order(runtime: da.Runtime) -> None:
-    # the first call is the slowest: completion order is the reverse of reply order
-    blocks = [block("slow", {"i": i, "delay": (4 - i) / 10}, i) for i in range(4)]
+def test_parallel_tool_calls_take_positions_in_reply_order(
+    runtime: da.Runtime, dbos_agent_database_url: str
+) -> None:
+    # each call waits for the next one's checkpoint: completion order is the reverse of
+    # reply order
+    TURN_DATABASE.append(dbos_agent_database_url)
     wid = new_id()
+    blocks = [block("in_turn", {"i": i, "wid": wid}, i) for i in range(4)]
     with da.workflow_id(wid):
         results = dispatch(blocks, True)
     assert IN_SLOW["max"] > 1  # they did overlap
