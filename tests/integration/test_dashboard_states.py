@@ -119,8 +119,19 @@ class Dashboard:
         return self.page.locator(f'tr[data-id="{wid}"]')
 
     def open(self, wid: str) -> None:
+        """Click the row of ``wid`` until its detail shows: the list refreshes every few
+        seconds, and a refresh between finding the row and clicking it (on a busy machine)
+        can put another row under the click."""
+        detail = self.page.get_by_test_id("detail-id")
+        for _ in range(3):
+            self.row(wid).click()
+            try:
+                self.expect(detail).to_have_text(wid, timeout=5_000)
+                return
+            except AssertionError:
+                continue
         self.row(wid).click()
-        self.expect(self.page.get_by_test_id("detail-id")).to_have_text(wid, timeout=15_000)
+        self.expect(detail).to_have_text(wid, timeout=15_000)
 
     def waits_for(self, wid: str, kind: str, *words: str) -> None:
         """The list and the detail both say it waits for ``kind``, in these words."""
