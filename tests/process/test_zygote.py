@@ -219,3 +219,13 @@ def test_a_forked_process_runs_the_checkouts_library(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert forked.stdout == execd.stdout == f"{ROOT / 'dbos_agent' / '__init__.py'}\n"
+
+
+def test_a_refused_command_leaves_the_zygote_serving(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        zygote.popen([sys.executable, "-c", "pass"], cwd=tmp_path / "missing")
+    with pytest.raises(subprocess.SubprocessError):
+        zygote.popen([sys.executable, "-c", "pass"], text=True, universal_newlines=False)
+    process = zygote.popen([sys.executable, "-c", "print('next')"], stdout=subprocess.PIPE)
+    assert isinstance(process, zygote.ForkedPopen)
+    assert process.communicate(timeout=30)[0] == b"next\n"

@@ -265,7 +265,13 @@ def popen(args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
         connection = _ZYGOTE.connect()
         if connection is not None:
             if not _differs(dict(kwargs.get("env") or os.environ), connection[1]):
-                return ForkedPopen(args, plan=plan, connection=connection, **kwargs)
+                try:
+                    return ForkedPopen(args, plan=plan, connection=connection, **kwargs)
+                except BaseException:
+                    # refused before its request was sent (a bad argument, a missing cwd):
+                    # closed, the zygote stops waiting for that request at once
+                    connection[0].close()
+                    raise
             connection[0].close()
     return subprocess.Popen(args, **kwargs)
 
