@@ -305,13 +305,21 @@ class Client:
         created_before: datetime | None = None,
         limit: int = 100,
         partition_key: str | None = None,
+        load_input: bool = True,
+        load_output: bool = True,
     ) -> list[WorkflowInfo]:
         """Stored workflows matching every given filter, newest first (at most ``limit``):
         a status, a workflow name, a queue, a partition, an executor, created at or after
-        ``created_after`` and before ``created_before``. An unknown status is a ValueError."""
+        ``created_after`` and before ``created_before``. An unknown status is a ValueError.
+
+        As in DBOS Transact, ``load_input=False`` and ``load_output=False`` leave each
+        workflow's ``inputs`` and ``output`` None, unread: a listing that shows neither
+        reads no more than its rows, however large the values stored."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         return self.db.workflows.list(
+            load_input=load_input,
+            load_output=load_output,
             status=None if status is None else WorkflowStatus(status),
             name=name,
             queue_name=queue,

@@ -210,11 +210,16 @@ def list_workflows(
     created_before: datetime | None = None,
     queue_name: str | None = None,
     partition_key: str | None = None,
+    load_input: bool = True,
+    load_output: bool = True,
 ) -> list[WorkflowInfo]:
-    """Stored workflows matching every given filter, newest first."""
+    """Stored workflows matching every given filter, newest first; without
+    ``load_input``/``load_output`` their inputs/output are None, unread (DBOS's options)."""
     if status is not None:
         status = WorkflowStatus(status)
     return current_engine().db.workflows.list(
+        load_input=load_input,
+        load_output=load_output,
         status=status,
         name=name,
         executor_id=executor_id,

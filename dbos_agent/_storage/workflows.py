@@ -157,10 +157,19 @@ class WorkflowStore:
         )
         return None if row is None else workflow_info(row)
 
-    def _read(self, what: str, given: dict[str, Any], limit: int) -> list[WorkflowInfo]:
-        """``list_workflows`` with the filters ``given`` (and only those)."""
+    def _read(
+        self,
+        what: str,
+        given: dict[str, Any],
+        limit: int,
+        *,
+        load_input: bool = True,
+        load_output: bool = True,
+    ) -> list[WorkflowInfo]:
+        """``list_workflows`` with the filters ``given`` (and only those); inputs and
+        output are None where not loaded."""
         sql = query("list_workflows").replace("{filters}", conditions(given))
-        params = {**given, "limit": limit}
+        params = {**given, "limit": limit, "load_input": load_input, "load_output": load_output}
         rows = self._db.run(what, lambda c: c.execute(sql, params).fetchall())
         return [workflow_info(row) for row in rows]
 
@@ -180,8 +189,22 @@ class WorkflowStore:
         )
         return None if row is None else str(row["workflow_id"])
 
-    def list(self, *, limit: int = 100, **filters: Any) -> list[WorkflowInfo]:
+    def list(
+        self,
+        *,
+        limit: int = 100,
+        load_input: bool = True,
+        load_output: bool = True,
+        **filters: Any,
+    ) -> list[WorkflowInfo]:
         """Workflows matching every given filter (a field of :class:`WorkflowFilter`, by
         name; None is no filter), newest first, with what each waits for
-        (``WorkflowInfo.waiting``), in one statement."""
-        return self._read("list workflows", filter_params(WorkflowFilter(**filters)), limit)
+        (``WorkflowInfo.waiting``), in one statement. Without ``load_input`` or
+        ``load_output`` their ``inputs`` or ``output`` is None, never read."""
+        return self._read(
+            "list workflows",
+            filter_params(WorkflowFilter(**filters)),
+            limit,
+            load_input=load_input,
+            load_output=load_output,
+        )

@@ -86,6 +86,9 @@ def list_workflows(args: argparse.Namespace, db: SystemDatabase) -> None:
         created_after=args.since,
         created_before=args.until,
         limit=args.limit,
+        # the table shows neither; the JSON documents carry both
+        load_input=args.json,
+        load_output=args.json,
     )
     if args.json:
         render.print_json([documents.workflow_json(info) for info in found])

@@ -340,6 +340,8 @@ WHERE workflow_id = %(workflow_id)s;
 -- finished, and a PENDING one's owner: its session, whether it is dead
 -- (dead_sessions(), read once for the statement) and what tells, on the caller's host,
 -- whether its process is gone (its process key, its lock free).
+-- Its inputs and output only when asked (`load_input`, `load_output`): a list for a
+-- table or the dashboard shows neither, and each may be megabytes.
 WITH found AS (
     SELECT *
     FROM dbos_agent.workflows
@@ -347,7 +349,9 @@ WITH found AS (
     ORDER BY created_at DESC, workflow_id DESC
     LIMIT %(limit)s
 )
-SELECT w.workflow_id, w.name, w.status, w.inputs::text, w.output::text, w.error::text,
+SELECT w.workflow_id, w.name, w.status,
+       CASE WHEN %(load_input)s THEN w.inputs::text END AS inputs,
+       CASE WHEN %(load_output)s THEN w.output::text END AS output, w.error::text,
        w.executor_id, w.app_version, w.recovery_attempts, w.max_recovery_attempts,
        w.created_at, w.updated_at, w.finished_at, w.wait_kind, w.wait_target, w.wait_name,
        w.wake_at, w.run_started_at, w.diverged, w.queue_name, w.partition_key, w.priority,

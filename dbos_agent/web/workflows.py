@@ -144,9 +144,15 @@ def list_workflows(
     since: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
     until: Annotated[str | None, Query(description="ISO time or 30m, 2h, 7d ago")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    load_input: bool = True,
+    load_output: bool = True,
 ) -> Response:
-    """Workflows matching every given filter, newest first (the CLI's filters)."""
+    """Workflows matching every given filter, newest first (the CLI's filters);
+    ``load_input=false``/``load_output=false`` leave ``inputs``/``output`` null, unread
+    (the dashboard's list shows neither)."""
     found = client.list_workflows(
+        load_input=load_input,
+        load_output=load_output,
         status=status,
         name=None if name is None else check_identifier(name, "workflow name"),
         queue=None if queue is None else check_identifier(queue, "queue name"),

@@ -64,6 +64,26 @@ def test_list_filters_retrieve_and_steps(client: da.Client) -> None:
     with pytest.raises(ValueError):
         client.list_workflows(status="FINE")
 
+    # as in DBOS: a listing may leave the inputs and the output unread (None)
+    def listed(load_input: bool = True, load_output: bool = True) -> tuple[object, object]:
+        [found] = client.list_workflows(
+            name="two_steps",
+            created_after=before,
+            limit=1,
+            load_input=load_input,
+            load_output=load_output,
+        )
+        assert found.workflow_id == queued.workflow_id and found.status is da.WorkflowStatus.SUCCESS
+        return found.inputs, found.output
+
+    loaded = listed()
+    assert loaded[0] is not None and loaded[1] == 4
+    assert listed(load_input=False) == (None, 4)
+    assert listed(load_output=False) == (loaded[0], None)
+    assert listed(load_input=False, load_output=False) == (None, None)
+    here = da.operations.list_workflows(name="two_steps", limit=1, load_output=False)
+    assert [(i.workflow_id, i.output) for i in here] == [(queued.workflow_id, None)]
+
     unknown = new_id()
     for call in (client.get_workflow, client.retrieve, client.list_steps):
         with pytest.raises(da.WorkflowNotFoundError):

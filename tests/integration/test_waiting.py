@@ -129,8 +129,10 @@ def _until(found: Waiting) -> str:
 
 
 def _seen(url: str, api: httpx.Client, wid: str, kind: str) -> Waiting:
-    """What every tool says ``wid`` waits for: the same kind and text in each."""
-    found = _waiting(wid)
+    """What every tool says ``wid`` waits for: the same kind and text in each (the lists
+    read by its name: the session's database holds every earlier test's workflows)."""
+    info = da.retrieve(wid).get_info()
+    found = info.waiting
     assert found is not None and found.kind == kind, found
     assert kind in WAITING_KINDS
     expected = {
@@ -141,12 +143,15 @@ def _seen(url: str, api: httpx.Client, wid: str, kind: str) -> Waiting:
     }
     document = api.get(f"/api/workflows/{wid}").json()
     assert document["waiting"] == expected
-    [listed] = [w for w in api.get("/api/workflows").json() if w["workflow_id"] == wid]
+    by_name: dict[str, str | int] = {"name": info.name, "limit": 1000}
+    [listed] = [
+        w for w in api.get("/api/workflows", params=by_name).json() if w["workflow_id"] == wid
+    ]
     assert listed["waiting"] == expected
     assert json.loads(ok(cli(url, "workflows", "show", wid, "--json")))["waiting"] == expected
     shown = ok(cli(url, "workflows", "show", wid))
     assert f"Waiting for  {kind}: {found.text}" in shown, shown
-    table = ok(cli(url, "workflows", "list", "--limit", "1000")).splitlines()
+    table = ok(cli(url, "workflows", "list", "--name", info.name, "--limit", "1000")).splitlines()
     assert "WAITING FOR" in table[0]
     [row] = [line for line in table if line.startswith(wid + " ")]
     assert row.endswith(f"{kind}: {found.text}"), row

@@ -89,6 +89,17 @@ def test_operator_actions_over_http(api: httpx.Client) -> None:
         assert quick(1) == 2
     listed = api.get("/api/workflows", params={"name": "web_quick", "status": "SUCCESS"}).json()
     assert wid in [w["workflow_id"] for w in listed]
+    [mine] = [w for w in listed if w["workflow_id"] == wid]
+    assert mine["inputs"] is not None and mine["output"] == 2
+    # the dashboard's list reads neither value (each may be megabytes)
+    bare: dict[str, str | int] = {
+        "name": "web_quick",
+        "load_input": "false",
+        "load_output": "false",
+        "limit": 10_000,
+    }
+    [lean] = [w for w in api.get("/api/workflows", params=bare).json() if w["workflow_id"] == wid]
+    assert lean == {**mine, "inputs": None, "output": None}
     shown = api.get(f"/api/workflows/{wid}").json()
     assert shown["status"] == "SUCCESS" and shown["output"] == 2 and shown["steps"] == []
     assert api.get(f"/api/workflows/{wid}/steps").json() == []

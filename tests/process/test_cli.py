@@ -133,6 +133,7 @@ def test_list_show_and_steps(runtime: da.Runtime, dbos_agent_database_url: str) 
     )
     assert [w["workflow_id"] for w in listed] == [f"{key}-b", key]
     assert listed[1]["inputs"] == {"key": key, "turns": 2} and listed[1]["status"] == "SUCCESS"
+    assert listed[1]["output"] == [0, 10]  # the table reads neither; the JSON has both
     assert json.loads(ok(cli(url, "--json", "workflows", "list", *filters, "--until", "1h"))) == []
 
     shown = ok(cli(url, "workflows", "show", key))
