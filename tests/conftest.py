@@ -23,8 +23,9 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules marked ``long`` first (stably): handed out last, one of them would keep
-    a test process busy after the others finished."""
+    """The modules marked ``long`` first (stably), then the tiers in ``testpaths`` order
+    (pyproject.toml hands them out in this order: ``--no-loadscope-reorder``): handed out
+    last, one of them would keep a test process busy after the others finished."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 

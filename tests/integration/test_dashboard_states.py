@@ -19,6 +19,8 @@ from tests.apps.diverging import hold_diverged
 from tests.helpers import new_id, per_test, wait_until
 from tests.support.web import CHROMIUM, NEEDS_CHROMIUM, TOKEN, Server, dashboard, screenshot
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page, Route
 

@@ -25,6 +25,8 @@ from tests.helpers import new_id, wait_until
 from tests.support import zygote
 from tests.support.web import NEEDS_CHROMIUM, Server, dashboard, screenshot
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 

@@ -28,6 +28,8 @@ from tests.process.test_mcp_tools import effects, use
 from tests.processes import output, start_module
 from tests.support.web import free_port
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 ROOT = Path(__file__).resolve().parents[2]
 MCP_SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"
 

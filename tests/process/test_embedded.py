@@ -30,6 +30,8 @@ from tests.helpers import wait_until
 from tests.processes import output
 from tests.support import zygote
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 REPO = Path(__file__).resolve().parents[2]
 
 try:

@@ -38,6 +38,8 @@ from tests.apps.fault_app import expected, read_log, spawner
 from tests.helpers import dead_sessions_after_start, new_id, wait_until
 from tests.processes import start_worker, stop_workers
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 CHILD_STEP = "dbos_agent.start_child"
 READ_STEP = "dbos_agent.read_stream"
 

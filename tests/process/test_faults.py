@@ -27,6 +27,8 @@ from tests.apps.fault_app import chain, expected, note, read_log
 from tests.helpers import new_id, thread_stacks, wait_until
 from tests.processes import start_worker, stop_workers
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 _lines = read_log
 
 

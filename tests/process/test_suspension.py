@@ -29,6 +29,8 @@ from tests.helpers import blocked_in, new_id, wait_until
 from tests.processes import ROOT, output
 from tests.support import zygote
 
+pytestmark = pytest.mark.long  # a minute or more in the suite: started first
+
 SUSPENDED = da.WorkflowStatus.SUSPENDED
 HANDLED: Counter[str] = Counter()
 BODY_RUNS: Counter[str] = Counter()
