@@ -68,6 +68,7 @@ from .delegation import guard_for
 from .outages import (
     MCP_DEFAULTS,
     MODEL_DEFAULTS,
+    mcp_connect_failed,
     mcp_error_is_transient,
     model_error_is_transient,
     model_step_error_is_transient,
@@ -157,12 +158,16 @@ def _waiting_for_server(options: StepOptions, toolset_id: str | None) -> StepOpt
 
 
 def _mcp_call_options(options: StepOptions, own: Mapping[str, Any] | None) -> StepOptions:
-    """An MCP call's options: a non-idempotent call gets no horizon unless its own options
-    give one (it must not be sent twice, and whether a failed one reached the server
-    cannot be told)."""
-    if options.get("idempotent") is not False or "give_up_after" in (own or {}):
+    """An MCP call's options: a non-idempotent call waits out only a failure to connect
+    (:func:`mcp_connect_failed`: nothing was sent) unless its own options say which
+    errors to retry or for how long (it must not be sent twice, and whether a failed one
+    reached the server cannot be told); given ``retry_if`` alone, no horizon, as before."""
+    own = own or {}
+    if options.get("idempotent") is not False or "give_up_after" in own:
         return options
-    return layered(options, {"give_up_after": None})
+    if "retry_if" in own:
+        return layered(options, {"give_up_after": None})
+    return layered(options, {"retry_if": mcp_connect_failed})
 
 
 def _checked(options: StepOptions, owner: str) -> StepOptions:

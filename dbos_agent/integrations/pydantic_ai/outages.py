@@ -16,12 +16,15 @@ they wait for (``waits_for``). Which failures are transient is decided here:
 
 The options a ``Durability`` is given for a role, or a tool in its metadata, go over
 these defaults; ``give_up_after=None`` there means no horizon (``retries`` alone). A
-non-idempotent MCP call gets no horizon unless its options give one: Pydantic AI's MCP
-client cannot say whether a failed call reached the server, and it must not run twice.
+non-idempotent MCP call waits out only a failure to connect (:func:`mcp_connect_failed`:
+the server's process did not start, the handshake timed out), which happens before its
+request is sent, unless its options say otherwise: once sent, Pydantic AI's MCP client
+cannot say whether a failed call reached the server, and it must not run twice.
 """
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 from pydantic_ai.exceptions import (
@@ -78,3 +81,36 @@ def mcp_error_is_transient(error: BaseException) -> bool:
     """Whether an MCP operation that failed with ``error`` failed to reach its server (and
     may succeed once the server is back): the ``retry_if`` of MCP steps by default."""
     return is_connection_failure(error)
+
+
+def mcp_connect_failed(error: BaseException) -> bool:
+    """Whether an MCP operation failed to reach its server before sending anything: a
+    connection failure raised while Pydantic AI's MCP client was connecting (the server's
+    process starting, the session's handshake), inside the server's ``__aenter__``, which
+    a call enters before it sends its request. The ``retry_if`` of non-idempotent calls
+    by default: a call that failed so was never sent, and is tried again once the server
+    is back (a crash of the process that ran the call's step leaves nothing connected, so
+    its first live call after a recovery connects)."""
+    return is_connection_failure(error) and _raised_connecting(error)
+
+
+def _raised_connecting(error: BaseException) -> bool:
+    """Whether ``error`` (each member, for a group) was raised inside the ``__aenter__``
+    of Pydantic AI's MCP server: its traceback, from where it was caught down to where it
+    was raised, passes through that method (which sends no request of its callers)."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(_raised_connecting(member) for member in error.exceptions)
+    return _entering(error.__traceback__)
+
+
+def _entering(tb: TracebackType | None) -> bool:
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "__aenter__" and frame.f_globals.get("__name__") == _MCP:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+#: The module of Pydantic AI's MCP client (its ``MCPServer.__aenter__`` connects).
+_MCP = "pydantic_ai.mcp"
