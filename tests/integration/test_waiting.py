@@ -75,10 +75,6 @@ def payer(key: str) -> str:
     return charge(key)
 
 
-def _waiting(wid: str) -> Waiting | None:
-    return da.retrieve(wid).get_info().waiting
-
-
 def _waits(wid: str, kind: str, status: WorkflowStatus | None = None) -> Callable[[], bool]:
     def check() -> bool:
         try:
