@@ -134,23 +134,37 @@ class ExecutorSession:
     # -- lifecycle ------------------------------------------------------------------
 
     def open(self) -> int:
-        """Take a fresh session key (lock + row), start heartbeating, return the key."""
-        with self._lock:
-            why = None
-            conn = None
+        """Take a fresh session key (lock + row), start heartbeating, return the key.
+
+        A first connection that fails fails at once (a wrong URL or password is said
+        now, not after the outage bound); once the server has answered, a connection
+        lost while the session opens (a restart, a killed backend) is an outage like any
+        other, ridden out up to the bound.
+        """
+        answered = False
+
+        def attempt() -> tuple[psycopg.Connection[tuple[object, ...]], int]:
+            nonlocal answered
+            conn = self._connect()
+            answered = True
             try:
-                conn = self._connect()
                 key = self._take_new_key(conn)
                 self._register(conn, key)
-            except psycopg.Error as exc:  # raised below, without it as its context
-                why = describe(exc)
             except BaseException:
-                if conn is not None:
-                    conn.close()
+                conn.close()
                 raise
-            if why is not None or conn is None:
-                if conn is not None:
-                    conn.close()
+            return conn, key
+
+        with self._lock:
+            why = None
+            try:
+                conn, key = attempt()
+            except psycopg.Error as exc:  # raised below, without it as its context
+                if not (answered and is_transient(exc)):
+                    why = describe(exc)
+                else:
+                    conn, key = self._link.retrier.call(attempt, "open an executor session")
+            if why is not None:
                 raise DatabaseUnavailableError(
                     f"cannot open an executor session on {self._link.redacted_url}: {why}"
                 )

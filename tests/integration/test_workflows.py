@@ -19,6 +19,7 @@ from dbos_agent._engine.runtime.current import current_engine
 from dbos_agent._engine.runtime.recovery import take_over_once
 from dbos_agent._engine.runtime.registry import code_version
 from dbos_agent._storage.database import SystemDatabase
+from dbos_agent._storage.locks import SESSION_LOCK_CLASS
 from tests.helpers import SimulatedCrash, new_id, per_test, wait_until
 from tests.processes import output
 from tests.support import zygote
@@ -399,6 +400,68 @@ def test_unreachable_database_fails_fast_without_the_password() -> None:
     assert "127.0.0.1" in str(err.value) and "alice" in str(err.value)
     with pytest.raises(da.errors.NotLaunchedError):
         squares("x", 1)
+
+
+def test_a_session_connection_killed_while_it_opens_is_ridden_out(
+    dbos_agent_database_url: str, executor_id: str
+) -> None:
+    """launch() reached the database, then lost the connection its executor session was
+    opening on (a restart, an operator's kill): an outage like any other, ridden out.
+    The kill lands while the session's registration waits for a lock held here."""
+    url = dbos_agent_database_url
+    outcome: list[object] = []
+    blocker = psycopg.connect(url)
+    blocker.execute("LOCK TABLE dbos_agent.executors IN SHARE MODE")  # holds back INSERTs
+    opening = threading.Thread(
+        target=lambda: outcome.append(_launched_or_error(url, executor_id)), daemon=True
+    )
+    opening.start()
+    waiting = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name = 'dbos_agent_session' AND wait_event_type = 'Lock'"
+    )
+    killed: list[int] = []
+    try:
+        with psycopg.connect(url, autocommit=True) as admin:
+
+            def kill_the_waiting_session() -> bool:
+                pids = [int(row[0]) for row in admin.execute(waiting).fetchall()]
+                for pid in pids:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                killed.extend(pids)
+                return bool(pids)
+
+            wait_until(kill_the_waiting_session, 60, "the session waiting to register")
+    finally:
+        blocker.rollback()
+        blocker.close()
+    opening.join(120)
+    assert len(outcome) == 1, "launch() did not return"
+    rt = outcome[0]
+    assert isinstance(rt, da.Runtime), f"launch() failed: {rt!r}"
+    try:
+        key = current_engine().session_key
+        with psycopg.connect(url) as conn:
+            holder = conn.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+                " AND objid = %s AND objsubid = 2 AND granted",
+                (SESSION_LOCK_CLASS, key),
+            ).fetchone()
+            row = conn.execute(
+                "SELECT executor_id FROM dbos_agent.executors WHERE session_key = %s", (key,)
+            ).fetchone()
+        assert holder is not None and int(holder[0]) not in killed
+        assert row == (executor_id,)
+        assert squares(new_id("after-kill"), 3) == 5
+    finally:
+        rt.shutdown()
+
+
+def _launched_or_error(url: str, executor_id: str) -> object:
+    try:
+        return da.launch(url, executor_id=executor_id)
+    except Exception as exc:  # the test reports it
+        return exc
 
 
 def test_a_newer_schema_is_refused(dbos_agent_postgres_url: str) -> None:
