@@ -20,6 +20,12 @@ from tests.helpers import PER_TEST, REQUIRE_PGBOUNCER_ENV
 # share compiled bytecode (in the checkout's ignored __pycache__/) instead of compiling
 # dbos_agent again in each one where the environment says not to write it (~0.1 s each).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# CPython 3.11 parses source to point carets at an expression in every traceback it
+# formats, and its AST constructor's recursion counter is not safe across threads
+# (python/cpython#106905): a runtime thread logging a traceback while pytest parses a
+# failing test's source crashed a test process ("AST constructor recursion depth
+# mismatch"), hiding the failure. The test processes (started after this) go without.
+os.environ.setdefault("PYTHONNODEBUGRANGES", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
