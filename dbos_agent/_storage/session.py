@@ -156,18 +156,19 @@ class ExecutorSession:
             return conn, key
 
         with self._lock:
-            why = None
+            opened, why, lost = None, None, False
             try:
-                conn, key = attempt()
-            except psycopg.Error as exc:  # raised below, without it as its context
-                if not (answered and is_transient(exc)):
-                    why = describe(exc)
-                else:
-                    conn, key = self._link.retrier.call(attempt, "open an executor session")
-            if why is not None:
+                opened = attempt()
+            except psycopg.Error as exc:  # dealt with below, without it as any error's context
+                lost = answered and is_transient(exc)
+                why = describe(exc)
+            if lost:
+                opened = self._link.retrier.call(attempt, "open an executor session")
+            if opened is None:
                 raise DatabaseUnavailableError(
                     f"cannot open an executor session on {self._link.redacted_url}: {why}"
                 )
+            conn, key = opened
             self._conn, self.key = conn, key
             self.state = Fence(1, time.monotonic() + self._window)
         self._thread = threading.Thread(

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import psycopg
 import pytest
@@ -402,19 +403,23 @@ def test_unreachable_database_fails_fast_without_the_password() -> None:
         squares("x", 1)
 
 
-def test_a_session_connection_killed_while_it_opens_is_ridden_out(
-    dbos_agent_database_url: str, executor_id: str
-) -> None:
-    """launch() reached the database, then lost the connection its executor session was
-    opening on (a restart, an operator's kill): an outage like any other, ridden out.
-    The kill lands while the session's registration waits for a lock held here."""
-    url = dbos_agent_database_url
+def _launch_killing_the_session_while_it_registers(
+    url: str, executor_id: str, *, until_it_returns: bool, **options: Any
+) -> tuple[object, list[int]]:
+    """launch() while the executor session's registration waits for a lock held here,
+    its backend killed as it waits: once, or (``until_it_returns``) each time it comes
+    back. What launch() returned or raised, and the backends killed."""
     outcome: list[object] = []
+
+    def launch() -> None:
+        try:
+            outcome.append(da.launch(url, executor_id=executor_id, **options))
+        except Exception as exc:  # the test looks at it
+            outcome.append(exc)
+
     blocker = psycopg.connect(url)
     blocker.execute("LOCK TABLE dbos_agent.executors IN SHARE MODE")  # holds back INSERTs
-    opening = threading.Thread(
-        target=lambda: outcome.append(_launched_or_error(url, executor_id)), daemon=True
-    )
+    opening = threading.Thread(target=launch, daemon=True)
     opening.start()
     waiting = (
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
@@ -425,19 +430,29 @@ def test_a_session_connection_killed_while_it_opens_is_ridden_out(
         with psycopg.connect(url, autocommit=True) as admin:
 
             def kill_the_waiting_session() -> bool:
-                pids = [int(row[0]) for row in admin.execute(waiting).fetchall()]
-                for pid in pids:
+                for (pid,) in admin.execute(waiting).fetchall():
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                killed.extend(pids)
-                return bool(pids)
+                    killed.append(int(pid))
+                return bool(killed) and (not until_it_returns or not opening.is_alive())
 
-            wait_until(kill_the_waiting_session, 60, "the session waiting to register")
+            wait_until(kill_the_waiting_session, 60, "the session waiting to register", every=0.05)
     finally:
         blocker.rollback()
         blocker.close()
     opening.join(120)
     assert len(outcome) == 1, "launch() did not return"
-    rt = outcome[0]
+    return outcome[0], killed
+
+
+def test_a_session_connection_killed_while_it_opens_is_ridden_out(
+    dbos_agent_database_url: str, executor_id: str
+) -> None:
+    """launch() reached the database, then lost the connection its executor session was
+    opening on (a restart, an operator's kill): an outage like any other, ridden out."""
+    url = dbos_agent_database_url
+    rt, killed = _launch_killing_the_session_while_it_registers(
+        url, executor_id, until_it_returns=False
+    )
     assert isinstance(rt, da.Runtime), f"launch() failed: {rt!r}"
     try:
         key = current_engine().session_key
@@ -457,11 +472,20 @@ def test_a_session_connection_killed_while_it_opens_is_ridden_out(
         rt.shutdown()
 
 
-def _launched_or_error(url: str, executor_id: str) -> object:
-    try:
-        return da.launch(url, executor_id=executor_id)
-    except Exception as exc:  # the test reports it
-        return exc
+def test_a_session_that_cannot_register_within_the_bound_fails_cleanly(
+    dbos_agent_database_url: str, executor_id: str
+) -> None:
+    """Killed each time it comes back, past the outage bound: DatabaseUnavailableError
+    saying so, with no driver exception kept as its context, and no runtime left."""
+    failure, killed = _launch_killing_the_session_while_it_registers(
+        dbos_agent_database_url, executor_id, until_it_returns=True, outage_timeout=1
+    )
+    assert len(killed) >= 2
+    assert isinstance(failure, da.DatabaseUnavailableError), repr(failure)
+    assert "could not open an executor session" in str(failure)
+    assert failure.__context__ is None and failure.__cause__ is None
+    with pytest.raises(da.errors.NotLaunchedError):
+        squares("x", 1)
 
 
 def test_a_newer_schema_is_refused(dbos_agent_postgres_url: str) -> None:
