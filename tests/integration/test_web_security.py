@@ -514,7 +514,15 @@ def test_the_dashboard_is_not_framed_and_runs_no_injected_script_in_chromium(
                 '<img id="x" src="x" onerror="document.title = \\'injected\\'">');
             }"""
         )
-        page.wait_for_function("window.blocked && document.getElementById('x').complete")
+        # polled from here: wait_for_function's own polling evaluates a string in the page,
+        # which the page's policy (no 'unsafe-eval') refuses when the first look is too early
+        wait_until(
+            lambda: page.evaluate(
+                "() => Boolean(window.blocked) && document.getElementById('x').complete"
+            ),
+            15,
+            "the injected image's error handler blocked",
+        )
         assert page.evaluate("window.blocked").startswith("script-src")
         assert page.title() != "injected"
 
