@@ -22,9 +22,10 @@ from tests.helpers import PER_TEST, REQUIRE_PGBOUNCER_ENV
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # CPython 3.11 parses source to point carets at an expression in every traceback it
 # formats, and its AST constructor's recursion counter is not safe across threads
-# (python/cpython#106905): a runtime thread logging a traceback while pytest parses a
-# failing test's source crashed a test process ("AST constructor recursion depth
-# mismatch"), hiding the failure. The test processes (started after this) go without.
+# (python/cpython#106905): two threads parsing at once (a runtime thread formatting a
+# traceback, pytest a failing test's source) can crash a test process with "AST
+# constructor recursion depth mismatch", as one did, hiding the failure. The test
+# processes (started after this) format tracebacks without carets.
 os.environ.setdefault("PYTHONNODEBUGRANGES", "1")
 
 

@@ -160,10 +160,13 @@ class ExecutorSession:
             try:
                 opened = attempt()
             except psycopg.Error as exc:  # dealt with below, without it as any error's context
-                lost = answered and is_transient(exc)
                 why = describe(exc)
+                lost = answered and is_transient(exc)
             if lost:
-                opened = self._link.retrier.call(attempt, "open an executor session")
+                try:
+                    opened = self._link.retrier.call(attempt, "open an executor session")
+                except psycopg.Error as exc:  # not an outage: said as the first attempt's
+                    why = describe(exc)
             if opened is None:
                 raise DatabaseUnavailableError(
                     f"cannot open an executor session on {self._link.redacted_url}: {why}"
