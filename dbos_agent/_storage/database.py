@@ -26,6 +26,7 @@ from .approvals import ApprovalStore
 from .connector import Connector
 from .histories import HistoryStore
 from .inspection import InspectionStore
+from .log_writes import LogWrites
 from .messaging import MessageStore
 from .operations import OperationStore
 from .outages import DEFAULT_OUTAGE_TIMEOUT_S
@@ -68,8 +69,10 @@ class SystemDatabase(Connector):
             warn_on_outage=warn_on_outage,
             read_only=read_only,
         )
-        self.workflows = WorkflowStore(self)
-        self.steps = StepStore(self)
+        #: The checkpoints and outcomes of concurrent workflows, written together.
+        self.log_writes = LogWrites(self)
+        self.workflows = WorkflowStore(self, self.log_writes)
+        self.steps = StepStore(self, self.log_writes)
         self.recovery = RecoveryStore(self)
         self.queues = QueueStore(self)
         self.messages = MessageStore(self)

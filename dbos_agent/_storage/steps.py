@@ -10,17 +10,16 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import psycopg
-from psycopg.rows import tuple_row
 
 from ..records import StepInfo, StepStatus, WorkflowStatus
 from . import jsonb
 from .connector import Connection, Connector
-from .group_commit import GroupCommit
+from .log_writes import LogWrites
 from .rows import StepEffect, StepRow, StepWrite, retry_info, step_row, step_write, text_of
-from .sql_files import positional_query, query
+from .sql_files import query
 
 T = TypeVar("T")
 
@@ -74,31 +73,10 @@ def _events_set(effects: Sequence[StepEffect]) -> str | None:
 class StepStore:
     """The ``steps`` table: one row per position, written once."""
 
-    def __init__(self, db: Connector) -> None:
+    def __init__(self, db: Connector, log: LogWrites) -> None:
         self._db = db
         #: Checkpoints of idempotent steps that arrive together share a commit.
-        self._appends: GroupCommit[dict[str, Any], bool] = GroupCommit(self._append)
-
-    def _append(self, rows: Sequence[dict[str, Any]]) -> list[bool]:
-        """One guarded insert of one or several steps; whether each was written."""
-        if len(rows) == 1:  # the plainer statement: cheaper to plan and run
-            sql, names = positional_query("append_step")
-            values = [rows[0][n] for n in names]
-        else:
-            sql, values = positional_query("append_steps")[0], [self._document(rows)]
-        written = self._db.run(
-            f"write {len(rows)} steps",
-            # this runs for every checkpoint: positional parameters and plain tuples
-            # spare psycopg the per-call rewriting of names and the dict rows
-            lambda conn: (
-                psycopg.RawCursor(conn, row_factory=tuple_row).execute(sql, values).fetchall()
-            ),
-            single_attempt=True,
-        )
-        if len(written) == len(rows):
-            return [True] * len(rows)
-        done = set(written)
-        return [(r["workflow_id"], r["seq"]) in done for r in rows]
+        self._log = log
 
     def family_model_usage(self, workflow_id: str, names: list[str]) -> list[ModelUsage]:
         """What the recorded model replies (steps named in ``names``) of the workflow's
@@ -120,18 +98,6 @@ class StepStore:
             )
             for r in rows
         ]
-
-    @staticmethod
-    def _document(rows: Sequence[dict[str, Any]]) -> str:
-        """The rows as one JSON array of objects (for ``json_to_recordset``): one text
-        parameter encoded in C, where nine arrays cost psycopg twice as much per batch."""
-        return json.dumps(
-            [
-                {**r, "status": str(r["status"]), "started_at": r["started_at"].isoformat()}
-                for r in rows
-            ],
-            ensure_ascii=False,
-        )
 
     def record(
         self,
@@ -174,7 +140,7 @@ class StepStore:
 
             # the position taken (a retry, a race), the guard refusing, a failed batch:
             # record_step explains and adopts
-            if fresh and not effects and self._appends.submit(params) is True:
+            if fresh and not effects and self._log.append_step(params):
                 return StepWrite(True, WorkflowStatus.PENDING, None)
 
             recorded = {**params, "events": _events_set(effects)}

@@ -11,6 +11,7 @@ from ..records import WorkflowFilter, WorkflowInfo, WorkflowStatus
 from . import jsonb
 from .connector import Connector
 from .filters import conditions, filter_params
+from .log_writes import LogWrites
 from .rows import NewWorkflow, Runner, WorkflowRow, is_duplicate_enqueue, text_of, workflow_info
 from .sql_files import query
 
@@ -18,8 +19,10 @@ from .sql_files import query
 class WorkflowStore:
     """The ``workflows`` table."""
 
-    def __init__(self, db: Connector) -> None:
+    def __init__(self, db: Connector, log: LogWrites) -> None:
         self._db = db
+        #: Outcomes that arrive together (and with steps) share a commit.
+        self._log = log
 
     def insert(self, new: NewWorkflow) -> tuple[bool, WorkflowRow]:
         """Record a new workflow; ``(False, existing)`` when the id is taken.
@@ -35,8 +38,11 @@ class WorkflowStore:
         params = new.insert_params(self._db.json_in(new.inputs, where))
         owner_key = params["owner_key"]
         what = f"record workflow {workflow_id!r}"
+        # a dedup_id refused would fail every write of a batch: such a start goes alone
+        alone = new.dedup_id is not None
+        inserted = self._inserted(what, where, params) if alone else self._log.start(params)
         while True:  # until inserted, or found taken (a delete in between: insert again)
-            if self._inserted(what, where, params):
+            if inserted:
                 return True, WorkflowRow(
                     workflow_id, name, status, new.inputs, None, None, owner_key
                 )
@@ -52,6 +58,7 @@ class WorkflowStore:
                     row["owner_key"],
                     bool(row["owner_live"]),
                 )
+            inserted = self._inserted(what, where, params)
 
     def _inserted(self, what: str, where: str, params: dict[str, Any]) -> bool:
         """One try of insert_workflow: whether it inserted (False: the id is taken)."""
@@ -100,15 +107,21 @@ class WorkflowStore:
         Raises CheckpointTooLargeError (writing nothing) for an output over the limit.
         """
         where = f"the output of workflow {workflow_id!r}"
+        params = {
+            "workflow_id": workflow_id,
+            "status": status,
+            "output": self._db.json_in_optional(output, where),
+            "error": jsonb.to_db_optional(error),  # clipped when recorded: never over the limit
+            "owner_key": owner_key,
+        }
+        if self._log.finish(params):
+            return True, status, output, error
+        # not ours any more, finished already, or a failed batch: this statement says which
         row = self._db.one(
             "finish_workflow",
             f"record the outcome of workflow {workflow_id!r}",
             where=where,
-            workflow_id=workflow_id,
-            status=status,
-            output=self._db.json_in_optional(output, where),
-            error=jsonb.to_db_optional(error),  # clipped when recorded: never over the limit
-            owner_key=owner_key,
+            **params,
         )
         if row is None:
             raise LookupError(workflow_id)

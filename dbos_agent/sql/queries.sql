@@ -79,6 +79,67 @@ WHERE EXISTS (
 ON CONFLICT (workflow_id, seq) DO NOTHING
 RETURNING workflow_id, seq;
 
+-- name: write_checkpoints
+-- scope: many
+-- A group commit (storage/log_writes.py) holding more than steps: the happy path's
+-- three writes, each guarded as its own statement guards it, in one statement and one
+-- commit. Rows of kind 'start' are insert_workflow's (a new workflow; no dedup_id,
+-- whose refusal would fail the whole batch), 'step' append_steps' (a checkpoint), and
+-- 'finish' finish_workflow's update (an outcome). A workflow appears at most once: its
+-- steps come after its start has returned, its outcome after its last step.
+-- Returns (kind, workflow_id, seq) of each row written (seq only for steps); a row
+-- missing sends its writer to the statement that explains.
+WITH given AS (
+    SELECT *
+    FROM json_to_recordset(%(rows)s::json)
+         AS r(kind text, workflow_id text, seq integer, name text, status text,
+              output text, error text, attempts integer, started_at timestamptz,
+              owner_key integer, inputs text, executor_id text, app_version text,
+              max_recovery_attempts integer, queue_name text, priority integer,
+              parent_id text, timeout float8, wait_kind text, delay float8,
+              partition_key text)
+), started AS (
+    INSERT INTO dbos_agent.workflows
+        (workflow_id, name, status, inputs, executor_id, app_version,
+         max_recovery_attempts, owner_key, queue_name, priority, parent_id, deadline_at,
+         wait_kind, wake_at, partition_key)
+    SELECT n.workflow_id, n.name, n.status, n.inputs::json, n.executor_id, n.app_version,
+           n.max_recovery_attempts, n.owner_key, n.queue_name, n.priority, n.parent_id,
+           least(dbos_agent.now() + make_interval(secs => n.timeout),
+                 (SELECT p.deadline_at FROM dbos_agent.workflows AS p
+                  WHERE p.workflow_id = n.parent_id)),
+           n.wait_kind, dbos_agent.now() + make_interval(secs => n.delay), n.partition_key
+    FROM given AS n
+    WHERE n.kind = 'start'
+    ON CONFLICT (workflow_id) DO NOTHING
+    RETURNING workflow_id
+), steps_written AS (
+    INSERT INTO dbos_agent.steps
+        (workflow_id, seq, name, status, output, error, attempts, started_at)
+    SELECT s.workflow_id, s.seq, s.name, s.status, s.output::jsonb, s.error::jsonb,
+           s.attempts, s.started_at
+    FROM given AS s
+    WHERE s.kind = 'step' AND EXISTS (
+        SELECT 1 FROM dbos_agent.workflows AS w
+        WHERE w.workflow_id = s.workflow_id AND w.status = 'PENDING'
+          AND w.owner_key = s.owner_key)
+    ON CONFLICT (workflow_id, seq) DO NOTHING
+    RETURNING workflow_id, seq
+), finished AS (
+    UPDATE dbos_agent.workflows AS w
+    SET status = f.status, output = f.output::jsonb, error = f.error::jsonb,
+        owner_key = NULL, updated_at = now(), finished_at = now()
+    FROM given AS f
+    WHERE f.kind = 'finish' AND w.workflow_id = f.workflow_id AND w.status = 'PENDING'
+      AND w.owner_key IS NOT DISTINCT FROM f.owner_key
+    RETURNING w.workflow_id
+)
+SELECT 'start', workflow_id, NULL::integer FROM started
+UNION ALL
+SELECT 'step', workflow_id, seq FROM steps_written
+UNION ALL
+SELECT 'finish', workflow_id, NULL FROM finished;
+
 -- name: record_step
 -- scope: one workflow
 -- Record step `seq`'s result: the checkpoint. Only while the workflow is

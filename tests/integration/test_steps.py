@@ -429,12 +429,13 @@ def test_a_timeout_on_a_sync_step_is_refused() -> None:
 def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrote(
     engine: Engine,
 ) -> None:
-    """The batched checkpoint (several steps in one statement, see group_commit.py) keeps
-    awkward text intact (quotes, backslashes, non-ASCII, NUL, errors), writes only rows
-    whose guard holds and whose position is free, and says so row by row."""
+    """The batched checkpoint (several steps and workflows' outcomes in one statement, see
+    log_writes.py) keeps awkward text intact (quotes, backslashes, non-ASCII, NUL,
+    errors), writes only rows whose guard holds and whose position is free, and says so
+    row by row."""
     db = engine.db
-    mine, foreign = new_id(), new_id()
-    for wid, owner in ((mine, engine.session_key), (foreign, -1)):
+    mine, foreign, ending, taken = new_id(), new_id(), new_id(), new_id()
+    for wid, owner in ((mine, engine.session_key), (foreign, -1), (ending, engine.session_key)):
         db.workflows.insert(
             NewWorkflow(
                 workflow_id=wid,
@@ -468,16 +469,61 @@ def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrot
             "started_at": started,
         }
 
-    first = db.steps._append([row(mine, 0, "0")])  # one row: the plain statement
-    batch = [row(mine, i + 1, json.dumps(v)) for i, v in enumerate(values)]
+    def outcome(wid: str, output: str) -> dict[str, Any]:
+        return {
+            "workflow_id": wid,
+            "status": da.WorkflowStatus.SUCCESS,
+            "output": db.json_in(output, "test"),
+            "error": None,
+            "owner_key": engine.session_key,
+        }
+
+    write = db.log_writes.write
+    first = write([("step", row(mine, 0, "0"))])  # one row: the plain statement
+    steps: list[tuple[Any, dict[str, Any]]] = [
+        ("step", row(mine, i + 1, json.dumps(v))) for i, v in enumerate(values)
+    ]
     error = json.dumps({"type": "builtins.ValueError", "message": 'bad "x"', "args": []})
-    batch += [
-        row(mine, 5, None, error),
-        row(mine, 0, "1"),  # the position is taken
-        row(foreign, 0, "2"),  # the guard refuses: another session owns it
+    steps += [
+        ("step", row(mine, 5, None, error)),
+        ("step", row(mine, 0, "1")),  # the position is taken
+        ("step", row(foreign, 0, "2")),  # the guard refuses: another session owns it
     ]
     assert first == [True]
-    assert db.steps._append(batch) == [True] * 5 + [False, False]
+    assert write(steps[:3]) == [True] * 3  # steps alone: append_steps
+    batch = [
+        *steps[3:],
+        ("finish", outcome(ending, json.dumps(values[2]))),  # with outcomes: one statement
+        ("finish", outcome(foreign, "1")),  # not ours: left as it is
+        ("finish", outcome(taken, "1")),  # no such workflow
+    ]
+    fresh = NewWorkflow(
+        workflow_id=new_id(),
+        name="batch",
+        inputs='{"args": [ "x" ],  "kwargs": {}}',  # as written: json, not jsonb
+        executor_id=engine.executor_id,
+        app_version="v1",
+        max_recovery_attempts=3,
+        owner_key=engine.session_key,
+        timeout=3600.0,
+    )
+    start = fresh.insert_params(db.json_in(fresh.inputs, "test"))
+    batch += [
+        ("start", start),
+        ("start", start),  # the same row twice: the first is sent, the second is not
+        ("start", {**start, "workflow_id": mine}),  # the id is taken
+    ]
+    assert write(batch) == [True, True, False, False, True, False, False, True, False, False]
+    # alone, each kind of write is its own plain statement, and says the same
+    assert write([("finish", outcome(foreign, "1"))]) == [False]
+    assert write([("start", {**start, "workflow_id": mine})]) == [False]
+    begun = db.workflows.get(fresh.workflow_id)
+    assert begun is not None and begun.status is da.WorkflowStatus.PENDING
+    assert begun.app_version == "v1" and begun.inputs == json.loads(fresh.inputs)
+    # its inputs as written, owned by this session
+    call = db.one("find_workflow_call", "test", workflow_id=fresh.workflow_id)
+    assert call is not None and call["inputs"] == fresh.inputs
+    assert call["owner_key"] == engine.session_key
     log = db.steps.load(mine)
     assert [json.loads(jsonb.from_db(log[i + 1].output) or "") for i in range(4)] == values
     assert log[0].output == "0"  # the first write stands
@@ -485,3 +531,8 @@ def test_a_group_commit_batch_stores_every_value_as_given_and_says_which_it_wrot
     assert json.loads(log[5].error or "")["message"] == 'bad "x"'
     assert {r.attempts for r in log.values()} == {2}
     assert db.steps.load(foreign) == {}
+    ended, other = db.workflows.get(ending), db.workflows.get(foreign)
+    assert ended is not None and ended.status is da.WorkflowStatus.SUCCESS
+    assert ended.output == values[2]
+    assert other is not None and other.status is da.WorkflowStatus.PENDING
+    assert db.workflows.get(taken) is None
