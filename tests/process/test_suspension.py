@@ -99,10 +99,11 @@ def family_waiter(with_child: bool) -> str:
 
 
 @da.durable_workflow
-def waits_for_child(seconds: float) -> list[float]:
-    BODY_RUNS[da.current_workflow_id() or ""] += 1
-    child = da.start(long_nap, seconds)
-    return child.result()  # the child sleeps: the parent suspends on its result
+def waits_for_child() -> str:
+    parent = da.current_workflow_id() or ""
+    BODY_RUNS[parent] += 1
+    child = da.start(mailbox, "go", workflow_id=f"{parent}-child")
+    return child.result()  # the child waits for a message: the parent suspends on it
 
 
 def _all(db: Inspector, ids: list[str], status: da.WorkflowStatus) -> bool:
@@ -244,9 +245,9 @@ def test_a_workflow_waiting_for_its_childs_result_suspends_until_it_finishes(
 ) -> None:
     ids = [new_id("parent") for _ in range(100)]
     threads_before = threading.active_count()
-    handles = [da.start(waits_for_child, 2.0, workflow_id=wid) for wid in ids]
-    # each parent as it was read when all were suspended (one read): the first children
-    # may have woken theirs by the next one on a busy machine
+    handles = [da.start(waits_for_child, workflow_id=wid) for wid in ids]
+    # each parent as it was read when all were suspended (one read); the children wait
+    # until the test sends them a message, so however slowly all start, all are seen
     seen: dict[str, da.WorkflowInfo] = {}
 
     def all_suspended() -> bool:
@@ -261,9 +262,10 @@ def test_a_workflow_waiting_for_its_childs_result_suspends_until_it_finishes(
     info = seen[ids[0]]
     assert info.waiting_for is not None
     assert info.waiting_for.kind == "child"
-    assert info.waiting_for.describe().startswith(f"the result of {ids[0]}")
-    spans = [h.result(timeout=30) for h in handles]
-    assert all(woke - fell >= 2.0 for fell, woke in spans)
+    assert info.waiting_for.describe().startswith(f"the result of {ids[0]}-child")
+    for wid in ids:
+        da.send(f"{wid}-child", wid, topic="go")
+    assert [h.result(timeout=60) for h in handles] == [wid.upper() for wid in ids]
     assert all(BODY_RUNS[wid] == 2 for wid in ids)  # suspended once, woken once
 
 
