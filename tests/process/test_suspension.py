@@ -137,12 +137,13 @@ def test_a_thousand_sleeps_end_together_not_in_batches(
 ) -> None:
     ids = [new_id("nap") for _ in range(1000)]
     handles = [da.start(long_nap, 3.0, workflow_id=wid) for wid in ids]
-    spans = [h.result(timeout=120) for h in handles]
+    spans = [h.result(timeout=180) for h in handles]
     slept = [woke - fell for fell, woke in spans]
     assert min(slept) >= 3.0
-    # 1000 sleeps of 3 s on 8 threads would take over 6 minutes in batches
-    assert max(slept) < 15.0, max(slept)
-    assert max(woke for _, woke in spans) - min(fell for fell, _ in spans) < 30.0
+    # 1000 sleeps of 3 s on 8 threads would take over 6 minutes in batches: bounds far
+    # below that and far above what a loaded 2-core machine needs to wake them all
+    assert max(slept) < 60.0, max(slept)
+    assert max(woke for _, woke in spans) - min(fell for fell, _ in spans) < 120.0
 
 
 def test_an_async_workflow_suspends_and_wakes_like_a_sync_one(
