@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, LiteralString
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -65,26 +65,39 @@ class LogWrites:
         """One guarded statement for the batch; whether each item was written. Of two
         writes of one row in a batch (never on the engine's path: a workflow runs once
         at a time) only the first is sent; the other answers False."""
+        if len(items) == 1:  # every write of a workflow running alone: no bookkeeping
+            return [self._alone(items[0])]
         keys = [_key(item) for item in items]
         first: dict[tuple[str, str, int | None], int] = {}
         sent = [item for i, item in enumerate(items) if first.setdefault(keys[i], i) == i]
-        written = {(kind, wid, seq) for kind, wid, seq in self._send(sent)}
+        written = {(kind, wid, seq) for kind, wid, seq in self._together(sent)}
         return [k in written and first[k] == i for i, k in enumerate(keys)]
 
-    def _send(self, items: list[Item]) -> list[tuple[str, str, int | None]]:
-        """The statement for these items (the plainest that holds them); what it wrote."""
-        kinds = {kind for kind, _ in items}
-        if len(items) == 1:  # a write alone: its own statement, cheaper to plan and run
-            kind, params = items[0]
-            sql, names = positional_query(_ALONE[kind])
-            values = [params[n] for n in names]
-        elif kinds == {"step"}:
-            sql, values = positional_query("append_steps")[0], [self._document(items)]
-        else:
-            sql = positional_query("write_checkpoints")[0]
-            values = [self._document(items)]
-        rows = self._db.run(
-            f"write {len(items)} checkpoints",
+    def _alone(self, item: Item) -> bool:
+        """A write alone, as its own plain statement (cheaper to plan and run): whether a
+        row came back (an outcome's row says whether it was recorded)."""
+        kind, params = item
+        sql, names = positional_query(_ALONE[kind])
+        rows = self._run(1, sql, [params[n] for n in names])
+        return bool(rows) and (kind != "finish" or rows[0][0] is True)
+
+    def _together(self, items: list[Item]) -> list[tuple[str, str, int | None]]:
+        """Several writes as one statement (steps alone: ``append_steps``; else
+        ``write_checkpoints``); the keys of those written."""
+        if all(kind == "step" for kind, _ in items):
+            rows = self._run(
+                len(items), positional_query("append_steps")[0], [self._document(items)]
+            )
+            return [("step", wid, seq) for wid, seq in rows]
+        return self._run(
+            len(items), positional_query("write_checkpoints")[0], [self._document(items)]
+        )
+
+    def _run(self, count: int, sql: LiteralString, values: list[Any]) -> list[Any]:
+        """The statement, tried once (a failed batch's writers write alone, riding out
+        outages there); its rows as plain tuples."""
+        return self._db.run(
+            f"write {count} checkpoints",
             # this runs for every checkpoint: positional parameters and plain tuples
             # spare psycopg the per-call rewriting of names and the dict rows
             lambda conn: (
@@ -92,13 +105,6 @@ class LogWrites:
             ),
             single_attempt=True,
         )
-        if len(items) == 1:  # a row back: written (an outcome's says whether it was)
-            kind = items[0][0]
-            done = bool(rows) and (kind != "finish" or rows[0][0] is True)
-            return [_key(items[0])] if done else []
-        if kinds == {"step"}:
-            return [("step", wid, seq) for wid, seq in rows]
-        return rows
 
     @staticmethod
     def _document(items: Sequence[Item]) -> str:
