@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..records import WorkflowStatus
 from . import jsonb
 
 if TYPE_CHECKING:
@@ -79,6 +80,11 @@ class InspectionStore:
             "inspect_recovery_attempts", "read recovery attempts", workflow_ids=workflow_ids
         )
         return {r["workflow_id"]: int(r["recovery_attempts"]) for r in rows}
+
+    def statuses(self, workflow_ids: list[str]) -> dict[str, WorkflowStatus]:
+        """The status of each of ``workflow_ids`` that exists, in one statement."""
+        rows = self._db.all("inspect_statuses", "read statuses", workflow_ids=workflow_ids)
+        return {r["workflow_id"]: WorkflowStatus(r["status"]) for r in rows}
 
     def locked_sessions(self) -> set[int]:
         """The executor sessions whose advisory lock is held now."""

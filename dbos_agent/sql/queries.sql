@@ -2130,6 +2130,14 @@ SELECT workflow_id, recovery_attempts
 FROM dbos_agent.workflows
 WHERE %(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]);
 
+-- name: inspect_statuses
+-- scope: many
+-- The status of each of the given workflows that exists: what a test polls while it
+-- waits, one primary-key probe per id and nothing of what describe_workflow joins.
+SELECT workflow_id, status
+FROM dbos_agent.workflows
+WHERE workflow_id = ANY(%(workflow_ids)s::text[]);
+
 -- name: inspect_locked_sessions
 -- scope: many
 SELECT dbos_agent.locked_sessions() AS session_key;

@@ -21,6 +21,7 @@ from dbos_agent._engine.runtime.recovery import take_over_once
 from dbos_agent._engine.runtime.registry import code_version
 from dbos_agent._storage.database import SystemDatabase
 from dbos_agent._storage.locks import SESSION_LOCK_CLASS
+from dbos_agent.testing import Inspector
 from tests.helpers import SimulatedCrash, new_id, per_test, wait_until
 from tests.processes import output
 from tests.support import zygote
@@ -54,6 +55,30 @@ def test_same_id_returns_the_recorded_result_and_runs_nothing(runtime: da.Runtim
         assert squares(wid, 3) == 5
     assert da.start(squares, wid, 3, workflow_id=wid).result() == 5
     assert all(count == 1 for count in RUNS.values()) and len(RUNS) == 3
+
+
+def test_the_inspector_reads_many_statuses_in_one_go(
+    runtime: da.Runtime, inspector: Inspector
+) -> None:
+    done, held, missing = new_id(), new_id(), new_id()
+    GATES[held] = threading.Event()
+    try:
+        assert da.start(squares, done, 2, workflow_id=done).result() == 1
+        handle = da.start(squares, held, 3, workflow_id=held)
+        wait_until(lambda: RUNS[f"{held}:1"] == 1, 30, "the held workflow at its gate")
+        statuses = inspector.statuses([held, missing, done])
+        assert list(statuses) == [held, missing, done]  # in the order asked, each once
+        assert statuses == {
+            held: da.WorkflowStatus.PENDING,
+            missing: None,
+            done: da.WorkflowStatus.SUCCESS,
+        }
+        assert inspector.status(missing) is None
+        assert not inspector.all_finished([done, held])
+    finally:
+        GATES[held].set()
+    assert handle.result() == 5
+    assert inspector.all_finished([done, held]) and inspector.status(held) == "SUCCESS"
 
 
 def test_reusing_an_id_for_other_inputs_or_another_workflow_is_a_conflict(
