@@ -23,6 +23,7 @@ from mcp import StdioServerParameters
 
 import dbos_agent as da
 from dbos_agent.agent import Model, ToolRegistry
+from tests.support import zygote
 
 LOG = Path(os.environ.get("MCP_SIDE_EFFECTS", "mcp_side_effects.log"))
 SERVER = Path(__file__).with_name("mcp_server_app.py")
@@ -35,7 +36,9 @@ def note(*words: object) -> None:
 
 TOOLS = ToolRegistry.from_mcp(
     StdioServerParameters(
-        command=sys.executable, args=[str(SERVER)], env={"MCP_SIDE_EFFECTS": str(LOG)}
+        command=sys.executable,
+        args=zygote.through([str(SERVER)], start=False),
+        env={"MCP_SIDE_EFFECTS": str(LOG)},
     ),
     errlog=open(os.devnull, "w"),  # noqa: SIM115 - the server's stderr, for the process's life
 )

@@ -21,6 +21,7 @@ from dbos_agent.agent.scripted_server import Reply, ScriptedServer, text, tool_u
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id
 from tests.process.test_mcp_tools import effects, use
+from tests.support import zygote
 from tests.support.web import free_port
 
 LIMIT = 2**20
@@ -84,7 +85,9 @@ def stdio_registry(tmp_path: Path) -> Iterator[tuple[ToolRegistry, Path]]:
 
     log = tmp_path / "effects.log"
     parameters = StdioServerParameters(
-        command=sys.executable, args=[str(MCP_SERVER)], env={"MCP_SIDE_EFFECTS": str(log)}
+        command=sys.executable,
+        args=zygote.through([str(MCP_SERVER)]),
+        env={"MCP_SIDE_EFFECTS": str(log)},
     )
     registry = ToolRegistry.from_mcp(parameters)
     yield registry, log

@@ -25,6 +25,7 @@ from dbos_agent.agent.mcp import McpConnectionError, McpOptions
 from dbos_agent.errors import InvalidOptionError
 from dbos_agent.testing import Inspector
 from tests.helpers import new_id, per_test
+from tests.support import zygote
 
 MCP_SERVER = Path(__file__).parents[1] / "apps" / "mcp_server_app.py"
 ATTEMPTS: Counter[str] = per_test(Counter())
@@ -182,7 +183,7 @@ def mcp_tools(tmp_path: Path) -> Iterator[Callable[..., ToolRegistry]]:
         down.unlink(missing_ok=True)
         parameters = StdioServerParameters(
             command=sys.executable,
-            args=[str(MCP_SERVER)],
+            args=zygote.through([str(MCP_SERVER)]),
             env={"MCP_SIDE_EFFECTS": str(log), "MCP_DOWN_WHILE": str(down)},
         )
         made.append(ToolRegistry.from_mcp(parameters, errlog=errlog, reconnects=0, **options))

@@ -26,6 +26,7 @@ from dbos_agent.testing import Inspector, advance_clock
 from tests.helpers import new_id, until_done, wait_until
 from tests.process.test_mcp_tools import effects, use
 from tests.processes import output, start_module
+from tests.support import zygote
 from tests.support.web import free_port
 
 pytestmark = pytest.mark.long  # a minute or more in the suite: started first
@@ -204,7 +205,7 @@ def stdio_registry(log: Path, down: Path, **options: Any) -> ToolRegistry:
 
     parameters = StdioServerParameters(
         command=sys.executable,
-        args=[str(MCP_SERVER)],
+        args=zygote.through([str(MCP_SERVER)]),
         env={"MCP_SIDE_EFFECTS": str(log), "MCP_DOWN_WHILE": str(down)},
     )
     if "tools" in TOOLS:

@@ -48,7 +48,9 @@ CURRENT: dict[str, Any] = {}
 
 def parameters(log: Path) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=[str(SERVER)], env={"MCP_SIDE_EFFECTS": str(log)}
+        command=sys.executable,
+        args=zygote.through([str(SERVER)]),
+        env={"MCP_SIDE_EFFECTS": str(log)},
     )
 
 

@@ -229,3 +229,67 @@ def test_a_refused_command_leaves_the_zygote_serving(tmp_path: Path) -> None:
     process = zygote.popen([sys.executable, "-c", "print('next')"], stdout=subprocess.PIPE)
     assert isinstance(process, zygote.ForkedPopen)
     assert process.communicate(timeout=30)[0] == b"next\n"
+
+
+@pytest.mark.parametrize("exit_how", ["", "int", "raise"])
+def test_a_process_another_program_starts_through_the_launcher_is_what_an_execd_one_is(
+    tmp_path: Path, exit_how: str
+) -> None:
+    # As an MCP client starts its server: plain subprocess, a new session, a small
+    # environment (no locale variable: the interpreter coerces the C locale to C.UTF-8).
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE)
+    env = {"PATH": os.environ["PATH"], "PROBE_VALUE": "given", "PROBE_EXIT": exit_how}
+    runs = []
+    for args in (zygote.through([str(script), "one"]), [str(script), "one"]):
+        runs.append(
+            subprocess.run(
+                [sys.executable, *args],
+                env=env,
+                cwd=tmp_path,
+                input="fed in",
+                capture_output=True,
+                text=True,
+                timeout=60,
+                start_new_session=True,
+            )
+        )
+    launched, execd = runs
+    assert launched.args[2] == str(zygote.LAUNCHER)  # it went through the launcher...
+    parent = subprocess.run(
+        [sys.executable, *zygote.through(["-c", "import os; print(os.getppid())"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert int(parent.stdout) != os.getpid(), output(parent)  # ...forked, not exec'd
+    assert launched.returncode == execd.returncode, output(launched)
+    seen_launched, seen_execd = (json.loads(d.stdout.splitlines()[0]) for d in runs)
+    assert seen_launched == seen_execd
+    assert launched.stdout == execd.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_the_launcher_passes_signals_on_and_ends_as_its_child_ends(sig: int) -> None:
+    code = (
+        "import os, time\nprint(os.getpid(), flush=True)\nos.close(1)\nwhile True: time.sleep(0.05)"
+    )
+    process = subprocess.Popen(
+        [sys.executable, *zygote.through(["-c", code])],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    child = int(process.stdout.readline())
+    assert child != process.pid  # the zygote's child, not the launcher
+    # the child closed its stdout: the end of the pipe, though the launcher still runs
+    # (it kept no copy of the child's streams)
+    assert process.stdout.read() == ""
+    assert process.poll() is None
+    # SIGTERM to the launcher's group reaches the child through it; SIGKILL (which no
+    # launcher can pass on) to the child itself, as a test kills a server by its pid
+    os.kill(child, sig) if sig == signal.SIGKILL else os.killpg(process.pid, sig)
+    assert process.wait(timeout=60) == -sig
+    process.stdout.close()

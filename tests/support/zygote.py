@@ -16,6 +16,10 @@ what the zygote cannot reproduce exactly (interpreter options other than ``-u``,
 Python, a changed ``PYTHON*`` or locale variable, ``preexec_fn``, ``pass_fds``, a shell,
 ``DBOS_AGENT_TEST_EXEC=1`` in the environment) is exec'd as before.
 
+A process another program starts (an MCP client its server) is forked too where the test
+gives that program the command :func:`through` makes: a small launcher that stands in
+for the child (:mod:`tests.support.zygote_launch`).
+
 The server is :mod:`tests.support.zygote_server`.
 """
 
@@ -54,13 +58,24 @@ SIGNALS = (
 #: Set (to anything but 0) in the environment, every process is exec'd.
 EXEC_ENV = "DBOS_AGENT_TEST_EXEC"
 
-#: Variables read by the interpreter (or the locale) at start-up: a request whose
-#: environment differs from the zygote's in one of them is exec'd.
-_STARTUP_VARIABLES = ("LANG", "LC_ALL", "LC_CTYPE")
 _HANDLED_VARIABLES = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"})
+
+#: Set for every test process by tests/conftest.py (why: there), so for its zygote: a
+#: process the launcher starts takes it too, where the program starting it left it out.
+SUITE_VARIABLES = ("PYTHONNODEBUGRANGES",)
 
 #: The largest request or reply (a request carries the child's whole environment).
 MESSAGE = 1 << 20
+
+#: Where a test process's zygote listens, set in its environment (so its children's too)
+#: once it started: :func:`through` in an app the tests started uses that same zygote.
+SOCKET_ENV = "DBOS_AGENT_TEST_ZYGOTE"
+
+#: The file, beside the socket, holding the environment the zygote started with.
+ENV_FILE = "env.json"
+
+#: The script :func:`through` puts in front of a command (see tests.support.zygote_launch).
+LAUNCHER = Path(__file__).with_name("zygote_launch.py")
 
 
 # --- the client: used by the test process -------------------------------------------
@@ -94,10 +109,20 @@ class _Zygote:
                 return None
             return conn, self._env
 
+    def socket_path(self) -> str | None:
+        """The zygote's socket (started on first use), or None where it cannot start."""
+        connection = self.connect()
+        if connection is None:
+            return None
+        connection[0].close()
+        return self._path
+
     def _start(self) -> None:
         self._folder = folder = tempfile.mkdtemp(prefix="zygote-")
         self._path = os.path.join(folder, "socket")
         self._env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        with open(os.path.join(folder, ENV_FILE), "w") as written:  # for the launcher
+            json.dump(self._env, written)
         log = open(os.path.join(folder, "log"), "wb")  # noqa: SIM115 (the zygote's stderr)
         process = subprocess.Popen(
             [sys.executable, "-m", "tests.support.zygote_server", self._path],
@@ -119,6 +144,7 @@ class _Zygote:
                 self.failure = f"the zygote did not start:\n{written.read()[-4000:]}"
             return
         self._process = process
+        os.environ[SOCKET_ENV] = self._path
 
     def stop(self) -> None:
         """Stop the zygote (its children, if any still run, are left to run) and remove
@@ -134,7 +160,7 @@ class _Zygote:
 _ZYGOTE = _Zygote()
 
 
-def _plan(
+def plan_of(
     args: Any, env: dict[str, str] | None, kwargs: dict[str, Any]
 ) -> tuple[list[str], bool] | None:
     """What the child runs (the arguments after the interpreter's options) and whether it
@@ -196,25 +222,9 @@ class ForkedPopen(subprocess.Popen[Any]):
         if cwd is not None and not os.path.isdir(cwd):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), cwd)
         given = dict(os.environ if env is None else env)
-        request = {
-            "argv": self._plan[0],
-            "unbuffered": self._plan[1] or given.get("PYTHONUNBUFFERED", "") != "",
-            "env": {os.fsdecode(k): os.fsdecode(v) for k, v in given.items()},
-            "cwd": os.fsdecode(os.path.abspath(cwd if cwd is not None else os.getcwd())),
-            "new_session": start_new_session,
-            # What an exec keeps of the caller's signals: the ignored ones and the mask.
-            "ignored": [int(n) for n in SIGNALS if signal.getsignal(n) == signal.SIG_IGN],
-            "mask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
-        }
-        fds = array.array("i", [p2cread, c2pwrite, errwrite])
-        for target in range(3):
-            fds[target] = target if fds[target] == -1 else fds[target]
+        fds = [p2cread, c2pwrite, errwrite]
         try:
-            self._conn.sendmsg(
-                [json.dumps(request).encode()],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())],
-            )
-            reply = json.loads(self._conn.recv(MESSAGE) or b"{}")
+            reply = ask(self._conn, self._plan, given, cwd, start_new_session, fds)
         finally:
             popen: Any = self  # the standard library's private helpers, typeshed omits
             popen._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
@@ -251,20 +261,78 @@ class ForkedPopen(subprocess.Popen[Any]):
         return (0, 0) if status is None else (self.pid, status)
 
 
-def _differs(env: dict[str, str], zygote_env: dict[str, str]) -> bool:
-    """Whether ``env`` changes what the interpreter read when the zygote started."""
+def ask(
+    conn: socket.socket,
+    plan: tuple[list[str], bool],
+    env: dict[str, str],
+    cwd: str | os.PathLike[str] | None,
+    new_session: bool,
+    fds: list[int],
+) -> dict[str, Any]:
+    """Send the zygote the request for a child running ``plan`` with ``fds`` as its
+    stdin, stdout and stderr (-1: the caller's own); its reply (the child's pid, or an
+    error). The child's wait status comes later on ``conn``."""
+    if _locale(env) == "C.UTF-8" and not env.get("LC_ALL"):
+        env = {**env, "LC_CTYPE": "C.UTF-8"}  # what the coercion sets, where it coerces
+    request = {
+        "argv": plan[0],
+        "unbuffered": plan[1] or env.get("PYTHONUNBUFFERED", "") != "",
+        "env": {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()},
+        "cwd": os.fsdecode(os.path.abspath(cwd if cwd is not None else os.getcwd())),
+        "new_session": new_session,
+        # What an exec keeps of the caller's signals: the ignored ones and the mask.
+        "ignored": [int(n) for n in SIGNALS if signal.getsignal(n) == signal.SIG_IGN],
+        "mask": sorted(int(n) for n in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    }
+    given = array.array("i", [target if fd == -1 else fd for target, fd in enumerate(fds)])
+    conn.sendmsg(
+        [json.dumps(request).encode()],
+        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, given.tobytes())],
+    )
+    reply: dict[str, Any] = json.loads(conn.recv(MESSAGE) or b"{}")
+    return reply
+
+
+def differs(env: dict[str, str], zygote_env: dict[str, str]) -> bool:
+    """Whether ``env`` changes what the interpreter read when the zygote started: a
+    ``PYTHON*`` variable, or the locale of its streams (``LC_ALL``, else ``LC_CTYPE``,
+    else ``LANG``; none, or C, is the C.UTF-8 the interpreter coerces it to)."""
     names = {n for n in (*env, *zygote_env) if n.startswith("PYTHON")} - _HANDLED_VARIABLES
-    return any(env.get(n) != zygote_env.get(n) for n in (*names, *_STARTUP_VARIABLES))
+    return _locale(env) != _locale(zygote_env) or any(
+        env.get(n) != zygote_env.get(n) for n in names
+    )
+
+
+def _locale(env: dict[str, str]) -> str:
+    """The locale of an interpreter's streams started with ``env``: a C locale not forced
+    by ``LC_ALL`` is coerced to C.UTF-8 (PEP 538), which it then names in ``LC_CTYPE``."""
+    if env.get("LC_ALL"):
+        return env["LC_ALL"]
+    named = env.get("LC_CTYPE") or env.get("LANG") or "C"
+    return "C.UTF-8" if named in ("C", "POSIX") else named
+
+
+def through(args: list[str], *, start: bool = True) -> list[str]:
+    """The arguments, after ``sys.executable``, of a command that runs ``args`` (a script
+    or ``-m`` and its arguments) forked from this test process's zygote, for a process
+    another program starts (an MCP client its server): a small launcher stands in for
+    the child, passes it its streams, signals and environment, and ends as it ends
+    (:mod:`tests.support.zygote_launch`). ``args`` unchanged where there is no zygote.
+
+    In a test process the zygote starts if it has not; an app the tests started passes
+    ``start=False`` and uses its test process's (``$DBOS_AGENT_TEST_ZYGOTE``), if any."""
+    path = os.environ.get(SOCKET_ENV) or (_ZYGOTE.socket_path() if start else None)
+    return list(args) if path is None else ["-S", str(LAUNCHER), path, *args]
 
 
 def popen(args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(args, **kwargs)``, forked from the zygote where it can be (see
     the module's docstring), exec'd otherwise."""
-    plan = _plan(args, kwargs.get("env"), kwargs)
+    plan = plan_of(args, kwargs.get("env"), kwargs)
     if plan is not None:
         connection = _ZYGOTE.connect()
         if connection is not None:
-            if not _differs(dict(kwargs.get("env") or os.environ), connection[1]):
+            if not differs(dict(kwargs.get("env") or os.environ), connection[1]):
                 try:
                     return ForkedPopen(args, plan=plan, connection=connection, **kwargs)
                 except BaseException:
