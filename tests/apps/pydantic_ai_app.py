@@ -34,6 +34,7 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 import dbos_agent as da
 from dbos_agent.agent import Budget
 from dbos_agent.integrations.pydantic_ai import Durability
+from tests.support import zygote
 
 MODEL_NAME = "claude-sonnet-4-6"
 #: The one provider of every agent here; in-process tests point it at their server with
@@ -175,7 +176,14 @@ def mcp_agent() -> Agent[None, str]:
 
     server = Path(__file__).with_name("pydantic_ai_mcp_server.py")
     env = {k: v for k, v in os.environ.items() if k in ("MCP_LOG", "MCP_HANG", "PATH")}
-    toolset = MCPToolset[None](StdioTransport(sys.executable, [str(server)], env=env), id="calc")
+    env["MCP_AGENT_PID"] = str(os.getpid())  # the server's parent may be the tests' zygote
+    # a first start on a loaded machine may take more than the 5 s Pydantic AI allows by
+    # default: here that would be an outage waited out, and this body would run twice
+    toolset = MCPToolset[None](
+        StdioTransport(sys.executable, zygote.through([str(server)], start=False), env=env),
+        id="calc",
+        init_timeout=60,
+    )
     return Agent(model(), name="mcpcalc", toolsets=[toolset], capabilities=[Durability()])
 
 
