@@ -44,6 +44,7 @@ _PROBE = textwrap.dedent(
         "path": sys.path[:3],
         "cwd": os.getcwd(),
         "env": os.environ.get("PROBE_VALUE"),
+        "lc_ctype": os.environ.get("LC_CTYPE"),
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))[:4],
         "stdin": sys.stdin.read(),
         "threads": threading.active_count(),

@@ -97,9 +97,7 @@ class _Zygote:
         """A connection to the zygote and the environment it started with; None where it
         cannot be started (then the caller execs)."""
         with self._lock:
-            if self._process is None and self.failure is None:
-                self._start()
-            if self._process is None or self._process.poll() is not None:
+            if not self._running():
                 return None
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -111,11 +109,14 @@ class _Zygote:
 
     def socket_path(self) -> str | None:
         """The zygote's socket (started on first use), or None where it cannot start."""
-        connection = self.connect()
-        if connection is None:
-            return None
-        connection[0].close()
-        return self._path
+        with self._lock:
+            return self._path if self._running() else None
+
+    def _running(self) -> bool:
+        """Whether the zygote runs, started here on first use (the lock held)."""
+        if self._process is None and self.failure is None:
+            self._start()
+        return self._process is not None and self._process.poll() is None
 
     def _start(self) -> None:
         self._folder = folder = tempfile.mkdtemp(prefix="zygote-")
@@ -237,9 +238,7 @@ class ForkedPopen(subprocess.Popen[Any]):
         """The child's wait status, once the zygote reaped it; None while it runs."""
         if not block and not select.select([self._conn], [], [], 0)[0]:
             return None
-        data = self._conn.recv(MESSAGE)
-        self._conn.close()
-        return int(json.loads(data)["status"]) if data else 255 << 8
+        return wait_status(self._conn)
 
     def _internal_poll(self, _deadstate: Any = None, **_: Any) -> int | None:
         popen: Any = self
@@ -272,8 +271,8 @@ def ask(
     """Send the zygote the request for a child running ``plan`` with ``fds`` as its
     stdin, stdout and stderr (-1: the caller's own); its reply (the child's pid, or an
     error). The child's wait status comes later on ``conn``."""
-    if _locale(env) == "C.UTF-8" and not env.get("LC_ALL"):
-        env = {**env, "LC_CTYPE": "C.UTF-8"}  # what the coercion sets, where it coerces
+    if _coerced(env):
+        env = {**env, "LC_CTYPE": "C.UTF-8"}  # what the interpreter sets when it coerces
     request = {
         "argv": plan[0],
         "unbuffered": plan[1] or env.get("PYTHONUNBUFFERED", "") != "",
@@ -293,6 +292,14 @@ def ask(
     return reply
 
 
+def wait_status(conn: socket.socket) -> int:
+    """The wait status of the child ``conn`` asked for, once the zygote reaped it (255 if
+    the zygote went away first); ``conn`` is closed."""
+    data = conn.recv(MESSAGE)
+    conn.close()
+    return int(json.loads(data)["status"]) if data else 255 << 8
+
+
 def differs(env: dict[str, str], zygote_env: dict[str, str]) -> bool:
     """Whether ``env`` changes what the interpreter read when the zygote started: a
     ``PYTHON*`` variable, or the locale of its streams (``LC_ALL``, else ``LC_CTYPE``,
@@ -308,8 +315,13 @@ def _locale(env: dict[str, str]) -> str:
     by ``LC_ALL`` is coerced to C.UTF-8 (PEP 538), which it then names in ``LC_CTYPE``."""
     if env.get("LC_ALL"):
         return env["LC_ALL"]
+    return "C.UTF-8" if _coerced(env) else env.get("LC_CTYPE") or env["LANG"]
+
+
+def _coerced(env: dict[str, str]) -> bool:
+    """Whether an interpreter started with ``env`` coerces its C locale (PEP 538)."""
     named = env.get("LC_CTYPE") or env.get("LANG") or "C"
-    return "C.UTF-8" if named in ("C", "POSIX") else named
+    return not env.get("LC_ALL") and named in ("C", "POSIX")
 
 
 def through(args: list[str], *, start: bool = True) -> list[str]:

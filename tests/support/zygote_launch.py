@@ -49,8 +49,7 @@ def main(path: str, args: list[str]) -> None:
     for passed in zygote.SIGNALS:
         if passed != signal.SIGCHLD and signal.getsignal(passed) != signal.SIG_IGN:
             signal.signal(passed, lambda sig, _frame: os.kill(child, sig))
-    data = conn.recv(zygote.MESSAGE)
-    status = int(json.loads(data)["status"]) if data else 255 << 8
+    status = zygote.wait_status(conn)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         if number not in (signal.SIGKILL, signal.SIGSTOP):  # which no handler catches
