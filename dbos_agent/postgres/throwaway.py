@@ -11,6 +11,8 @@ import contextlib
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +23,8 @@ from typing import Self
 import psycopg
 from psycopg import sql
 
+from .._processes import proc_start_time
+from . import _reaper
 from .binaries import accessible_bin, find_postgres_bin
 from .cluster import (
     LOCAL_CLUSTER_SETTINGS,
@@ -64,7 +68,8 @@ class LocalCluster:
         user: ServiceUser | None,
         settings: Mapping[str, str] = LOCAL_CLUSTER_SETTINGS,
     ) -> None:
-        """Use `LocalCluster.start()`; this only records an already running cluster."""
+        """Use `LocalCluster.start()`; this records an already running cluster and guards
+        it: stopped at this process's exit, or by a reaper process if this one is killed."""
         self.directory = directory
         self.port = port
         self._bin_dir = bin_dir
@@ -74,6 +79,7 @@ class LocalCluster:
         self._stopped = False
         self._owner_pid = os.getpid()
         atexit.register(self._stop_at_exit)  # a crashed test run must not leak servers
+        _spawn_reaper(directory)
 
     @property
     def url(self) -> str:
@@ -204,6 +210,23 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(url={self.url!r}, directory={str(self.directory)!r})"
+
+
+def _spawn_reaper(directory: Path) -> None:
+    """Start the detached process that stops the cluster if this process is killed (an
+    atexit hook does not run then); where the process's start time is unknown (no /proc),
+    the reaper could not tell this process from a reused pid, and none is started."""
+    start = proc_start_time(os.getpid())
+    if not start:
+        return
+    subprocess.Popen(
+        [sys.executable, "-S", _reaper.__file__, str(os.getpid()), start, str(directory)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def _wait_replicating(

@@ -314,6 +314,43 @@ def test_local_cluster_start_stop_deletes_directory() -> None:
     cluster.stop()  # idempotent
 
 
+# Owns a throwaway cluster; prints "<directory> <postmaster pid>", then waits to be killed.
+CLUSTER_OWNER = """
+from dbos_agent.postgres.throwaway import LocalCluster
+cluster = LocalCluster.start()
+postmaster = (cluster.pgdata / "postmaster.pid").read_text().split()[0]
+print(cluster.directory, postmaster, flush=True)
+input()
+"""
+
+
+@needs_binaries
+def test_a_local_cluster_whose_owner_was_killed_is_stopped_and_removed() -> None:
+    """atexit does not run under SIGKILL: the reaper started beside the cluster stops the
+    server and removes its directory once its owner is gone."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    owner = zygote.popen(
+        [sys.executable, "-c", CLUSTER_OWNER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        assert line, output(owner, *owner.communicate(timeout=30))
+        directory, postmaster = Path(line.split()[0]), int(line.split()[1])
+        assert _alive(postmaster)
+    finally:
+        owner.kill()
+        owner.communicate(timeout=30)
+    wait_until(lambda: not _alive(postmaster), 60, "the orphaned cluster's server to stop")
+    wait_until(lambda: not directory.exists(), 30, "the orphaned cluster's directory to go")
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
