@@ -1,11 +1,14 @@
-"""Stop a throwaway cluster whose owner was killed: ``python -S _reaper.py PID START DIR``.
+"""Stop a throwaway server whose owner was killed.
 
-A `LocalCluster` stops its server when its owner exits (``stop()``, ``with``, atexit); an
-owner killed with SIGKILL runs none of those, and its server would run on with its
-directory. This process, started detached beside every throwaway cluster, waits for the
-owner (pid and kernel start time, so a reused pid is not mistaken for it) to be gone;
-then, if the directory is still there, it shuts the server down at once (SIGQUIT to the
-postmaster, as ``pg_ctl stop -m immediate`` does) and removes the directory.
+``python -S _reaper.py OWNER_PID OWNER_START DIRECTORY TARGET SIGNAL``
+
+A `LocalCluster` or a `Pgbouncer` stops its server when its owner exits (``stop()``,
+``with``, atexit); an owner killed with SIGKILL runs none of those, and the server would
+run on with its directory. This process, started detached beside each, waits for the owner
+(pid and kernel start time, so a reused pid is not mistaken for it) to be gone; then, if
+the directory is still there, it sends the server SIGNAL (a number), waits for it to end
+and removes the directory. TARGET is the server: ``pid:N``, or ``file:PATH`` for a pid
+file inside DIRECTORY read only then (a cluster's ``postmaster.pid``: a restart changes it).
 
 It is run by path with ``-S`` and imports only the standard library, so it costs a few
 milliseconds to start, not the library's imports.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,31 +40,52 @@ def _start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else ""
 
 
-def _postmaster(pgdata: Path) -> int | None:
+def _server(directory: Path, target: str) -> int | None:
+    """The server's pid named by ``target`` (``pid:N`` or ``file:PATH``), None if unknown."""
+    kind, _, value = target.partition(":")
     try:
-        return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        if kind == "file":
+            return int((directory / value).read_text().split("\n", 1)[0])
+        return int(value) if kind == "pid" else None
     except (OSError, ValueError):
         return None
 
 
-def reap(owner_pid: int, owner_start: str, directory: Path) -> None:
+def reap(owner_pid: int, owner_start: str, directory: Path, target: str, signum: int) -> None:
     """Wait for the owner to end; then stop the server it left and remove its directory."""
     while directory.exists() and _start_time(owner_pid) == owner_start:
         time.sleep(_POLL_S)
     if not directory.exists():
-        return  # the owner stopped its cluster itself
-    pgdata = directory / "pgdata"
-    postmaster = _postmaster(pgdata)
-    if postmaster is not None and _start_time(postmaster) is not None:
+        return  # the owner stopped its server itself
+    server = _server(directory, target)
+    if server is not None and _start_time(server) is not None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(postmaster, signal.SIGQUIT)
+            os.kill(server, signum)
         deadline = time.monotonic() + _SHUTDOWN_WAIT_S
-        while _start_time(postmaster) is not None and time.monotonic() < deadline:
+        while _start_time(server) is not None and time.monotonic() < deadline:
             time.sleep(0.05)
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def guard(directory: Path, target: str, signum: int) -> None:
+    """Start the detached reaper of ``directory``'s server, for if this process is killed;
+    none where this process's start time is unknown (no /proc): it could not be told from
+    a process that reuses its pid."""
+    start = _start_time(os.getpid())
+    if not start:
+        return
+    owner = str(os.getpid())
+    subprocess.Popen(
+        [sys.executable, "-S", __file__, owner, start, str(directory), target, str(signum)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit("usage: _reaper.py OWNER_PID OWNER_START DIRECTORY")
-    reap(int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
+    if len(sys.argv) != 6:
+        sys.exit("usage: _reaper.py OWNER_PID OWNER_START DIRECTORY TARGET SIGNAL")
+    reap(int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4], int(sys.argv[5]))

@@ -30,6 +30,7 @@ from typing import Self
 from urllib.parse import unquote, urlsplit
 
 from ..errors import PostgresNotFoundError
+from . import _reaper
 from .users import ServiceUser, service_user, start_as
 
 __all__ = ["Pgbouncer", "find_pgbouncer"]
@@ -134,6 +135,7 @@ class Pgbouncer:
                 [self._binary, config], self._user, log=out, env={"PATH": os.defpath}
             )
         atexit.register(self._stop_at_exit)
+        _reaper.guard(self.directory, f"pid:{self._process.pid}", signal.SIGINT)
         deadline = time.monotonic() + _START_WAIT_S
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

@@ -11,8 +11,7 @@ import contextlib
 import os
 import secrets
 import shutil
-import subprocess
-import sys
+import signal
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,6 @@ from typing import Self
 import psycopg
 from psycopg import sql
 
-from .._processes import proc_start_time
 from . import _reaper
 from .binaries import accessible_bin, find_postgres_bin
 from .cluster import (
@@ -79,7 +77,8 @@ class LocalCluster:
         self._stopped = False
         self._owner_pid = os.getpid()
         atexit.register(self._stop_at_exit)  # a crashed test run must not leak servers
-        _spawn_reaper(directory)
+        # SIGQUIT to the postmaster: what pg_ctl stop -m immediate sends
+        _reaper.guard(directory, "file:pgdata/postmaster.pid", signal.SIGQUIT)
 
     @property
     def url(self) -> str:
@@ -210,23 +209,6 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(url={self.url!r}, directory={str(self.directory)!r})"
-
-
-def _spawn_reaper(directory: Path) -> None:
-    """Start the detached process that stops the cluster if this process is killed (an
-    atexit hook does not run then); where the process's start time is unknown (no /proc),
-    the reaper could not tell this process from a reused pid, and none is started."""
-    start = proc_start_time(os.getpid())
-    if not start:
-        return
-    subprocess.Popen(
-        [sys.executable, "-S", _reaper.__file__, str(os.getpid()), start, str(directory)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
 
 
 def _wait_replicating(

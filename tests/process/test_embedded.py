@@ -314,24 +314,36 @@ def test_local_cluster_start_stop_deletes_directory() -> None:
     cluster.stop()  # idempotent
 
 
-# Owns a throwaway cluster; prints "<directory> <postmaster pid>", then waits to be killed.
-CLUSTER_OWNER = """
+# Owns a throwaway server (argv[1]: "cluster" or "pgbouncer"); prints "<directory> <pid>",
+# then waits to be killed.
+SERVER_OWNER = """
+import sys
+from dbos_agent.postgres.pgbouncer import Pgbouncer
 from dbos_agent.postgres.throwaway import LocalCluster
-cluster = LocalCluster.start()
-postmaster = (cluster.pgdata / "postmaster.pid").read_text().split()[0]
-print(cluster.directory, postmaster, flush=True)
+if sys.argv[1] == "cluster":
+    server = LocalCluster.start()
+    pid_file = server.pgdata / "postmaster.pid"
+else:
+    server = Pgbouncer("postgresql://postgres@127.0.0.1:1/postgres").start()
+    pid_file = server.directory / "pgbouncer.pid"
+print(server.directory, pid_file.read_text().split()[0], flush=True)
 input()
 """
 
 
 @needs_binaries
-def test_a_local_cluster_whose_owner_was_killed_is_stopped_and_removed() -> None:
-    """atexit does not run under SIGKILL: the reaper started beside the cluster stops the
-    server and removes its directory once its owner is gone."""
+@pytest.mark.parametrize("server", ["cluster", "pgbouncer"])
+def test_a_throwaway_server_whose_owner_was_killed_is_stopped_and_removed(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """atexit does not run under SIGKILL: the reaper started beside a throwaway cluster or
+    pgbouncer stops it and removes its directory once its owner is gone."""
+    if server == "pgbouncer":
+        request.getfixturevalue("pgbouncer")  # skipped (or failed) where there is none
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     owner = zygote.popen(
-        [sys.executable, "-c", CLUSTER_OWNER],
+        [sys.executable, "-c", SERVER_OWNER, server],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -342,13 +354,13 @@ def test_a_local_cluster_whose_owner_was_killed_is_stopped_and_removed() -> None
         assert owner.stdout is not None
         line = owner.stdout.readline()
         assert line, output(owner, *owner.communicate(timeout=30))
-        directory, postmaster = Path(line.split()[0]), int(line.split()[1])
-        assert _alive(postmaster)
+        directory, pid = Path(line.split()[0]), int(line.split()[1])
+        assert _alive(pid)
     finally:
         owner.kill()
         owner.communicate(timeout=30)
-    wait_until(lambda: not _alive(postmaster), 60, "the orphaned cluster's server to stop")
-    wait_until(lambda: not directory.exists(), 30, "the orphaned cluster's directory to go")
+    wait_until(lambda: not _alive(pid), 60, f"the orphaned {server} to stop")
+    wait_until(lambda: not directory.exists(), 30, f"the orphaned {server}'s directory to go")
 
 
 @pytest.mark.parametrize(
