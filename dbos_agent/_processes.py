@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -81,3 +84,26 @@ def session_gone_here(key: str | None, lock_free: bool) -> bool:
     -9 is known gone at once this way, long before its lease runs out; a session of
     another host, or whose lock is held, is left to the database's rules."""
     return lock_free and known_gone(key)
+
+
+#: Started by `spawn_detached`: starts its arguments in a session of their own, then ends.
+_DETACH = (
+    "import subprocess, sys; subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL,"
+    " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)"
+)
+
+
+def spawn_detached(argv: Sequence[str]) -> None:
+    """Start ``argv`` detached: in a session of its own, without our stdio, and not our
+    child. A helper that ends at once starts it, so the process is adopted by init (or a
+    subreaper) and this one keeps no child it would have to reap or warn about
+    (``ResourceWarning: subprocess is still running``)."""
+    subprocess.run(
+        [sys.executable, "-S", "-c", _DETACH, *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+        check=True,
+        timeout=60,
+    )

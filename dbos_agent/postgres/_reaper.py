@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,17 +70,14 @@ def guard(directory: Path, target: str, signum: int) -> None:
     """Start the detached reaper of ``directory``'s server, for if this process is killed;
     none where this process's start time is unknown (no /proc): it could not be told from
     a process that reuses its pid."""
+    from .._processes import spawn_detached  # not at the top: run as a script, it has no package
+
     start = _start_time(os.getpid())
     if not start:
         return
     owner = str(os.getpid())
-    subprocess.Popen(
-        [sys.executable, "-S", __file__, owner, start, str(directory), target, str(signum)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
+    spawn_detached(
+        [sys.executable, "-S", __file__, owner, start, str(directory), target, str(signum)]
     )
 
 

@@ -13,14 +13,13 @@ import contextlib
 import fcntl
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .._processes import pid_alive, proc_start_time
+from .._processes import pid_alive, proc_start_time, spawn_detached
 from .._storage.dsn import configured_url
 from .binaries import find_bin
 from .cluster import (
@@ -174,14 +173,7 @@ def _spawn_watcher(directory: Path) -> None:
     Users end it themselves when they exit normally; the watcher covers the ones that
     are killed. It is detached (its own session) and holds no lock between checks.
     """
-    subprocess.Popen(
-        [sys.executable, "-m", "dbos_agent.postgres.embedded", "watch", str(directory)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    spawn_detached([sys.executable, "-m", "dbos_agent.postgres.embedded", "watch", str(directory)])
 
 
 def watch(directory: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import pytest
 if "dbos_agent.testing.plugin" not in sys.modules:  # package not installed: no entry point
     pytest_plugins = ["dbos_agent.testing.plugin"]
 
+from dbos_agent._processes import spawn_detached
 from dbos_agent._storage.dsn import redact_url
 from dbos_agent.errors import PostgresNotFoundError
 from dbos_agent.postgres.binaries import find_postgres_bin
@@ -361,6 +364,26 @@ def test_a_throwaway_server_whose_owner_was_killed_is_stopped_and_removed(
         owner.communicate(timeout=30)
     wait_until(lambda: not _alive(pid), 60, f"the orphaned {server} to stop")
     wait_until(lambda: not directory.exists(), 30, f"the orphaned {server}'s directory to go")
+
+
+def test_a_detached_process_is_not_our_child_and_has_its_own_session(tmp_path: Path) -> None:
+    """What the reapers and the embedded database's watcher are started with: nothing of
+    it is left for this process to reap (no ResourceWarning), and a signal to this
+    process's group does not reach it."""
+    report = tmp_path / "report"
+    code = (
+        "import os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text("
+        "f'{os.getpid()} {os.getppid()} {os.getsid(0)} {os.getpgrp()}')"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        spawn_detached([sys.executable, "-c", code, str(report)])
+        gc.collect()
+    wait_until(report.exists, 30, "the detached process to report")
+    wait_until(lambda: report.read_text().count(" ") == 3, 30, "its whole report")
+    pid, parent, session, group = map(int, report.read_text().split())
+    assert parent != os.getpid()
+    assert session == pid == group
 
 
 @pytest.mark.parametrize(
