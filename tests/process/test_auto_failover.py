@@ -65,18 +65,32 @@ def _server(url: str) -> tuple[int, int]:
     return int(row[0]), write_timeline(url)
 
 
+def _replication(url: str) -> list[tuple[str, str]]:
+    """The server's ``synchronous_standby_names`` and each streaming standby's state."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT current_setting('synchronous_standby_names'), sync_state"
+            " FROM pg_stat_replication"
+        ).fetchall()
+    return [(str(names), str(state)) for names, state in rows]
+
+
 def test_a_crash_of_the_primary_is_ridden_out_on_the_standby_pg_auto_failover_promotes(
     formation: Formation, tmp_path: Path
 ) -> None:
     """The scenario of the module's doc."""
     url = formation.url
     assert url.count(",") == 1 and "target_session_attrs=read-write" in url
-    with psycopg.connect(formation.node_url("node1"), autocommit=True) as conn:
-        replication = conn.execute(
-            "SELECT current_setting('synchronous_standby_names'), sync_state"
-            " FROM pg_stat_replication"
-        ).fetchall()
-    assert replication == [("ANY 1 (pgautofailover_standby_2)", "quorum")]  # node2's
+    # node2, node1's synchronous standby, once settled: the keepers' reload of the settings
+    # start() shortens makes node1 reload its own, and node2 may show as async meanwhile.
+    wait_until(
+        lambda: (
+            _replication(formation.node_url("node1"))
+            == [("ANY 1 (pgautofailover_standby_2)", "quorum")]
+        ),
+        60,
+        "node2 to be node1's synchronous standby",
+    )
     assert _server(url) == (formation.ports["node1"], 1)
 
     with FailoverWorkload(url, tmp_path / "steps.log", outage_timeout=OUTAGE_TIMEOUT_S) as work:
