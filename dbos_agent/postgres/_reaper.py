@@ -28,7 +28,10 @@ _SHUTDOWN_WAIT_S = 60.0
 
 
 def _start_time(pid: int) -> str | None:
-    """The kernel start time of a running `pid`, None if it no longer runs (or is a zombie)."""
+    """The kernel start time of a running `pid`, None if it no longer runs (or is a zombie).
+
+    `_processes.pid_alive` and `proc_start_time` in one read: this script cannot import
+    them (run by path, it has no package, and the package's import would cost seconds)."""
     try:
         line = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

